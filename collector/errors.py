@@ -1,0 +1,46 @@
+"""Typed errors raised by library code.
+
+Only the command line turns these into a one-line message and an exit code
+(see `dashboard/cli.py`); library code never prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class GpulensError(Exception):
+    """Base class for every error a user can cause or meet.
+
+    `str(error)` is the one line the command prints: it names the file or
+    device and the problem.
+    """
+
+    exit_code = 1
+
+
+class UsageError(GpulensError):
+    """A bad flag value or combination."""
+
+    exit_code = 2
+
+
+class BackendUnavailable(GpulensError):
+    """No sampling backend could be initialised (no driver, no GPU)."""
+
+
+class DatasetError(GpulensError):
+    """The dataset directory cannot be read or written."""
+
+
+class TraceError(GpulensError):
+    """A trace file cannot be ingested: unreadable, corrupt or unknown."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class QueryError(GpulensError):
+    """A SQL statement failed; the message is DuckDB's, on one line."""
+
+    exit_code = 2

@@ -1,0 +1,165 @@
+"""What every trace-format parser returns, and helpers to build it.
+
+A format module (`kineto`, `nsys`, `rocprof`, `nccl_log`) exposes:
+
+    FORMAT: str                                   # e.g. "kineto"
+    def sniff(head: bytes, path: Path) -> bool    # from content, not name
+    def parse(path: Path, run: str) -> ParsedTrace
+
+`head` is the first 64 KiB of the (decompressed) file. `parse` raises
+`collector.errors.TraceError(path, problem)` for anything wrong with the
+input; the orchestrator (`collector.ingest`) turns that into one line and
+writes nothing for that file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from collector.errors import TraceError
+from collector.schema import TRACE_SCHEMAS
+
+
+@dataclass
+class ParsedTrace:
+    """The normalised tables of one source file.
+
+    `tables` maps a name from `collector.schema.TRACE_SCHEMAS` to an Arrow
+    table with exactly that schema. A table with no rows may be absent.
+    `runs` has one row per rank found in the file (usually one).
+    """
+
+    format: str
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+
+    def rows(self, table: str) -> int:
+        return self.tables[table].num_rows if table in self.tables else 0
+
+
+def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | None = None) -> pa.Table:
+    """An Arrow table with `table`'s schema from a dict of column lists.
+
+    Columns not given are NULL; given columns are cast to the schema's
+    types. Extra keys are an error (a typo would otherwise vanish).
+    """
+    schema = TRACE_SCHEMAS[table]
+    unknown = set(columns) - set(schema.names)
+    if unknown:
+        raise KeyError(f"{table}: columns not in the schema: {sorted(unknown)}")
+    arrays = []
+    length = num_rows
+    for name in schema.names:
+        if name in columns:
+            values = columns[name]
+            array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, type=schema.field(name).type, from_pandas=True)
+            if array.type != schema.field(name).type:
+                array = array.cast(schema.field(name).type)
+            length = len(array)
+            arrays.append(array)
+        else:
+            arrays.append(None)
+    if length is None:
+        length = 0
+    arrays = [a if a is not None else pa.nulls(length, type=schema.field(n).type) for a, n in zip(arrays, schema.names)]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_maybe_gzip(path: Path):
+    """A binary file object, decompressing `.gz` content (detected by magic)."""
+    handle = open(path, "rb")
+    magic = handle.read(2)
+    handle.seek(0)
+    if magic == _GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=handle, mode="rb")
+    return handle
+
+
+def read_all(path: Path) -> bytes:
+    """The whole decompressed content; a truncated gzip is a TraceError."""
+    try:
+        with open_maybe_gzip(path) as handle:
+            return handle.read()
+    except (EOFError, gzip.BadGzipFile, OSError, ValueError) as error:
+        if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError)):
+            raise TraceError(str(path), f"cannot read: {error.strerror}") from error
+        raise TraceError(str(path), f"truncated or corrupt gzip ({error})") from error
+
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def rank_from_filename(path: Path) -> int | None:
+    """The rank a file name states (`rank-3`, `rank_3`, `rank3`), if any."""
+    match = _RANK_IN_NAME.search(path.name)
+    return int(match.group(1)) if match else None
+
+
+# Element sizes of the dtypes collectives carry, by the names PyTorch,
+# NCCL (ncclDataType_t values and names) and nsys use.
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4, "float32": 4, "fp32": 4, "float64": 8, "double": 8, "fp64": 8,
+    "float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+    "int8": 1, "uint8": 1, "char": 1, "byte": 1, "bool": 1,
+    "int16": 2, "short": 2, "int32": 4, "int": 4, "uint32": 4,
+    "int64": 8, "long": 8, "uint64": 8,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "complexfloat": 8, "complexdouble": 16,
+}
+
+# ncclDataType_t enum values (nccl.h) to names.
+NCCL_DTYPES: dict[int, str] = {
+    0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64",
+    6: "float16", 7: "float32", 8: "float64", 9: "bfloat16",
+    10: "fp8_e4m3", 11: "fp8_e5m2",
+}
+
+
+def dtype_bytes(dtype: str | None) -> int | None:
+    """Bytes per element for a dtype name (`Float`, `c10::BFloat16`, `float32`)."""
+    if not dtype:
+        return None
+    key = dtype.strip().lower().removeprefix("c10::").removeprefix("torch.")
+    return DTYPE_BYTES.get(key)
+
+
+_OP_ALIASES: dict[str, str] = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "allgather_into_tensor": "all_gather",
+    "_allgather_base": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "all_to_allv": "all_to_all",
+    "alltoallv": "all_to_all",
+    "bcast": "broadcast",
+    "sendrecv": "send_recv",
+}
+
+
+def normalise_op(name: str | None) -> str | None:
+    """`AllReduce`, `allreduce`, `all_reduce`, `ncclAllReduce` → `all_reduce`."""
+    if not name:
+        return None
+    key = name.strip()
+    key = key.removeprefix("nccl").removeprefix("rccl").removeprefix("c10d::").removeprefix("nccl:")
+    key = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower().strip("_")
+    compact = key.replace("_", "")
+    if compact in _OP_ALIASES:
+        return _OP_ALIASES[compact]
+    return _OP_ALIASES.get(key, key)

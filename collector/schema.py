@@ -1,0 +1,289 @@
+"""The dataset contract as explicit, versioned Arrow schemas.
+
+Every table gpulens writes is declared here, once. Writers build their
+Arrow tables from these schemas (a column a backend did not fill is NULL),
+and readers in `analysis/` can rely on the names and types. Units are in the
+column names; times are UTC timestamps (µs) or int64 epoch nanoseconds.
+
+Changing the meaning or name of a column needs a bump of `SCHEMA_VERSION`
+and a reader for the old version; adding a column does not.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+TS_TYPE = pa.timestamp("us", tz="UTC")
+
+
+def _schema(fields: list[tuple[str, pa.DataType]], table: str) -> pa.Schema:
+    return pa.schema(
+        [pa.field(name, dtype) for name, dtype in fields],
+        metadata={"gpulens.table": table, "gpulens.schema_version": str(SCHEMA_VERSION)},
+    )
+
+
+# --- telemetry: one row per GPU per sample ---------------------------------
+
+TELEMETRY_KEY_FIELDS: list[tuple[str, pa.DataType]] = [
+    ("ts", TS_TYPE),
+    ("host", pa.string()),
+    ("gpu_index", pa.int32()),
+    ("gpu_uuid", pa.string()),
+    ("vendor", pa.string()),
+]
+
+# Metrics, in the order they appear in the files. Every one is nullable:
+# NULL means "this device does not report it", never zero.
+TELEMETRY_METRIC_FIELDS: list[tuple[str, pa.DataType]] = [
+    # Driver-averaged board power (1 s window on Ampere and newer).
+    ("power_w", pa.float64()),
+    # Instantaneous board power, where the driver exposes the field.
+    ("power_instant_w", pa.float64()),
+    # Highest power in the driver's sample buffer since the previous tick.
+    ("power_max_w", pa.float64()),
+    ("power_limit_w", pa.float64()),
+    # Cumulative energy since the driver loaded.
+    ("energy_j", pa.float64()),
+    ("gpu_util_pct", pa.float32()),
+    ("mem_util_pct", pa.float32()),
+    ("sm_active_pct", pa.float32()),
+    ("sm_clock_mhz", pa.int32()),
+    ("mem_clock_mhz", pa.int32()),
+    ("temp_c", pa.float32()),
+    ("mem_temp_c", pa.float32()),
+    ("mem_used_bytes", pa.int64()),
+    ("mem_total_bytes", pa.int64()),
+    # Clock-event (throttle) reasons active at the sample, decoded to names
+    # (see collector.throttle); the raw bit mask is kept beside them.
+    ("throttle_reasons", pa.list_(pa.string())),
+    ("throttle_reasons_mask", pa.int64()),
+    # Cumulative time spent held back by the power or thermal limit.
+    ("power_violation_ns", pa.int64()),
+    ("thermal_violation_ns", pa.int64()),
+    ("pcie_tx_bytes_per_s", pa.float64()),
+    ("pcie_rx_bytes_per_s", pa.float64()),
+    ("pcie_replay_count", pa.int64()),
+    # NVLink (NVIDIA) or XGMI (AMD), summed over the GPU's links.
+    ("link_tx_bytes_per_s", pa.float64()),
+    ("link_rx_bytes_per_s", pa.float64()),
+    ("ecc_corrected_count", pa.int64()),
+    ("ecc_uncorrected_count", pa.int64()),
+]
+
+TELEMETRY_METRICS: tuple[str, ...] = tuple(name for name, _ in TELEMETRY_METRIC_FIELDS)
+TELEMETRY_SCHEMA = _schema(TELEMETRY_KEY_FIELDS + TELEMETRY_METRIC_FIELDS, "telemetry")
+TELEMETRY_COLUMNS: tuple[str, ...] = tuple(TELEMETRY_SCHEMA.names)
+
+# --- devices: the inventory at start-up and on change -------------------------
+
+DEVICES_SCHEMA = _schema(
+    [
+        ("ts", TS_TYPE),
+        ("host", pa.string()),
+        ("gpu_index", pa.int32()),
+        ("gpu_uuid", pa.string()),
+        ("vendor", pa.string()),
+        ("model", pa.string()),
+        ("pci_bus_id", pa.string()),
+        ("serial", pa.string()),
+        ("driver_version", pa.string()),
+        ("backend_library_version", pa.string()),
+        ("mem_total_bytes", pa.int64()),
+        ("power_limit_min_w", pa.float64()),
+        ("power_limit_default_w", pa.float64()),
+        ("power_limit_max_w", pa.float64()),
+        ("power_limit_w", pa.float64()),
+        ("pcie_gen", pa.int32()),
+        ("pcie_width", pa.int32()),
+        ("link_kind", pa.string()),
+        ("link_count", pa.int32()),
+        # Nominal peaks from collector.hardware, per direction.
+        ("link_peak_bytes_per_s", pa.float64()),
+        ("pcie_peak_bytes_per_s", pa.float64()),
+    ],
+    "devices",
+)
+
+# --- events: discrete happenings ---------------------------------------------
+
+EVENTS_SCHEMA = _schema(
+    [
+        ("ts", TS_TYPE),
+        ("host", pa.string()),
+        ("gpu_index", pa.int32()),
+        ("gpu_uuid", pa.string()),
+        # collector_start, collector_stop, gpu_lost, gpu_recovered, xid,
+        # ticks_skipped, sample_failed, throttle_start, throttle_stop
+        ("kind", pa.string()),
+        ("detail", pa.string()),
+        # A count or code that goes with the kind (ticks skipped, XID code).
+        ("value", pa.int64()),
+    ],
+    "events",
+)
+
+# --- processes: compute processes per GPU, on the slow cadence ----------------
+
+PROCESSES_SCHEMA = _schema(
+    [
+        ("ts", TS_TYPE),
+        ("host", pa.string()),
+        ("gpu_index", pa.int32()),
+        ("gpu_uuid", pa.string()),
+        ("pid", pa.int64()),
+        ("process_name", pa.string()),
+        ("used_mem_bytes", pa.int64()),
+    ],
+    "processes",
+)
+
+# --- traces: normalised kernel-trace tables, per run ---------------------------
+
+_RUN_RANK: list[tuple[str, pa.DataType]] = [("run", pa.string()), ("rank", pa.int32())]
+_INTERVAL: list[tuple[str, pa.DataType]] = [
+    ("start_ns", pa.int64()),
+    ("end_ns", pa.int64()),
+    ("dur_ns", pa.int64()),
+]
+
+KERNELS_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("device", pa.int32()),
+        ("stream", pa.int64()),
+        ("name", pa.string()),
+        # compute | communication | memory (collector.ingest.categories)
+        ("category", pa.string()),
+        # kernel | memcpy | memset
+        ("kind", pa.string()),
+    ]
+    + _INTERVAL
+    + [
+        ("correlation_id", pa.int64()),
+        ("external_id", pa.int64()),
+        ("grid", pa.string()),
+        ("block", pa.string()),
+        ("bytes", pa.int64()),
+    ],
+    "kernels",
+)
+
+API_CALLS_SCHEMA = _schema(
+    _RUN_RANK
+    + [("pid", pa.int64()), ("tid", pa.int64()), ("name", pa.string())]
+    + _INTERVAL
+    + [("correlation_id", pa.int64()), ("external_id", pa.int64())],
+    "api_calls",
+)
+
+CPU_OPS_SCHEMA = _schema(
+    _RUN_RANK
+    + [("pid", pa.int64()), ("tid", pa.int64()), ("name", pa.string())]
+    + _INTERVAL
+    + [("external_id", pa.int64())],
+    "cpu_ops",
+)
+
+ANNOTATIONS_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        ("name", pa.string()),
+        # profiler_step | user | gpu_user | nvtx
+        ("kind", pa.string()),
+        # N of "ProfilerStep#N"; NULL for other annotations.
+        ("step", pa.int64()),
+    ]
+    + _INTERVAL,
+    "annotations",
+)
+
+COLLECTIVES_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("process_group", pa.string()),
+        ("process_group_desc", pa.string()),
+        ("seq", pa.int64()),
+        # Normalised lower-case op: all_reduce, all_gather, reduce_scatter,
+        # all_to_all, broadcast, reduce, send, recv, barrier, ...
+        ("op", pa.string()),
+        ("bytes", pa.int64()),
+        ("group_size", pa.int32()),
+        ("dtype", pa.string()),
+        ("in_nelems", pa.int64()),
+        ("out_nelems", pa.int64()),
+        ("group_ranks", pa.list_(pa.int32())),
+        # The collective's GPU kernel interval where known, else the CPU op.
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("cpu_start_ns", pa.int64()),
+        ("cpu_end_ns", pa.int64()),
+        ("kernel_name", pa.string()),
+        ("correlation_id", pa.int64()),
+        ("external_id", pa.int64()),
+    ],
+    "collectives",
+)
+
+NCCL_TOPOLOGY_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("host", pa.string()),
+        ("comm_id", pa.string()),
+        ("nranks", pa.int32()),
+        # channel | ring | tree | nvls | transport
+        ("kind", pa.string()),
+        ("channel", pa.int32()),
+        ("peer_rank", pa.int32()),
+        # P2P/IPC, P2P/CUMEM, SHM, NET/IB/0/GDRDMA, NET/Socket, NVLS, ...
+        ("transport", pa.string()),
+        ("detail", pa.string()),
+    ],
+    "nccl_topology",
+)
+
+RUNS_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("world_size", pa.int32()),
+        ("host", pa.string()),
+        ("pid", pa.int64()),
+        ("device_name", pa.string()),
+        ("source_path", pa.string()),
+        ("source_format", pa.string()),
+        # Add to trace times to place them on the Unix epoch; NULL where the
+        # source does not say (times are then trace-relative).
+        ("epoch_offset_ns", pa.int64()),
+        # epoch | trace
+        ("time_base", pa.string()),
+        ("backend", pa.string()),
+        ("nccl_version", pa.string()),
+        ("ingested_at", TS_TYPE),
+        # Free-form JSON the source carried (device properties, groups).
+        ("metadata_json", pa.string()),
+    ],
+    "runs",
+)
+
+TRACE_SCHEMAS: dict[str, pa.Schema] = {
+    "kernels": KERNELS_SCHEMA,
+    "api_calls": API_CALLS_SCHEMA,
+    "cpu_ops": CPU_OPS_SCHEMA,
+    "annotations": ANNOTATIONS_SCHEMA,
+    "collectives": COLLECTIVES_SCHEMA,
+    "nccl_topology": NCCL_TOPOLOGY_SCHEMA,
+    "runs": RUNS_SCHEMA,
+}
+
+NODE_SCHEMAS: dict[str, pa.Schema] = {
+    "telemetry": TELEMETRY_SCHEMA,
+    "devices": DEVICES_SCHEMA,
+    "events": EVENTS_SCHEMA,
+    "processes": PROCESSES_SCHEMA,
+}
+
+ALL_SCHEMAS: dict[str, pa.Schema] = {**NODE_SCHEMAS, **TRACE_SCHEMAS}
