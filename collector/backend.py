@@ -62,7 +62,9 @@ class DeviceSample:
     the contract's units. A metric that is absent (or None) is written as
     NULL: the device does not report it, or it needs two reads to be known
     (a rate from counter deltas on the first read).
-    `processes` is filled on slow ticks only, else None.
+    `processes` is filled on slow ticks only, else None. The sampler takes
+    ownership of `values` (it adds the key columns in place): return a new
+    dict on each call.
     """
 
     values: dict[str, Any]

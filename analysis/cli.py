@@ -1,0 +1,74 @@
+"""Commands of the analysis layer: `query`."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import io
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("sql")
+@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="table: aligned text; csv: with a header; json: one array of row objects.")
+def query(dataset, sql, output_format):
+    """Run DuckDB SQL over a dataset's tables.
+
+    Views: telemetry, devices, events, processes, kernels, api_calls,
+    cpu_ops, annotations, collectives, nccl_topology, runs.
+
+        gpulens query gpulens-data "select gpu_index, max(power_w) from telemetry group by 1"
+    """
+    from analysis.dataset import open_dataset, run_sql
+
+    con = open_dataset(dataset)
+    table = run_sql(con, sql)
+    sys.stdout.write(render(table, output_format))
+
+
+def render(table, output_format: str) -> str:
+    """A pyarrow table as text in `output_format`."""
+    rows = table.to_pylist()
+    names = table.column_names
+    if output_format == "json":
+        import orjson
+
+        return orjson.dumps(rows, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n"
+    if output_format == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(names)
+        for row in rows:
+            writer.writerow([_text(row[n]) for n in names])
+        return buffer.getvalue()
+    from collector.cli import format_table
+
+    body = [tuple(_text(row[n]) for n in names) for row in rows]
+    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    return format_table(names, body) + "\n" + footer + "\n"
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}" if abs(value) < 1e15 else f"{value:.0f}"
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _json_default(value):
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (dt.date, dt.time, dt.timedelta)):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")

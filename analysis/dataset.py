@@ -1,0 +1,90 @@
+"""Open a gpulens dataset as DuckDB views named after its tables.
+
+    con = open_dataset("gpulens-data")
+    con.sql("select host, max(power_w) from telemetry group by host")
+
+Views: telemetry, devices, events, processes (node tables) and kernels,
+api_calls, cpu_ops, annotations, collectives, nccl_topology, runs (trace
+tables). `run`, `rank` and `host` are ordinary columns stored in the files,
+whatever the folder layout. A table with no files yet is an empty view
+with the contract's columns, so queries written against it still run.
+Files written by a newer gpulens with extra columns are read by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from collector.errors import DatasetError, QueryError
+from collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
+
+# Where each table's files live, relative to the dataset root.
+TABLE_GLOBS: dict[str, str] = {
+    "telemetry": "telemetry/**/*.parquet",
+    "devices": "devices/**/*.parquet",
+    "events": "events/**/*.parquet",
+    "processes": "processes/**/*.parquet",
+    **{name: f"traces/*/{name}/*.parquet" for name in TRACE_SCHEMAS},
+}
+TABLES: tuple[str, ...] = tuple(TABLE_GLOBS)
+
+
+def quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def table_files(root: Path, table: str) -> list[Path]:
+    return sorted(p for p in root.glob(TABLE_GLOBS[table]) if p.is_file())
+
+
+def open_dataset(path: str | Path, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with one view per dataset table.
+
+    Raises DatasetError if `path` is not a directory.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise DatasetError(f"{root}: no such dataset directory")
+    if not root.is_dir():
+        raise DatasetError(f"{root}: not a directory (a dataset is a folder of Parquet tables)")
+    con = connection or duckdb.connect()
+    con.execute("set TimeZone = 'UTC'")
+    schemas = {**NODE_SCHEMAS, **TRACE_SCHEMAS}
+    for table in TABLES:
+        if table_files(root, table):
+            # A glob, not a file list: the view sees files a running
+            # collector adds later (the live dashboard relies on it).
+            pattern = quote_literal(str(root.resolve() / TABLE_GLOBS[table]))
+            con.execute(
+                f"create or replace view {quote_identifier(table)} as "
+                f"select * from read_parquet({pattern}, union_by_name = true, hive_partitioning = false)"
+            )
+        else:
+            empty_name = f"_empty_{table}"
+            con.register(empty_name, schemas[table].empty_table())
+            con.execute(f"create or replace view {quote_identifier(table)} as select * from {quote_identifier(empty_name)}")
+    return con
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """Run one statement; DuckDB's error becomes a one-line QueryError."""
+    try:
+        relation = con.sql(sql)
+        if relation is None:
+            return pa.table({})
+        return relation.to_arrow_table()
+    except duckdb.Error as error:
+        message = " ".join(str(error).split())
+        raise QueryError(f"SQL error: {message}") from error
+
+
+def dataset_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Rows per table, for `gpulens query --tables` and the dashboard."""
+    return {table: con.execute(f"select count(*) from {quote_identifier(table)}").fetchone()[0] for table in TABLES}

@@ -1,0 +1,190 @@
+"""Commands of the collector layer: `collect`, `devices`, `ingest`.
+
+Commands raise `GpulensError`; `dashboard.cli.main` turns it into one line
+on stderr and the exit code. Heavy imports happen inside the commands so
+`gpulens --help` stays fast on a node.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from collector.backend import BACKEND_NAMES
+
+DEFAULT_DATASET = "gpulens-data"
+
+
+def _backend_options(function):
+    options = [
+        click.option("--backend", type=click.Choice(BACKEND_NAMES), default="auto", show_default=True,
+                     help="Sampling backend: NVML, amdsmi, the simulated node, or the first that starts."),
+        click.option("--sim-gpus", type=int, default=8, show_default=True, help="GPUs of the simulated node (--backend sim)."),
+        click.option("--sim-profile", type=click.Choice(["training", "inference"]), default="training", show_default=True,
+                     help="Workload the simulated node runs."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulated node."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
+    from collector.backend import open_backend
+
+    options = {"gpus": sim_gpus, "profile": sim_profile, "seed": seed} if backend == "sim" else {}
+    return open_backend(backend, **options)
+
+
+@click.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path(DEFAULT_DATASET), show_default=True,
+              help="Dataset directory to write (the systemd unit uses /var/lib/gpulens).")
+@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True, help="Seconds between samples.")
+@click.option("--duration", "duration_s", type=float, default=None, help="Stop after this many seconds (default: run until stopped).")
+@click.option("--flush-every", "flush_every_s", type=float, default=60.0, show_default=True,
+              help="Seconds between Parquet flushes: at most this much is lost to a kill -9.")
+@click.option("--slow-every", "slow_every_s", type=float, default=10.0, show_default=True,
+              help="Seconds between slow reads (processes, ECC, inventory).")
+@click.option("--host", default=None, help="Host name to record (default: this machine's).")
+@click.option("--watch-traces", "watch_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also ingest each new trace file that appears in this folder once it is complete.")
+@click.option("--run", "run_name", default=None, help="Run name for traces ingested by --watch-traces.")
+@_backend_options
+def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watch_dir, run_name, backend, sim_gpus, sim_profile, seed):
+    """Sample GPU telemetry into a Parquet dataset until stopped.
+
+    SIGTERM or Ctrl-C flushes what is buffered and exits 0.
+    """
+    import socket
+
+    from collector.daemon import CollectOptions, Collector
+
+    logging.basicConfig(level=logging.INFO, format="gpulens collect: %(message)s", stream=sys.stderr)
+    options = CollectOptions(
+        out=out, interval_s=interval_s, flush_every_s=flush_every_s, slow_every_s=slow_every_s,
+        duration_s=duration_s, host=host or socket.gethostname(),
+    )
+    options.validate()
+    source = _open(backend, sim_gpus, sim_profile, seed)
+    collector = Collector(source, options)
+    collector.install_signal_handlers()
+    watcher_thread = _start_trace_watcher(watch_dir, out, run_name) if watch_dir else None
+    summary = collector.run()
+    if watcher_thread is not None:
+        watcher_thread.stop.set()
+        watcher_thread.join(timeout=30)
+    click.echo(
+        f"collected {summary.samples} samples over {summary.ticks} ticks "
+        f"({summary.ticks_skipped} skipped) into {out}", err=True,
+    )
+
+
+class _WatcherThread(threading.Thread):
+    def __init__(self, watcher, period_s: float = 2.0) -> None:
+        super().__init__(name="gpulens-trace-watcher", daemon=True)
+        self.watcher = watcher
+        self.period_s = period_s
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        log = logging.getLogger("gpulens.watch")
+        while not self.stop.wait(self.period_s):
+            try:
+                report = self.watcher.poll()
+            except Exception as error:  # the collector must outlive a bad trace folder
+                log.error("watching traces: %s", error)
+                continue
+            if report is not None:
+                for failure in report.failures:
+                    log.error("%s", failure.message)
+
+
+def _start_trace_watcher(directory: Path, out: Path, run: str | None) -> _WatcherThread:
+    from collector.ingest.watch import TraceWatcher
+
+    thread = _WatcherThread(TraceWatcher(directory, out, run))
+    thread.start()
+    return thread
+
+
+@click.command()
+@_backend_options
+def devices(backend, sim_gpus, sim_profile, seed):
+    """Print the GPU inventory: model, UUID, limits, links."""
+    from collector.daemon import _nominal_peaks
+
+    source = _open(backend, sim_gpus, sim_profile, seed)
+    try:
+        inventory = source.discover()
+    finally:
+        source.close()
+    header = ("gpu", "model", "uuid", "limit_w", "default_w", "min_w", "max_w", "mem_gib", "pcie", "links", "link_peak_gb_s")
+    rows = []
+    for d in inventory:
+        peaks = _nominal_peaks(d)
+        rows.append((
+            str(d.gpu_index), d.model, d.gpu_uuid, _fmt(d.power_limit_w), _fmt(d.power_limit_default_w),
+            _fmt(d.power_limit_min_w), _fmt(d.power_limit_max_w),
+            _fmt(d.mem_total_bytes / 2**30 if d.mem_total_bytes else None),
+            f"gen{d.pcie_gen} x{d.pcie_width}" if d.pcie_gen and d.pcie_width else "-",
+            f"{d.link_count} {d.link_kind}" if d.link_count else "-",
+            _fmt(peaks["link_peak_bytes_per_s"] / 1e9 if peaks["link_peak_bytes_per_s"] else None),
+        ))
+    click.echo(format_table(header, rows))
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def format_table(header: tuple[str, ...] | list[str], rows: list[tuple[str, ...]]) -> str:
+    """A plain aligned text table (numbers right-aligned)."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row)]
+
+    def numeric(text: str) -> bool:
+        return text.replace(".", "", 1).replace("-", "", 1).replace("e", "", 1).isdigit()
+
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append("  ".join((c.rjust(w) if numeric(c) else c.ljust(w)) for c, w in zip(row, widths)).rstrip())
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path(DEFAULT_DATASET), show_default=True,
+              help="Dataset directory to write the trace tables into.")
+@click.option("--run", "run_name", default=None, help="Run name (default: the folder or file name).")
+@click.option("--jobs", type=int, default=None, help="Parallel processes (default: one per core).")
+def ingest(paths, out, run_name, jobs):
+    """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 CSV, NCCL logs).
+
+    PATHS are files, folders or globs; the files of one call form one run,
+    one rank per file. Bad files are reported one per line and skipped.
+    """
+    from collector.errors import GpulensError
+    from collector.ingest import ingest_paths
+
+    report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
+    for result in report.results:
+        click.echo(f"{result.path}: {result.format}, run {result.run}, rank {result.rank}, "
+                   f"{result.rows.get('kernels', 0)} kernels", err=True)
+    for failure in report.failures:
+        click.echo(f"gpulens: error: {failure.message}", err=True)
+    if report.failures:
+        raise _IngestFailed(f"{len(report.failures)} of {len(report.failures) + len(report.results)} files could not be ingested")
+    if not report.results:
+        raise GpulensError("no trace files found in " + ", ".join(paths))
+
+
+class _IngestFailed(Exception):
+    """Raised after the per-file lines are printed; main prints its summary."""

@@ -1,0 +1,317 @@
+"""The collector loop: sample every GPU on a fixed grid, buffer, flush.
+
+Timing. Ticks follow absolute deadlines on a wall-clock grid aligned to the
+interval (a 1 s interval ticks on whole seconds), so there is no drift and
+every GPU of a node, and every node with a synced clock, shares the same
+`ts` values: node and rack sums are plain GROUP BYs. `ts` is the tick's
+deadline; the reads happen within milliseconds after it. A tick that
+overruns the next deadline makes the loop skip to the next deadline still
+ahead; the skipped ticks are counted in an `events` row, never replayed.
+
+Cadences. Every tick reads the fast metrics; every `slow_every_s` a tick is
+also slow (processes, ECC, anything costly). The inventory is re-read at
+each flush and written to `devices` when it changed.
+
+Failures. A GPU that is lost becomes a `gpu_lost` event; the others keep
+being sampled and the lost one is retried with exponential back-off (1 s
+doubling to 60 s), with a `gpu_recovered` event when it answers again.
+Any other error while sampling one GPU is a `sample_failed` event.
+
+Stopping. SIGTERM and SIGINT wake the loop at once (a self-pipe), which
+flushes what is buffered, records `collector_stop` and returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from collector.backend import Backend, DeviceInfo, GpuLost
+from collector.errors import DatasetError, UsageError
+from collector import hardware
+from collector.writer import DatasetWriter
+
+log = logging.getLogger("gpulens.collector")
+
+# Reasons that mean the GPU is being held back (not merely idle).
+_LIMITING_REASONS = frozenset(
+    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+)
+_RETRY_FIRST_S = 1.0
+_RETRY_MAX_S = 60.0
+
+
+@dataclass
+class CollectOptions:
+    out: Path
+    interval_s: float = 1.0
+    flush_every_s: float = 60.0
+    slow_every_s: float = 10.0
+    duration_s: float | None = None
+    host: str = field(default_factory=socket.gethostname)
+
+    def validate(self) -> None:
+        if not self.interval_s > 0:
+            raise UsageError(f"--interval must be positive, got {self.interval_s}")
+        if not self.flush_every_s > 0:
+            raise UsageError(f"--flush-every must be positive, got {self.flush_every_s}")
+        if self.slow_every_s < self.interval_s:
+            raise UsageError(f"--slow-every ({self.slow_every_s} s) must not be shorter than --interval ({self.interval_s} s)")
+        if self.duration_s is not None and self.duration_s < 0:
+            raise UsageError(f"--duration must not be negative, got {self.duration_s}")
+
+
+@dataclass
+class CollectSummary:
+    ticks: int = 0
+    samples: int = 0
+    ticks_skipped: int = 0
+    files_written: int = 0
+    flush_errors: int = 0
+
+
+@dataclass
+class _GpuHealth:
+    lost: bool = False
+    retry_at_ns: int = 0
+    retry_delay_s: float = _RETRY_FIRST_S
+    limiting: frozenset[str] = frozenset()
+
+
+class Collector:
+    """Runs one backend into one dataset until stopped or `duration_s` ends."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        options: CollectOptions,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        options.validate()
+        self.backend = backend
+        self.options = options
+        self.writer = DatasetWriter(options.out, options.host)
+        self.summary = CollectSummary()
+        self._clock_ns = clock_ns
+        self._stop = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._devices: list[DeviceInfo] = []
+        self._health: dict[int, _GpuHealth] = {}
+        self._on_tick: list[Callable[[int], None]] = []
+
+    # --- control --------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to flush and return (safe from a signal handler)."""
+        self._stop.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def install_signal_handlers(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self.stop())
+
+    def on_tick(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(ts_ns)` after each tick (used by tests and the live view)."""
+        self._on_tick.append(callback)
+
+    # --- the loop ---------------------------------------------------------------
+
+    def run(self) -> CollectSummary:
+        interval_ns = int(round(self.options.interval_s * 1e9))
+        slow_ns = int(round(self.options.slow_every_s * 1e9))
+        flush_ns = int(round(self.options.flush_every_s * 1e9))
+        start_ns = self._clock_ns()
+        end_ns = None if self.options.duration_s is None else start_ns + int(self.options.duration_s * 1e9)
+
+        self._devices = self.backend.discover()
+        self._health = {d.gpu_index: _GpuHealth() for d in self._devices}
+        self._write_devices(start_ns)
+        self._event(start_ns, "collector_start", None, f"backend={self.backend.name} gpus={len(self._devices)} interval_s={self.options.interval_s}")
+        self._flush_or_log()
+
+        # The first grid point after set-up (the first flush can be slow).
+        setup_done_ns = self._clock_ns()
+        deadline_ns = -(-setup_done_ns // interval_ns) * interval_ns
+        next_flush_ns = setup_done_ns + flush_ns
+        last_slow_slot = None
+        try:
+            while not self._stop.is_set():
+                if end_ns is not None and deadline_ns > end_ns:
+                    break
+                if not self._sleep_until(deadline_ns):
+                    break
+                slot = deadline_ns // slow_ns
+                slow = slot != last_slow_slot
+                last_slow_slot = slot
+                self._tick(deadline_ns, slow)
+                for callback in self._on_tick:
+                    callback(deadline_ns)
+
+                now_ns = self._clock_ns()
+                if now_ns >= next_flush_ns:
+                    self._refresh_devices(now_ns)
+                    self._flush_or_log()
+                    next_flush_ns = now_ns + flush_ns
+
+                deadline_ns += interval_ns
+                now_ns = self._clock_ns()
+                if now_ns > deadline_ns:
+                    behind = (now_ns - deadline_ns) // interval_ns + 1
+                    deadline_ns += behind * interval_ns
+                    self.summary.ticks_skipped += behind
+                    self._event(now_ns, "ticks_skipped", None, f"tick overran by {behind} interval(s)", behind)
+        finally:
+            stop_ns = self._clock_ns()
+            self._event(stop_ns, "collector_stop", None, f"ticks={self.summary.ticks} skipped={self.summary.ticks_skipped}")
+            try:
+                self.backend.close()
+            finally:
+                self.writer.flush()  # the final flush raises: the caller must know
+                self.summary.files_written = len(self.writer.files_written)
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+        return self.summary
+
+    def _sleep_until(self, deadline_ns: int) -> bool:
+        """Wait for the deadline; False if asked to stop meanwhile."""
+        while True:
+            remaining_ns = deadline_ns - self._clock_ns()
+            if self._stop.is_set():
+                return False
+            if remaining_ns <= 0:
+                return True
+            readable, _, _ = select.select([self._wake_r], [], [], remaining_ns / 1e9)
+            if readable:
+                try:
+                    os.read(self._wake_r, 64)
+                except OSError:
+                    pass
+
+    def _tick(self, ts_ns: int, slow: bool) -> None:
+        ts_us = ts_ns // 1000
+        self.summary.ticks += 1
+        for device in self._devices:
+            health = self._health[device.gpu_index]
+            if health.lost and ts_ns < health.retry_at_ns:
+                continue
+            try:
+                sample = self.backend.sample(device.gpu_index, ts_ns, slow)
+            except GpuLost as lost:
+                self._mark_lost(device, health, ts_ns, lost.detail)
+                continue
+            except Exception as error:  # one GPU's failure must not stop the others
+                self._event(ts_ns, "sample_failed", device, f"{type(error).__name__}: {error}")
+                continue
+            if health.lost:
+                health.lost = False
+                health.retry_delay_s = _RETRY_FIRST_S
+                self._event(ts_ns, "gpu_recovered", device, "GPU answers again")
+            row = sample.values  # the sampler owns it from here: no copy
+            reasons = row.get("throttle_reasons")
+            row["ts"] = ts_us
+            row["gpu_index"] = device.gpu_index
+            row["gpu_uuid"] = device.gpu_uuid
+            row["vendor"] = device.vendor
+            self.writer.add("telemetry", row)
+            self.summary.samples += 1
+            self._track_throttle(device, health, ts_ns, reasons)
+            if sample.processes is not None:
+                for process in sample.processes:
+                    self.writer.add(
+                        "processes",
+                        {
+                            "ts": ts_us,
+                            "gpu_index": device.gpu_index,
+                            "gpu_uuid": device.gpu_uuid,
+                            "pid": process.pid,
+                            "process_name": process.process_name,
+                            "used_mem_bytes": process.used_mem_bytes,
+                        },
+                    )
+        for event in self.backend.poll_events():
+            device = next((d for d in self._devices if d.gpu_index == event.gpu_index), None)
+            self._event(ts_ns, event.kind, device, event.detail, event.value)
+
+    def _mark_lost(self, device: DeviceInfo, health: _GpuHealth, ts_ns: int, detail: str) -> None:
+        if not health.lost:
+            self._event(ts_ns, "gpu_lost", device, detail)
+            health.lost = True
+        else:
+            health.retry_delay_s = min(_RETRY_MAX_S, health.retry_delay_s * 2)
+        health.retry_at_ns = ts_ns + int(health.retry_delay_s * 1e9)
+
+    def _track_throttle(self, device: DeviceInfo, health: _GpuHealth, ts_ns: int, reasons: list[str] | None) -> None:
+        limiting = frozenset(reasons or ()) & _LIMITING_REASONS
+        if limiting == health.limiting:
+            return
+        if limiting and not health.limiting:
+            self._event(ts_ns, "throttle_start", device, ",".join(sorted(limiting)))
+        elif health.limiting and not limiting:
+            self._event(ts_ns, "throttle_stop", device, ",".join(sorted(health.limiting)))
+        health.limiting = limiting
+
+    # --- inventory and events ------------------------------------------------------
+
+    def _refresh_devices(self, now_ns: int) -> None:
+        try:
+            devices = self.backend.discover()
+        except Exception as error:
+            self._event(now_ns, "sample_failed", None, f"inventory: {type(error).__name__}: {error}")
+            return
+        if devices != self._devices:
+            known = {d.gpu_index for d in self._devices}
+            self._devices = devices
+            for device in devices:
+                if device.gpu_index not in known:
+                    self._health[device.gpu_index] = _GpuHealth()
+            self._write_devices(now_ns)
+
+    def _write_devices(self, ts_ns: int) -> None:
+        for device in self._devices:
+            row = asdict(device)
+            row.update(_nominal_peaks(device))
+            row["ts"] = ts_ns // 1000
+            self.writer.add("devices", row)
+
+    def _event(self, ts_ns: int, kind: str, device: DeviceInfo | None, detail: str, value: int | None = None) -> None:
+        self.writer.add(
+            "events",
+            {
+                "ts": ts_ns // 1000,
+                "gpu_index": None if device is None else device.gpu_index,
+                "gpu_uuid": None if device is None else device.gpu_uuid,
+                "kind": kind,
+                "detail": detail,
+                "value": value,
+            },
+        )
+
+    def _flush_or_log(self) -> None:
+        """Flush; on failure keep the rows for the next try and say why once."""
+        try:
+            self.writer.flush()
+        except DatasetError as error:
+            self.summary.flush_errors += 1
+            log.error("%s (rows kept in memory, will retry)", error)
+
+
+def _nominal_peaks(device: DeviceInfo) -> dict[str, float | None]:
+    """Per-direction nominal peaks for the devices table (collector.hardware)."""
+    spec = hardware.lookup_gpu(device.model)
+    link_peak = spec.link_peak_bytes_per_s if spec is not None and device.link_count else None
+    gen = device.pcie_gen or (spec.pcie_gen if spec else None)
+    width = device.pcie_width or (spec.pcie_width if spec else None)
+    pcie_peak = hardware.pcie_peak_bytes_per_s(gen, width) if gen and width else None
+    return {"link_peak_bytes_per_s": link_peak, "pcie_peak_bytes_per_s": pcie_peak}
