@@ -37,14 +37,11 @@ from typing import Callable
 from collector.backend import Backend, DeviceInfo, GpuLost
 from collector.errors import DatasetError, UsageError
 from collector import hardware
+from collector.throttle import LIMITING_REASONS
 from collector.writer import DatasetWriter
 
 log = logging.getLogger("gpulens.collector")
 
-# Reasons that mean the GPU is being held back (not merely idle).
-_LIMITING_REASONS = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
-)
 _RETRY_FIRST_S = 1.0
 _RETRY_MAX_S = 60.0
 
@@ -253,7 +250,7 @@ class Collector:
         health.retry_at_ns = ts_ns + int(health.retry_delay_s * 1e9)
 
     def _track_throttle(self, device: DeviceInfo, health: _GpuHealth, ts_ns: int, reasons: list[str] | None) -> None:
-        limiting = frozenset(reasons or ()) & _LIMITING_REASONS
+        limiting = frozenset(reasons or ()) & LIMITING_REASONS
         if limiting == health.limiting:
             return
         if limiting and not health.limiting:

@@ -61,26 +61,10 @@ from typing import Any, Callable
 
 from collector.backend import BackendEvent, DeviceInfo, DeviceSample, GpuLost, ProcessSample, RateFromCounter
 from collector.errors import BackendUnavailable
+from collector.throttle import CLOCK_EVENT_REASONS, decode_clock_event_reasons  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
-# Clock-event (throttle) reason bits, equal to pynvml's nvmlClocksEventReason*
-# and nvmlClocksThrottleReason* constants (tests check they match), in bit
-# order so decoded lists are stable.
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x001, "gpu_idle"),
-    (0x002, "applications_clocks_setting"),
-    (0x004, "sw_power_cap"),
-    (0x008, "hw_slowdown"),
-    (0x010, "sync_boost"),
-    (0x020, "sw_thermal_slowdown"),
-    (0x040, "hw_thermal_slowdown"),
-    (0x080, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-    (0x200, "board_limit"),
-    (0x400, "reliability"),
-)
-_KNOWN_REASON_BITS = sum(bit for bit, _ in CLOCK_EVENT_REASONS)
 
 # Metrics this backend can fill; sm_active_pct needs DCGM or GPM, not read here.
 NVML_METRICS: tuple[str, ...] = (
@@ -131,19 +115,6 @@ _READ_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "memory": ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"),
     "power_samples": ("nvmlDeviceGetSamples",),
 }
-
-
-def decode_clock_event_reasons(mask: int) -> list[str]:
-    """Names of the clock-event (throttle) reasons set in `mask`, in bit order.
-
-    Matches `nvidia-smi --query-gpu=clocks_event_reasons.*`. Bits gpulens does
-    not know become `unknown_0x...` rather than being dropped.
-    """
-    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
-    unknown = mask & ~_KNOWN_REASON_BITS
-    if unknown:
-        names.append(f"unknown_{unknown:#x}")
-    return names
 
 
 def _load_pynvml() -> ModuleType:

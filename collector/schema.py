@@ -57,7 +57,7 @@ TELEMETRY_METRIC_FIELDS: list[tuple[str, pa.DataType]] = [
     ("mem_used_bytes", pa.int64()),
     ("mem_total_bytes", pa.int64()),
     # Clock-event (throttle) reasons active at the sample, decoded to names
-    # (see collector.throttle); the raw bit mask is kept beside them.
+    # (collector.throttle); the raw bit mask is kept beside them.
     ("throttle_reasons", pa.list_(pa.string())),
     ("throttle_reasons_mask", pa.int64()),
     # Cumulative time spent held back by the power or thermal limit.
@@ -65,6 +65,9 @@ TELEMETRY_METRIC_FIELDS: list[tuple[str, pa.DataType]] = [
     ("thermal_violation_ns", pa.int64()),
     ("pcie_tx_bytes_per_s", pa.float64()),
     ("pcie_rx_bytes_per_s", pa.float64()),
+    # Both directions together, where the device does not split them (AMD's
+    # firmware metrics); NULL where TX and RX are known separately.
+    ("pcie_bytes_per_s", pa.float64()),
     ("pcie_replay_count", pa.int64()),
     # NVLink (NVIDIA) or XGMI (AMD), summed over the GPU's links.
     ("link_tx_bytes_per_s", pa.float64()),
@@ -116,7 +119,8 @@ EVENTS_SCHEMA = _schema(
         ("gpu_index", pa.int32()),
         ("gpu_uuid", pa.string()),
         # collector_start, collector_stop, gpu_lost, gpu_recovered, xid,
-        # ticks_skipped, sample_failed, throttle_start, throttle_stop
+        # ticks_skipped, sample_failed, throttle_start, throttle_stop,
+        # gpu_reset, gpu_reset_done, vm_fault (AMD)
         ("kind", pa.string()),
         ("detail", pa.string()),
         # A count or code that goes with the kind (ticks skipped, XID code).

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 from collector.backend import BackendEvent, DeviceInfo, DeviceSample, ProcessSample
 from collector.errors import UsageError
+from collector.throttle import REASON_BITS, decode_clock_event_reasons
 
 PROFILES = ("training", "inference")
 
 # NVML's clock-event reason bits, so sim rows decode like real ones.
-GPU_IDLE_BIT = 0x1
-SW_POWER_CAP_BIT = 0x4
-SW_THERMAL_BIT = 0x20
+GPU_IDLE_BIT = REASON_BITS["gpu_idle"]
+SW_POWER_CAP_BIT = REASON_BITS["sw_power_cap"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -194,7 +194,7 @@ class SimBackend:
             "mem_temp_c": float(round(state.temp_c + 6)),
             "mem_used_bytes": self._mem_used_bytes(gpu_index, util),
             "mem_total_bytes": m.mem_total_bytes,
-            "throttle_reasons": _decode(mask),
+            "throttle_reasons": decode_clock_event_reasons(mask),
             "throttle_reasons_mask": mask,
             "power_violation_ns": state.power_violation_ns,
             "thermal_violation_ns": state.thermal_violation_ns,
@@ -253,14 +253,3 @@ class SimBackend:
         if self.profile == "training":
             return 68 * 1024**3 + gpu * 256 * 1024**2
         return (22 if util > 0.02 else 21) * 1024**3
-
-
-def _decode(mask: int) -> list[str]:
-    names = []
-    if mask & GPU_IDLE_BIT:
-        names.append("gpu_idle")
-    if mask & SW_POWER_CAP_BIT:
-        names.append("sw_power_cap")
-    if mask & SW_THERMAL_BIT:
-        names.append("sw_thermal_slowdown")
-    return names

@@ -202,3 +202,16 @@ def test_auto_backend_without_a_gpu_suggests_sim(tmp_path):
         pytest.skip("this machine has a GPU backend")
     assert result.returncode != 0
     assert "--backend sim" in result.stderr.strip().splitlines()[-1]
+
+
+class AmdThrottledBackend(ScriptedBackend):
+    def sample(self, gpu_index, ts_ns, slow):
+        sample = super().sample(gpu_index, ts_ns, slow)
+        sample.values["throttle_reasons"] = ["power"] if gpu_index == 0 else []
+        return sample
+
+
+def test_amd_power_throttle_is_an_event(tmp_path):
+    _collect(tmp_path, AmdThrottledBackend(), duration_s=0.2)
+    con = open_dataset(tmp_path)
+    assert con.execute("select gpu_index, detail from events where kind = 'throttle_start'").fetchall() == [(0, "power")]
