@@ -44,8 +44,15 @@ def table_files(root: Path, table: str) -> list[Path]:
     return sorted(p for p in root.glob(TABLE_GLOBS[table]) if p.is_file())
 
 
-def open_dataset(path: str | Path, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+def open_dataset(
+    path: str | Path,
+    connection: duckdb.DuckDBPyConnection | None = None,
+    with_analyses: bool = True,
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with one view per dataset table.
+
+    With `with_analyses`, every analysis in `analysis/sql/` is a view too
+    (see `analysis.registry`), beside `hardware_peaks`.
 
     Raises DatasetError if `path` is not a directory.
     """
@@ -70,6 +77,12 @@ def open_dataset(path: str | Path, connection: duckdb.DuckDBPyConnection | None 
             empty_name = f"_empty_{table}"
             con.register(empty_name, schemas[table].empty_table())
             con.execute(f"create or replace view {quote_identifier(table)} as select * from {quote_identifier(empty_name)}")
+    if with_analyses:
+        from analysis.peaks import register_hardware_peaks
+        from analysis.registry import register_analysis_views
+
+        register_hardware_peaks(con)
+        register_analysis_views(con)
     return con
 
 

@@ -1,0 +1,157 @@
+"""Every analysis is one SQL file in `analysis/sql/`, and also a view.
+
+A file `analysis/sql/<name>.sql` holds one SELECT. Its header comments
+declare what it builds on and its thresholds:
+
+    -- requires: kernel_launches, step_windows
+    -- param: short_kernel_max_call_ns = 50000
+
+`register_analysis_views(con)` creates a view `<name>` for each file, in
+dependency order, after setting each parameter's default as a DuckDB
+variable; the SQL reads it with `getvariable('short_kernel_max_ns')`. So
+people can build on any analysis in their own SQL
+(`select * from time_breakdown where rank = 3`), and `run_analysis(con,
+name, threshold=...)` runs the same view with other thresholds.
+Parameter names are global to a connection, so each is declared once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from collector.errors import QueryError, UsageError
+
+SQL_DIR = Path(__file__).resolve().parent / "sql"
+
+_REQUIRES = re.compile(r"^--\s*requires:\s*(.*)$", re.MULTILINE)
+_PARAM = re.compile(r"^--\s*param:\s*([a-z_][a-z0-9_]*)\s*=\s*(.+?)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class AnalysisSql:
+    name: str
+    sql: str
+    requires: tuple[str, ...]
+    params: dict[str, Any]
+
+
+def _parse_value(text: str) -> Any:
+    if text.lower() == "null":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text.strip("'\"")
+
+
+@cache
+def load_analyses() -> dict[str, AnalysisSql]:
+    """Every analysis SQL file, in an order where requirements come first."""
+    found: dict[str, AnalysisSql] = {}
+    for path in sorted(SQL_DIR.glob("*.sql")):
+        text = path.read_text()
+        requires = tuple(
+            name.strip() for line in _REQUIRES.findall(text) for name in line.split(",") if name.strip()
+        )
+        params = {name: _parse_value(value) for name, value in _PARAM.findall(text)}
+        found[path.stem] = AnalysisSql(path.stem, text, requires, params)
+    _check_params_unique(found)
+    return {name: found[name] for name in _dependency_order(found)}
+
+
+def _check_params_unique(analyses: dict[str, AnalysisSql]) -> None:
+    seen: dict[str, tuple[str, Any]] = {}
+    for analysis in analyses.values():
+        for name, default in analysis.params.items():
+            if name in seen and seen[name][1] != default:
+                raise ValueError(f"param {name} declared with different defaults in {seen[name][0]} and {analysis.name}")
+            seen.setdefault(name, (analysis.name, default))
+
+
+def _dependency_order(analyses: dict[str, AnalysisSql]) -> list[str]:
+    order: list[str] = []
+    state: dict[str, str] = {}
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "visiting":
+            raise ValueError("analysis requirements form a cycle: " + " -> ".join(chain + (name,)))
+        if name not in analyses:
+            return  # a base table view (kernels, telemetry, ...)
+        state[name] = "visiting"
+        for required in analyses[name].requires:
+            visit(required, chain + (name,))
+        state[name] = "done"
+        order.append(name)
+
+    for name in analyses:
+        visit(name, ())
+    return order
+
+
+def all_params() -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for analysis in load_analyses().values():
+        params.update(analysis.params)
+    return params
+
+
+def _set_variable(con: duckdb.DuckDBPyConnection, name: str, value: Any) -> None:
+    if value is None:
+        con.execute(f"set variable {name} = null")
+    else:
+        con.execute(f"set variable {name} = ?", [value])
+
+
+def register_analysis_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Create one view per analysis on a connection with the dataset views."""
+    for name, default in all_params().items():
+        _set_variable(con, name, default)
+    for analysis in load_analyses().values():
+        body = _strip_trailing_semicolon(analysis.sql)
+        try:
+            con.execute(f'create or replace view "{analysis.name}" as {body}')
+        except duckdb.Error as error:
+            message = " ".join(str(error).split())
+            raise QueryError(f"analysis/sql/{analysis.name}.sql: {message}") from error
+
+
+def _strip_trailing_semicolon(sql: str) -> str:
+    return re.sub(r";\s*$", "", sql.strip())
+
+
+def run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl.DataFrame:
+    """The analysis `name` as a Polars frame, with thresholds overridden.
+
+    Unknown parameter names are a UsageError (a typo must not be ignored).
+    The connection's defaults are restored afterwards.
+    """
+    analyses = load_analyses()
+    if name not in analyses:
+        raise UsageError(f"unknown analysis {name!r}; known: {', '.join(analyses)}")
+    known = all_params()
+    unknown = set(params) - set(known)
+    if unknown:
+        raise UsageError(f"unknown parameter(s) for {name}: {', '.join(sorted(unknown))}")
+    try:
+        for key, value in params.items():
+            _set_variable(con, key, value)
+        try:
+            return pl.from_arrow(con.execute(f'select * from "{name}"').to_arrow_table())
+        except duckdb.Error as error:
+            raise QueryError(f"{name}: " + " ".join(str(error).split())) from error
+    finally:
+        for key in params:
+            _set_variable(con, key, known[key])
