@@ -1,0 +1,423 @@
+"""Nsight Systems SQLite exports (`nsys export --type sqlite`) → trace tables.
+
+What is read, and from where (the nsys SQLite schema reference):
+
+- `CUPTI_ACTIVITY_KIND_KERNEL` → `kernels` (kind `kernel`); the name is the
+  demangled name from `StringIds`, the category comes from
+  `collector.ingest.categories` (NCCL kernels → communication).
+- `CUPTI_ACTIVITY_KIND_MEMCPY` / `_MEMSET` → `kernels` (kind `memcpy` /
+  `memset`), named the way Kineto names them (`Memcpy HtoD (Pageable ->
+  Device)`, `Memset (Device)`) so the same activity has the same name in
+  every format.
+- `CUPTI_ACTIVITY_KIND_RUNTIME` → `api_calls`; nsys stores names with the
+  API version (`cudaLaunchKernel_v7000`); the suffix is dropped, as nsys's
+  own reports do.
+- `NVTX_EVENTS` push/pop (eventType 59) and start/end (60) ranges →
+  `annotations` kind `nvtx`; `ProfilerStep#N` → kind `profiler_step`.
+
+`globalTid` packs the process and thread: bits 24–47 are the pid and bits
+0–23 the tid (`globalTid / 0x1000000 % 0x1000000` and `globalTid %
+0x1000000`, as the nsys export documentation shows); the bits above hold
+the hardware and VM ids.
+
+Times: nsys timestamps are nanoseconds from the session start, and
+`TARGET_INFO_SESSION_START_TIME.utcEpochNs` is that start on the Unix epoch,
+so `start_ns = utcEpochNs + start` and `runs.time_base = 'epoch'` (with
+`epoch_offset_ns` = the offset that was added). Without that table the times
+stay session-relative (`time_base = 'trace'`).
+
+The rank comes from the file name (`rank-3.sqlite`) or is 0. NCCL kernels
+carry no collective arguments here, so `collectives` stays empty. Tables the
+export lacks (no memset, no NVTX) simply give no rows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import sqlite3
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from collector.errors import TraceError
+from collector.ingest.base import ParsedTrace, build_table, open_maybe_gzip, rank_from_filename
+from collector.ingest.categories import categorise
+from collector.schema import TS_TYPE
+
+FORMAT = "nsys"
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+# Table names that only an nsys export has; the schema sits in the first pages.
+_NSYS_MARKERS = (b"CUPTI_ACTIVITY_KIND_", b"TARGET_INFO_SESSION_START_TIME", b"NVTX_EVENTS", b"StringIds")
+
+_PID_DIVISOR = 0x1000000
+_NVTX_PUSH_POP = 59
+_NVTX_START_END = 60
+
+# --- the mapping: one query per source table, aliased to contract columns ---
+# `{...}` placeholders are optional columns (NULL where the export lacks them);
+# `:epoch_ns` is the session start on the epoch, or 0. Rows are sorted by
+# start afterwards, in Arrow (faster than SQLite's temporary b-tree).
+
+_KERNEL_SQL = """
+select
+    k.deviceId as device,
+    k.streamId as stream,
+    coalesce(demangled.value, short.value) as name,
+    k.start + :epoch_ns as start_ns,
+    k."end" + :epoch_ns as end_ns,
+    k."end" - k.start as dur_ns,
+    k.correlationId as correlation_id,
+    '[' || k.gridX || ', ' || k.gridY || ', ' || k.gridZ || ']' as grid,
+    '[' || k.blockX || ', ' || k.blockY || ', ' || k.blockZ || ']' as block
+from CUPTI_ACTIVITY_KIND_KERNEL as k
+left join StringIds as demangled on demangled.id = k.demangledName
+left join StringIds as short on short.id = k.shortName
+"""
+
+_MEMCPY_SQL = """
+select
+    m.deviceId as device,
+    m.streamId as stream,
+    m.copyKind as copy_kind,
+    {srcKind} as src_kind,
+    {dstKind} as dst_kind,
+    m.start + :epoch_ns as start_ns,
+    m."end" + :epoch_ns as end_ns,
+    m."end" - m.start as dur_ns,
+    m.correlationId as correlation_id,
+    m.bytes as bytes
+from CUPTI_ACTIVITY_KIND_MEMCPY as m
+"""
+
+_MEMSET_SQL = """
+select
+    m.deviceId as device,
+    m.streamId as stream,
+    {memKind} as mem_kind,
+    m.start + :epoch_ns as start_ns,
+    m."end" + :epoch_ns as end_ns,
+    m."end" - m.start as dur_ns,
+    m.correlationId as correlation_id,
+    m.bytes as bytes
+from CUPTI_ACTIVITY_KIND_MEMSET as m
+"""
+
+_RUNTIME_SQL = f"""
+select
+    r.globalTid / {_PID_DIVISOR} % {_PID_DIVISOR} as pid,
+    r.globalTid % {_PID_DIVISOR} as tid,
+    s.value as name,
+    r.start + :epoch_ns as start_ns,
+    r."end" + :epoch_ns as end_ns,
+    r."end" - r.start as dur_ns,
+    r.correlationId as correlation_id
+from CUPTI_ACTIVITY_KIND_RUNTIME as r
+left join StringIds as s on s.id = r.nameId
+"""
+
+# Ranges only: marks, domain and category records are not intervals.
+_NVTX_SQL = f"""
+select
+    n.globalTid / {_PID_DIVISOR} % {_PID_DIVISOR} as pid,
+    n.globalTid % {_PID_DIVISOR} as tid,
+    coalesce(n.text, {{text_by_id}}) as name,
+    n.start + :epoch_ns as start_ns,
+    n."end" + :epoch_ns as end_ns,
+    n."end" - n.start as dur_ns
+from NVTX_EVENTS as n
+{{text_join}}
+where n.eventType in ({_NVTX_PUSH_POP}, {_NVTX_START_END})
+"""
+
+# CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind, spelled as Kineto
+# spells them in its activity names.
+_COPY_KINDS: dict[int, str] = {
+    1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA",
+    6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP",
+}
+_MEMORY_KINDS: dict[int, str] = {
+    1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array",
+    5: "Managed", 6: "Device Static", 7: "Managed Static",
+}
+
+_API_VERSION_SUFFIX = re.compile(r"_v\d+$")
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)")
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """An SQLite file whose schema names nsys tables."""
+    if not head.startswith(_SQLITE_MAGIC):
+        return False
+    if any(marker in head for marker in _NSYS_MARKERS):
+        return True
+    # A schema larger than the head: ask SQLite (plain files only).
+    if path.suffix == ".gz":
+        return False
+    try:
+        with _connect(path) as conn:
+            return bool(_tables(conn) & {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"})
+    except (sqlite3.Error, TraceError):
+        return False
+
+
+def parse(path: Path, run: str) -> ParsedTrace:
+    with _plain_sqlite(path) as db_path:
+        try:
+            with _connect(db_path) as conn:
+                return _parse_connection(conn, path, run)
+        except sqlite3.DatabaseError as error:
+            raise TraceError(str(path), f"not a readable nsys SQLite export ({error})") from error
+
+
+def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedTrace:
+    tables = _tables(conn)
+    activity = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS"}
+    if "StringIds" not in tables or not tables & activity:
+        raise TraceError(str(path), "no StringIds or CUDA/NVTX activity tables: not an nsys SQLite export")
+    rank = rank_from_filename(path)
+    rank = 0 if rank is None else rank
+    epoch_ns = _session_start_epoch_ns(conn, tables)
+    params = {"epoch_ns": epoch_ns or 0}
+
+    parsed = ParsedTrace(format=FORMAT)
+    gpu = [_kernels(conn, tables, params), _memcpys(conn, tables, params), _memsets(conn, tables, params)]
+    produced = {
+        "kernels": _by_start([_table("kernels", columns, run, rank) for columns in gpu if columns], "device"),
+        "api_calls": _by_start([_table("api_calls", _runtime_calls(conn, tables, params), run, rank)], "tid"),
+        "annotations": _by_start([_table("annotations", _nvtx_ranges(conn, tables, params), run, rank)], "tid"),
+    }
+    parsed.tables = {name: table for name, table in produced.items() if table is not None and table.num_rows}
+    parsed.tables["runs"] = _runs_table(conn, tables, path, run, rank, epoch_ns)
+    parsed.events = sum(table.num_rows for name, table in parsed.tables.items() if name != "runs")
+    return parsed
+
+
+# --- one function per source table: contract columns as lists --------------------
+
+Columns = dict[str, list[Any]]
+
+
+def _kernels(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+        return {}
+    columns = _query(conn, _KERNEL_SQL, params)
+    columns["kind"] = ["kernel"] * len(columns["name"])
+    columns["category"] = _mapped(columns["name"], lambda name: categorise(name or "", "kernel"))
+    return columns
+
+
+def _memcpys(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
+    table = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    if table not in tables:
+        return {}
+    sql = _MEMCPY_SQL.format(**_optional_columns(conn, table, "m", ["srcKind", "dstKind"]))
+    columns = _query(conn, sql, params)
+    kinds = list(zip(columns.pop("copy_kind"), columns.pop("src_kind"), columns.pop("dst_kind")))
+    columns["name"] = _mapped(kinds, lambda kind: _memcpy_name(*kind))
+    columns["kind"] = ["memcpy"] * len(kinds)
+    columns["category"] = _mapped(columns["name"], lambda name: categorise(name, "memcpy"))
+    return columns
+
+
+def _memsets(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
+    table = "CUPTI_ACTIVITY_KIND_MEMSET"
+    if table not in tables:
+        return {}
+    sql = _MEMSET_SQL.format(**_optional_columns(conn, table, "m", ["memKind"]))
+    columns = _query(conn, sql, params)
+    columns["name"] = _mapped(columns.pop("mem_kind"), _memset_name)
+    columns["kind"] = ["memset"] * len(columns["name"])
+    columns["category"] = _mapped(columns["name"], lambda name: categorise(name, "memset"))
+    return columns
+
+
+def _runtime_calls(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+        return {}
+    columns = _query(conn, _RUNTIME_SQL, params)
+    columns["name"] = _mapped(columns["name"], lambda name: _API_VERSION_SUFFIX.sub("", name) if name else name)
+    return columns
+
+
+def _nvtx_ranges(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
+    if "NVTX_EVENTS" not in tables:
+        return {}
+    # Registered strings (nvtxDomainRegisterString) leave `text` NULL and set `textId`.
+    if "textId" in _columns(conn, "NVTX_EVENTS"):
+        sql = _NVTX_SQL.format(text_by_id="s.value", text_join="left join StringIds as s on s.id = n.textId")
+    else:
+        sql = _NVTX_SQL.format(text_by_id="null", text_join="")
+    columns = _query(conn, sql, params)
+    steps = _mapped(columns["name"], _profiler_step)
+    columns["kind"] = ["nvtx" if step is None else "profiler_step" for step in steps]
+    columns["step"] = steps
+    return columns
+
+
+def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str, rank: int, epoch_ns: int | None) -> pa.Table:
+    gpus = _gpus(conn, tables)
+    pids = _kernel_pids(conn, tables)
+    names = {gpu["name"] for gpu in gpus if gpu.get("name")}
+    metadata = {"gpus": gpus, "pids": pids}
+    row = {
+        "run": run,
+        "rank": rank,
+        "host": _hostname(conn, tables),
+        # One process and one GPU model are the usual case; otherwise leave it to metadata.
+        "pid": pids[0] if len(pids) == 1 else None,
+        "device_name": names.pop() if len(names) == 1 else None,
+        "source_path": str(path.resolve()),
+        "source_format": FORMAT,
+        "epoch_offset_ns": epoch_ns,
+        "time_base": "epoch" if epoch_ns is not None else "trace",
+        "backend": "cuda",
+        "metadata_json": json.dumps(metadata, sort_keys=True),
+    }
+    columns = {name: [value] for name, value in row.items()}
+    columns["ingested_at"] = pa.array([time.time_ns() // 1000], type=pa.int64()).cast(TS_TYPE)
+    return build_table("runs", columns)
+
+
+# --- small helpers --------------------------------------------------------------
+
+
+def _profiler_step(name: str | None) -> int | None:
+    match = _PROFILER_STEP.match(name or "")
+    return int(match.group(1)) if match else None
+
+
+def _memset_name(mem_kind: int | None) -> str:
+    memory = _MEMORY_KINDS.get(mem_kind)
+    return f"Memset ({memory})" if memory else "Memset"
+
+
+def _memcpy_name(copy_kind: int | None, src_kind: int | None, dst_kind: int | None) -> str:
+    direction = _COPY_KINDS.get(copy_kind, "Unknown")
+    src, dst = _MEMORY_KINDS.get(src_kind), _MEMORY_KINDS.get(dst_kind)
+    if src and dst:
+        return f"Memcpy {direction} ({src} -> {dst})"
+    return f"Memcpy {direction}"
+
+
+def _session_start_epoch_ns(conn: sqlite3.Connection, tables: set[str]) -> int | None:
+    table = "TARGET_INFO_SESSION_START_TIME"
+    if table not in tables or "utcEpochNs" not in _columns(conn, table):
+        return None
+    row = conn.execute(f"select utcEpochNs from {table} limit 1").fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def _gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict[str, Any]]:
+    table = "TARGET_INFO_GPU"
+    if table not in tables:
+        return []
+    wanted = [c for c in ("id", "name", "busLocation", "uuid") if c in _columns(conn, table)]
+    if not wanted:
+        return []
+    cursor = conn.execute(f"select {', '.join(wanted)} from {table} order by 1")
+    return [dict(zip(wanted, row)) for row in cursor]
+
+
+def _kernel_pids(conn: sqlite3.Connection, tables: set[str]) -> list[int]:
+    table = "CUPTI_ACTIVITY_KIND_KERNEL"
+    if table not in tables or "globalPid" not in _columns(conn, table):
+        return []
+    cursor = conn.execute(f"select distinct globalPid / {_PID_DIVISOR} % {_PID_DIVISOR} from {table} order by 1")
+    return [int(row[0]) for row in cursor if row[0] is not None]
+
+
+def _hostname(conn: sqlite3.Connection, tables: set[str]) -> str | None:
+    # Best effort: newer exports list the target's environment as name/value pairs.
+    table = "TARGET_INFO_SYSTEM_ENV"
+    if table not in tables or not {"name", "value"} <= _columns(conn, table):
+        return None
+    row = conn.execute(f"select value from {table} where lower(name) = 'hostname' limit 1").fetchone()
+    return str(row[0]) if row and row[0] else None
+
+
+def _mapped(values: list[Any], function: Any) -> list[Any]:
+    """`function` over `values`, computed once per distinct value (names repeat a lot)."""
+    cache: dict[Any, Any] = {}
+    out = []
+    for value in values:
+        if value not in cache:
+            cache[value] = function(value)
+        out.append(cache[value])
+    return out
+
+
+def _table(name: str, columns: Columns, run: str, rank: int) -> pa.Table | None:
+    if not columns:
+        return None
+    rows = len(next(iter(columns.values())))
+    return build_table(name, {**columns, "run": [run] * rows, "rank": [rank] * rows}, num_rows=rows)
+
+
+def _by_start(parts: list[pa.Table | None], then: str) -> pa.Table | None:
+    parts = [part for part in parts if part is not None]
+    if not parts:
+        return None
+    return pa.concat_tables(parts).sort_by([("start_ns", "ascending"), (then, "ascending")])
+
+
+def _query(conn: sqlite3.Connection, sql: str, params: dict[str, int]) -> Columns:
+    try:
+        cursor = conn.execute(sql, params)
+    except sqlite3.OperationalError as error:
+        # A column this export does not have: say which, as one line.
+        raise sqlite3.DatabaseError(f"unexpected schema: {error}") from error
+    names = [d[0] for d in cursor.description]
+    rows = cursor.fetchall()
+    values = list(zip(*rows)) if rows else [() for _ in names]
+    return {name: list(column) for name, column in zip(names, values)}
+
+
+def _optional_columns(conn: sqlite3.Connection, table: str, alias: str, names: list[str]) -> dict[str, str]:
+    present = _columns(conn, table)
+    return {name: f"{alias}.{name}" if name in present else "null" for name in names}
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("select name from sqlite_master where type in ('table', 'view')")}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f'pragma table_info("{table}")')}
+
+
+@contextmanager
+def _connect(path: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _plain_sqlite(path: Path) -> Iterator[Path]:
+    """The path itself, or a decompressed temporary copy of a `.gz` export."""
+    try:
+        handle = open_maybe_gzip(path)
+    except OSError as error:
+        raise TraceError(str(path), f"cannot read: {error.strerror}") from error
+    if not isinstance(handle, gzip.GzipFile):
+        handle.close()
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="gpulens-nsys-") as folder:
+        plain = Path(folder) / "export.sqlite"
+        try:
+            with handle, open(plain, "wb") as out:
+                shutil.copyfileobj(handle, out)
+        except (EOFError, gzip.BadGzipFile, OSError) as error:
+            raise TraceError(str(path), f"truncated or corrupt gzip ({error})") from error
+        yield plain

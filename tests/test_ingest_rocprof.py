@@ -1,0 +1,201 @@
+"""rocprofv3 CSV traces → kernels, api_calls, annotations and runs."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from collector.errors import TraceError
+from collector.ingest import rocprof
+from collector.schema import TRACE_SCHEMAS
+
+# rocprofv3 (ROCm 6.4) --kernel-trace on an MI300X node: relative agent ids
+# ("Agent 1" is logical node 1; node 0 is the CPU). Names with commas are quoted.
+KERNEL_TRACE = """\
+"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp","LDS_Block_Size","Scratch_Size","VGPR_Count","Accum_VGPR_Count","SGPR_Count","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"
+"KERNEL_DISPATCH","Agent 1",1,0,4242,1,33,"__amd_rocclr_fillBufferAligned",101,1552000000100000,1552000000103565,0,0,12,4,48,256,1,1,256,1,1
+"KERNEL_DISPATCH","Agent 1",1,2,4242,3,57,"void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",105,1552000000300000,1552000000312000,0,0,16,0,32,256,1,1,131072,1,1
+"KERNEL_DISPATCH","Agent 1",2,3,4242,2,81,"ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)",103,1552000000200000,1552000000290000,0,0,64,0,96,256,1,1,1024,1,1
+"""
+
+AGENT_INFO = """\
+"Node_Id","Logical_Node_Id","Agent_Type","Cpu_Cores_Count","Simd_Count","Wave_Front_Size","Cu_Count","Name","Vendor_Name","Product_Name","Model_Name"
+0,0,"CPU",96,0,0,0,"AMD EPYC 9654 96-Core Processor","CPU","AMD EPYC 9654 96-Core Processor",""
+2,1,"GPU",0,1216,64,304,"gfx942","AMD","AMD Instinct MI300X","ip discovery"
+3,2,"GPU",0,1216,64,304,"gfx942","AMD","AMD Instinct MI300X","ip discovery"
+"""
+
+# ROCm 6.2's layout: numeric agent ids, no stream, no thread.
+OLD_KERNEL_TRACE = """\
+"Kind","Agent_Id","Queue_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp","Private_Segment_Size","Group_Segment_Size","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"
+"KERNEL_DISPATCH",4,139690710949888,15,"matrixTranspose(float*, float*, int)",7,671599758568,671599825328,0,0,4,4,1,1024,1024,1
+"""
+
+HIP_API_TRACE = """\
+"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"
+"HIP_RUNTIME_API","hipMemsetAsync",4242,4242,101,1552000000090000,1552000000095000
+"HIP_RUNTIME_API","hipLaunchKernel",4242,4250,105,1552000000280000,1552000000286500
+"HIP_RUNTIME_API_EXT","hipExtLaunchKernel",4242,4242,103,1552000000180000,1552000000184000
+"""
+
+MARKER_TRACE = """\
+"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"
+"MARKER_CORE_API","ProfilerStep#2",4242,4242,2,1552000000050000,1552000000400000
+"MARKER_CORE_API","forward",4242,4242,3,1552000000060000,1552000000200000
+"""
+
+COPY_TRACE = """\
+"Kind","Direction","Stream_Id","Source_Agent_Id","Destination_Agent_Id","Correlation_Id","Start_Timestamp","End_Timestamp"
+"MEMORY_COPY","MEMORY_COPY_HOST_TO_DEVICE",0,"Agent 0","Agent 2",120,1552000000500000,1552000000540000
+"MEMORY_COPY","MEMORY_COPY_DEVICE_TO_HOST",0,"Agent 1","Agent 0",121,1552000000600000,1552000000620000
+"""
+
+OLD_COPY_TRACE = """\
+"Kind","Direction","Source_Agent_Id","Destination_Agent_Id","Correlation_Id","Start_Timestamp","End_Timestamp"
+"MEMORY_COPY","HOST_TO_DEVICE",0,1,0,14955949675563,14955950239443
+"""
+
+KERNEL_COLUMNS = ["run", "rank", "device", "stream", "name", "category", "kind", "start_ns", "end_ns", "dur_ns", "correlation_id", "grid", "block", "bytes"]
+FILL_BUFFER = "__amd_rocclr_fillBufferAligned"
+ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+RCCL = "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def _rows(table, columns: list[str]) -> list[dict]:
+    return [{column: row[column] for column in columns} for row in table.to_pylist()]
+
+
+def test_sniff_accepts_each_trace_header() -> None:
+    for text in (KERNEL_TRACE, OLD_KERNEL_TRACE, HIP_API_TRACE, MARKER_TRACE, COPY_TRACE, OLD_COPY_TRACE):
+        assert rocprof.sniff(text.encode(), Path("1_trace.csv")) is True
+
+
+def test_sniff_rejects_agent_info_and_other_csv() -> None:
+    assert rocprof.sniff(AGENT_INFO.encode(), Path("4242_agent_info.csv")) is False
+    assert rocprof.sniff(b"ts,host,gpu_index,power_w\n1,a,0,300\n", Path("power.csv")) is False
+    assert rocprof.sniff(b'{"traceEvents": []}', Path("trace.json")) is False
+
+
+def test_kernel_trace_gives_exact_kernel_rows(tmp_path: Path) -> None:
+    _write(tmp_path, "4242_agent_info.csv", AGENT_INFO)
+    parsed = rocprof.parse(_write(tmp_path, "4242_kernel_trace.csv", KERNEL_TRACE), "r1")
+    assert _rows(parsed.tables["kernels"], KERNEL_COLUMNS) == [
+        {"run": "r1", "rank": 0, "device": 0, "stream": 0, "name": FILL_BUFFER, "category": "compute", "kind": "kernel", "start_ns": 1552000000100000, "end_ns": 1552000000103565, "dur_ns": 3565, "correlation_id": 101, "grid": "[1, 1, 1]", "block": "[256, 1, 1]", "bytes": None},
+        {"run": "r1", "rank": 0, "device": 0, "stream": 3, "name": RCCL, "category": "communication", "kind": "kernel", "start_ns": 1552000000200000, "end_ns": 1552000000290000, "dur_ns": 90000, "correlation_id": 103, "grid": "[4, 1, 1]", "block": "[256, 1, 1]", "bytes": None},
+        {"run": "r1", "rank": 0, "device": 0, "stream": 2, "name": ELEMENTWISE, "category": "compute", "kind": "kernel", "start_ns": 1552000000300000, "end_ns": 1552000000312000, "dur_ns": 12000, "correlation_id": 105, "grid": "[512, 1, 1]", "block": "[256, 1, 1]", "bytes": None},
+    ]
+
+
+def test_kernel_trace_runs_row_is_trace_relative(tmp_path: Path) -> None:
+    _write(tmp_path, "4242_agent_info.csv", AGENT_INFO)
+    path = _write(tmp_path, "4242_kernel_trace.csv", KERNEL_TRACE)
+    parsed = rocprof.parse(path, "r1")
+    columns = ["run", "rank", "world_size", "pid", "device_name", "source_path", "source_format", "epoch_offset_ns", "time_base", "backend"]
+    assert _rows(parsed.tables["runs"], columns) == [
+        {"run": "r1", "rank": 0, "world_size": None, "pid": 4242, "device_name": "AMD Instinct MI300X", "source_path": str(path.resolve()), "source_format": "rocprof", "epoch_offset_ns": None, "time_base": "trace", "backend": "rocm"},
+    ]
+
+
+def test_agent_without_agent_info_has_no_device(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "4242_kernel_trace.csv", KERNEL_TRACE), "r1")
+    assert parsed.tables["kernels"].column("device").to_pylist() == [None, None, None]
+
+
+def test_type_relative_agent_is_the_gpu_index(tmp_path: Path) -> None:
+    text = KERNEL_TRACE.replace('"Agent 1"', '"GPU 3"')
+    parsed = rocprof.parse(_write(tmp_path, "4242_kernel_trace.csv", text), "r1")
+    assert parsed.tables["kernels"].column("device").to_pylist() == [3, 3, 3]
+
+
+def test_old_kernel_trace_uses_queue_as_stream(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "199_kernel_trace.csv", OLD_KERNEL_TRACE), "r1")
+    assert _rows(parsed.tables["kernels"], KERNEL_COLUMNS) == [
+        {"run": "r1", "rank": 0, "device": None, "stream": 139690710949888, "name": "matrixTranspose(float*, float*, int)", "category": "compute", "kind": "kernel", "start_ns": 671599758568, "end_ns": 671599825328, "dur_ns": 66760, "correlation_id": 7, "grid": "[256, 256, 1]", "block": "[4, 4, 1]", "bytes": None},
+    ]
+
+
+def test_hip_api_trace_gives_api_calls(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "4242_hip_api_trace.csv", HIP_API_TRACE), "r1")
+    columns = ["run", "rank", "pid", "tid", "name", "start_ns", "end_ns", "dur_ns", "correlation_id"]
+    assert _rows(parsed.tables["api_calls"], columns) == [
+        {"run": "r1", "rank": 0, "pid": 4242, "tid": 4242, "name": "hipMemsetAsync", "start_ns": 1552000000090000, "end_ns": 1552000000095000, "dur_ns": 5000, "correlation_id": 101},
+        {"run": "r1", "rank": 0, "pid": 4242, "tid": 4242, "name": "hipExtLaunchKernel", "start_ns": 1552000000180000, "end_ns": 1552000000184000, "dur_ns": 4000, "correlation_id": 103},
+        {"run": "r1", "rank": 0, "pid": 4242, "tid": 4250, "name": "hipLaunchKernel", "start_ns": 1552000000280000, "end_ns": 1552000000286500, "dur_ns": 6500, "correlation_id": 105},
+    ]
+    assert "annotations" not in parsed.tables
+
+
+def test_marker_trace_gives_annotations(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "4242_marker_api_trace.csv", MARKER_TRACE), "r1")
+    columns = ["run", "rank", "pid", "tid", "name", "kind", "step", "start_ns", "end_ns", "dur_ns"]
+    assert _rows(parsed.tables["annotations"], columns) == [
+        {"run": "r1", "rank": 0, "pid": 4242, "tid": 4242, "name": "ProfilerStep#2", "kind": "profiler_step", "step": 2, "start_ns": 1552000000050000, "end_ns": 1552000000400000, "dur_ns": 350000},
+        {"run": "r1", "rank": 0, "pid": 4242, "tid": 4242, "name": "forward", "kind": "nvtx", "step": None, "start_ns": 1552000000060000, "end_ns": 1552000000200000, "dur_ns": 140000},
+    ]
+    assert "api_calls" not in parsed.tables
+
+
+def test_memory_copy_trace_gives_memcpy_rows_on_the_gpu_end(tmp_path: Path) -> None:
+    _write(tmp_path, "4242_agent_info.csv", AGENT_INFO)
+    parsed = rocprof.parse(_write(tmp_path, "4242_memory_copy_trace.csv", COPY_TRACE), "r1")
+    assert _rows(parsed.tables["kernels"], KERNEL_COLUMNS) == [
+        {"run": "r1", "rank": 0, "device": 1, "stream": 0, "name": "Memcpy HtoD (Host -> Device)", "category": "memory", "kind": "memcpy", "start_ns": 1552000000500000, "end_ns": 1552000000540000, "dur_ns": 40000, "correlation_id": 120, "grid": None, "block": None, "bytes": None},
+        {"run": "r1", "rank": 0, "device": 0, "stream": 0, "name": "Memcpy DtoH (Device -> Host)", "category": "memory", "kind": "memcpy", "start_ns": 1552000000600000, "end_ns": 1552000000620000, "dur_ns": 20000, "correlation_id": 121, "grid": None, "block": None, "bytes": None},
+    ]
+
+
+def test_old_memory_copy_direction_names_are_read(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "197_memory_copy_trace.csv", OLD_COPY_TRACE), "r1")
+    assert _rows(parsed.tables["kernels"], ["name", "kind", "stream", "dur_ns"]) == [
+        {"name": "Memcpy HtoD (Host -> Device)", "kind": "memcpy", "stream": None, "dur_ns": 563880},
+    ]
+
+
+def test_rank_comes_from_file_name(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "rank3_4242_kernel_trace.csv", KERNEL_TRACE), "r1")
+    assert set(parsed.tables["kernels"].column("rank").to_pylist()) == {3}
+    assert parsed.tables["runs"].column("rank").to_pylist() == [3]
+
+
+def test_tables_follow_the_contract_schemas(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "4242_kernel_trace.csv", KERNEL_TRACE), "r1")
+    for name, table in parsed.tables.items():
+        assert table.schema.equals(TRACE_SCHEMAS[name], check_metadata=True)
+
+
+def test_gzipped_trace_is_read(tmp_path: Path) -> None:
+    _write(tmp_path, "4242_agent_info.csv", AGENT_INFO)
+    path = tmp_path / "4242_kernel_trace.csv.gz"
+    path.write_bytes(gzip.compress(KERNEL_TRACE.encode()))
+    parsed = rocprof.parse(path, "r1")
+    assert parsed.tables["kernels"].column("device").to_pylist() == [0, 0, 0]
+
+
+def test_header_only_trace_gives_runs_only(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "4242_kernel_trace.csv", KERNEL_TRACE.splitlines()[0] + "\n"), "r1")
+    assert sorted(parsed.tables) == ["runs"]
+
+
+def test_malformed_row_raises(tmp_path: Path) -> None:
+    text = KERNEL_TRACE + '"KERNEL_DISPATCH","Agent 1",1,0,4242,4,33,"k",106,not-a-time,1552000000400000,0,0,12,4,48,256,1,1,256,1,1\n'
+    with pytest.raises(TraceError, match="malformed rocprofv3 CSV"):
+        rocprof.parse(_write(tmp_path, "4242_kernel_trace.csv", text), "r1")
+
+
+def test_unknown_csv_raises(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="unknown header"):
+        rocprof.parse(_write(tmp_path, "4242_agent_info.csv", AGENT_INFO), "r1")
+
+
+def test_runs_row_records_ingestion_and_events_are_counted(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "4242_hip_api_trace.csv", HIP_API_TRACE), "r1")
+    assert parsed.tables["runs"].column("ingested_at").null_count == 0
+    assert parsed.events == 3
