@@ -269,6 +269,9 @@ _NAME_PATTERNS: list[tuple[str, GpuSpec]] = [
     (r"\ba100\b.*\b80gb\b.*\bpcie\b|\ba100\b.*\bpcie\b.*\b80gb\b", A100_PCIE_80GB),
     (r"\ba100\b.*\bpcie\b", A100_PCIE_40GB),
     (r"\ba100\b.*\bsxm", A100_SXM4),  # A100-SXM4-40GB, A100-SXM4-80GB, A100-SXM-64GB
+    # PG509 is the HGX A100 SXM4 board; some drivers report its board id
+    # ("NVIDIA A100-PG509-200") instead of the SXM4 name.
+    (r"\ba100\b.*\bpg509\b", A100_SXM4),
     (r"\bv100\b.*\bsxm2\b", V100_SXM2),
     (r"\bv100s?\b.*\bpcie\b", V100_PCIE),
     (r"\bmi250x\b", MI250X),  # includes "MI250X / MI250"

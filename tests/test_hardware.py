@@ -11,6 +11,7 @@ from collector.hardware import lookup_gpu, network_peak_bytes_per_s, pcie_peak_b
         ("NVIDIA H100 PCIe", hardware.H100_PCIE),
         ("NVIDIA H100 NVL", hardware.H100_NVL),
         ("NVIDIA A100-SXM4-80GB", hardware.A100_SXM4),
+        ("NVIDIA A100-PG509-200", hardware.A100_SXM4),
         ("NVIDIA A100-SXM4-40GB", hardware.A100_SXM4),
         ("NVIDIA A100-PCIE-40GB", hardware.A100_PCIE_40GB),
         ("NVIDIA A100 80GB PCIe", hardware.A100_PCIE_80GB),
