@@ -37,6 +37,9 @@ class ParsedTrace:
 
     format: str
     tables: dict[str, pa.Table] = field(default_factory=dict)
+    # Raw records read from the source (trace events, rows, log lines), for
+    # throughput figures; 0 where a parser does not count them.
+    events: int = 0
 
     def rows(self, table: str) -> int:
         return self.tables[table].num_rows if table in self.tables else 0
@@ -112,7 +115,9 @@ DTYPE_BYTES: dict[str, int] = {
     "int16": 2, "short": 2, "int32": 4, "int": 4, "uint32": 4,
     "int64": 8, "long": 8, "uint64": 8,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-    "complexfloat": 8, "complexdouble": 16,
+    "complexfloat": 8, "complexdouble": 16, "complex64": 8, "complex128": 16,
+    # C++ type names, as `Input type` args write them.
+    "unsigned char": 1, "signed char": 1, "uint16": 2,
 }
 
 # ncclDataType_t enum values (nccl.h) to names.
@@ -149,7 +154,11 @@ _OP_ALIASES: dict[str, str] = {
     "alltoallv": "all_to_all",
     "bcast": "broadcast",
     "sendrecv": "send_recv",
+    "allreduce_coalesced": "all_reduce",
 }
+# The same aliases with underscores dropped, so `_allgather_base`,
+# `_all_gather_base` and `allgatherbase` all match one entry.
+_COMPACT_ALIASES: dict[str, str] = {key.replace("_", ""): value for key, value in _OP_ALIASES.items()}
 
 
 def normalise_op(name: str | None) -> str | None:
@@ -157,9 +166,11 @@ def normalise_op(name: str | None) -> str | None:
     if not name:
         return None
     key = name.strip()
-    key = key.removeprefix("nccl").removeprefix("rccl").removeprefix("c10d::").removeprefix("nccl:")
+    # `nccl:` (ProcessGroupNCCL's range names) before the bare `nccl` prefix.
+    for prefix in ("nccl:", "c10d::", "nccl", "rccl"):
+        key = key.removeprefix(prefix)
     key = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower().strip("_")
     compact = key.replace("_", "")
-    if compact in _OP_ALIASES:
-        return _OP_ALIASES[compact]
-    return _OP_ALIASES.get(key, key)
+    if compact in _COMPACT_ALIASES:
+        return _COMPACT_ALIASES[compact]
+    return key

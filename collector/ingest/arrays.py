@@ -1,0 +1,77 @@
+"""Column helpers shared by the parsers: exact time conversion, lenient ids.
+
+Microseconds to nanoseconds, exactly
+------------------------------------
+Chrome-trace writers give `ts`/`dur` in microseconds as decimals with up to
+three fractional digits (Kineto: `"ts": 4458676388068.751`). A JSON decoder
+turns that into the nearest double, and `round(ts * 1000)` is then off by
+one nanosecond for about 0.3 % of such values: the product is rounded to a
+double before `round` sees it. `us_to_ns` instead splits the double into its
+integer part (exact) and its fraction (exact: Sterbenz), and scales only the
+fraction, so the result is the decimal the writer wrote, exactly, whenever
+the double can still tell nanoseconds apart: |ts| < 2**43 µs (about 101.8
+days). Kineto's `ts` relative to `baseTimeNanoseconds` stays far below that;
+integer microseconds (older Kineto writes epoch µs as integers) are exact up
+to 2**53 µs. Beyond 2**43 µs a fractional value is within 1 ns.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def us_to_ns(values: Sequence[float | int | None]) -> pa.Array:
+    """int64 nanoseconds from microsecond numbers (None stays NULL)."""
+    micros = pa.array(values, type=pa.float64())
+    whole = pc.trunc(micros)
+    fraction_ns = pc.round(pc.multiply(pc.subtract(micros, whole), 1000.0))
+    return pc.add(
+        pc.multiply(pc.cast(whole, pa.int64()), 1000),
+        pc.cast(fraction_ns, pa.int64()),
+    )
+
+
+def to_int(value: Any) -> int | None:
+    """An int from an id written as a number or a numeric string, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def int_array(values: list[Any], type: pa.DataType = pa.int64()) -> pa.Array:
+    """An integer array; values that are not integers become NULL.
+
+    Tries the fast path first (every value already an int or None) and only
+    normalises value by value when that fails.
+    """
+    try:
+        return pa.array(values, type=type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([to_int(v) for v in values], type=type)
+
+
+def str_array(values: list[Any]) -> pa.Array:
+    """A string array; non-string values are written with str()."""
+    try:
+        return pa.array(values, type=pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([v if v is None or isinstance(v, str) else str(v) for v in values], type=pa.string())
+
+
+def constant(value: Any, length: int, type: pa.DataType) -> pa.Array:
+    """`length` copies of one value."""
+    if value is None:
+        return pa.nulls(length, type=type)
+    return pa.repeat(pa.scalar(value, type=type), length)

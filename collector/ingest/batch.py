@@ -1,0 +1,348 @@
+"""Ingest many trace files into a dataset: expand, parse in parallel, report.
+
+A directory or glob of per-rank files is one run with many ranks. Each
+file is parsed *and written* by one worker process, which sends back only
+its row counts (big tables never travel through pickling); see `store` for
+the layout and why writes are per source file.
+"""
+
+from __future__ import annotations
+
+import gc
+import glob
+import multiprocessing
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from collector.errors import DatasetError, TraceError
+from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
+from collector.ingest.store import STAGING_DIR, sanitise_run, source_id, write_source
+
+# File names a directory is searched for (the watcher looks for the same).
+# Files found this way whose content is no known format are skipped, not
+# failed, so a broad net (.txt, .out: NCCL logs under job-log names) is safe.
+TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".csv", ".csv.gz", ".log", ".txt", ".out")
+_STEM_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".csv", ".log", ".gz")
+
+
+@dataclass
+class FileResult:
+    path: str
+    format: str
+    run: str
+    ranks: tuple[int, ...]
+    # Rows written per table.
+    rows: dict[str, int]
+    # Raw records the parser read (trace events, CSV rows, log lines).
+    events: int
+    seconds: float
+
+    @property
+    def rank(self) -> int | None:
+        """The file's rank, where it holds exactly one."""
+        return self.ranks[0] if len(self.ranks) == 1 else None
+
+
+@dataclass
+class FileFailure:
+    path: str
+    problem: str
+
+    @property
+    def message(self) -> str:
+        """The one line to print: `<file>: <problem>`."""
+        return f"{self.path}: {self.problem}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class SkippedFile:
+    """A file found in a directory that is not a trace (not an error)."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class IngestReport:
+    results: list[FileResult] = field(default_factory=list)
+    failures: list[FileFailure] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def runs(self) -> list[str]:
+        return sorted({r.run for r in self.results})
+
+    @property
+    def events(self) -> int:
+        return sum(r.events for r in self.results)
+
+    def rows(self, table: str | None = None) -> int:
+        """Rows written, in one table or in all."""
+        return sum(n for r in self.results for t, n in r.rows.items() if table in (None, t))
+
+    @property
+    def events_per_s(self) -> float | None:
+        return self.events / self.seconds if self.seconds > 0 else None
+
+    @property
+    def rows_per_s(self) -> float | None:
+        return self.rows() / self.seconds if self.seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class _Task:
+    path: str
+    run: str
+    # Named on the command line (an unknown format is then an error) rather
+    # than found in a directory (then it is skipped: READMEs, stats CSVs).
+    explicit: bool
+
+
+def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None, jobs: int | None = None,
+                 progress: bool = False) -> IngestReport:
+    """Ingest trace files, directories and globs into the dataset at `out`.
+
+    The files of one call are one run (one rank per file, usually), named
+    `run` or, by default, after the folder when one folder is given, else
+    after the stem the files share (`job_rank0`, `job_rank1` → `job`).
+    Folders are searched recursively; files in them that are no known
+    format are skipped. `jobs` worker processes (default: CPU count; 1
+    parses in this process). Files that fail are reported, never raised;
+    the others are still ingested.
+    """
+    started = time.perf_counter()
+    out = Path(out)
+    tasks, failures = _expand(list(paths), out, run)
+    report = IngestReport(failures=failures)
+    for outcome in _run(tasks, out, jobs, progress):
+        if isinstance(outcome, FileResult):
+            report.results.append(outcome)
+        elif isinstance(outcome, SkippedFile):
+            report.skipped.append(outcome)
+        else:
+            report.failures.append(outcome)
+    report.results.sort(key=lambda r: r.path)
+    report.failures.sort(key=lambda f: f.path)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def ingest_file(path: str, run: str, out: str, explicit: bool = True) -> FileResult | FileFailure | SkippedFile:
+    """Detect, parse and write one file (the unit a worker runs).
+
+    `explicit` is false for files found in a folder: those of no known
+    format come back as SkippedFile rather than FileFailure.
+    """
+    started = time.perf_counter()
+    run = sanitise_run(run)
+    try:
+        format_name = detect_format(path)
+    except TraceError as error:
+        if not explicit and error.problem == UNKNOWN_FORMAT:
+            return SkippedFile(path, error.problem)
+        return FileFailure(path, error.problem)
+    try:
+        parsed = module_for(format_name).parse(Path(path), run)
+        rows = write_source(Path(out), run, source_id(path), parsed.tables)
+    except TraceError as error:
+        return FileFailure(path, error.problem)
+    except DatasetError as error:
+        return FileFailure(path, str(error))
+    except Exception as error:  # a parser bug must not stop the other files
+        return FileFailure(path, _one_line(f"unexpected error: {type(error).__name__}: {error}"))
+    runs = parsed.tables.get("runs")
+    ranks = tuple(sorted(set(runs.column("rank").to_pylist()))) if runs is not None else ()
+    return FileResult(path, format_name, run, ranks, rows, parsed.events or sum(rows.values()),
+                      time.perf_counter() - started)
+
+
+def _run_task(task: _Task, out: str) -> FileResult | FileFailure | SkippedFile:
+    return ingest_file(task.path, task.run, out, task.explicit)
+
+
+def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Iterator[FileResult | FileFailure | SkippedFile]:
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    if workers == 1:
+        with _Progress(len(tasks), progress) as bar:
+            for task in tasks:
+                yield _run_task(task, str(out))
+                bar.advance()
+        return
+    # Import the parsers once here: forked workers then share those pages
+    # instead of each importing its own copy (~13 MB each). And keep the
+    # collector from touching (so copying) the shared objects there.
+    format_modules()
+    gc.freeze()
+    try:
+        context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start) as pool:
+            # Submitting starts the workers: before the progress bar's
+            # thread exists, so no thread is running when they fork.
+            futures = {pool.submit(_run_task, task, str(out)): task for task in tasks}
+            with _Progress(len(tasks), progress) as bar:
+                for future in as_completed(futures):
+                    try:
+                        yield future.result()
+                    except Exception as error:  # the worker process itself died
+                        yield FileFailure(futures[future].path, _one_line(f"worker failed: {type(error).__name__}: {error}"))
+                    bar.advance()
+    finally:
+        gc.unfreeze()
+
+
+def _worker_start() -> None:
+    """Set up a worker process, which only ingests.
+
+    pyarrow imports pandas the first time it builds an array (a second of
+    CPU and ~50 MB per process) though ingest never converts to pandas. A
+    worker that has not inherited pandas from its parent makes the import
+    fail, so pyarrow goes on without it. Only in workers: in the caller's
+    process that would break pandas for everyone else.
+    """
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas())
+
+
+class _NoPandas:
+    """An import hook that refuses `pandas` (workers only, see above)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("pandas is not loaded in gpulens ingest workers")
+        return None
+
+
+class _Progress:
+    """A rich progress bar on stderr, or nothing."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self._bar = None
+        if enabled and total:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+            self._task = self._bar.add_task("ingest", total=total)
+
+    def __enter__(self) -> "_Progress":
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def advance(self) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+
+# --- turning arguments into files ------------------------------------------------
+
+
+def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[list[_Task], list[FileFailure]]:
+    """The files the arguments name, all in one run."""
+    found: list[tuple[Path, bool]] = []
+    failures: list[FileFailure] = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir():
+            found.extend((file, False) for file in find_traces(path, out))
+        elif path.exists():
+            found.append((path, True))
+        elif glob.has_magic(str(argument)):
+            matches = sorted(Path(p) for p in glob.glob(str(argument), recursive=True) if Path(p).is_file())
+            found.extend((file, True) for file in matches)
+            if not matches:
+                failures.append(FileFailure(str(argument), "no files match"))
+        else:
+            failures.append(FileFailure(str(argument), "no such file or directory"))
+    name = sanitise_run(run if run is not None else default_run_name(arguments, [file for file, _ in found]))
+    tasks: list[_Task] = []
+    seen: set[str] = set()
+    for file, explicit in found:
+        key = os.path.abspath(file)
+        if key not in seen:
+            seen.add(key)
+            tasks.append(_Task(str(file), name, explicit))
+    return tasks, failures
+
+
+def default_run_name(arguments: list[str | Path], files: list[Path]) -> str:
+    """One folder: its name; else the stem its files share; else the folder."""
+    if len(arguments) == 1 and Path(arguments[0]).is_dir():
+        return _dir_name(Path(arguments[0]))
+    stem = common_stem(files) if files else ""
+    if stem:
+        return stem
+    first = Path(arguments[0]) if arguments else Path(".")
+    return _dir_name(first if first.is_dir() else first.parent)
+
+
+def find_traces(directory: Path, out: Path | None = None) -> list[Path]:
+    """Trace-like files under `directory`, recursively, skipping hidden ones
+    and the dataset's own folder."""
+    out_abs = os.path.abspath(out) if out is not None else None
+    found: list[Path] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not _inside(os.path.join(root, d), out_abs))
+        for name in sorted(files):
+            if not name.startswith(".") and name.lower().endswith(TRACE_SUFFIXES):
+                found.append(Path(root) / name)
+    return found
+
+
+def _inside(path: str, directory: str | None) -> bool:
+    if directory is None:
+        return False
+    absolute = os.path.abspath(path)
+    return absolute == directory or absolute.startswith(directory + os.sep)
+
+
+def _dir_name(path: Path) -> str:
+    return Path(os.path.abspath(path)).name or "run"
+
+
+def trace_stem(name: str) -> str:
+    """`rank0.pt.trace.json.gz` → `rank0`."""
+    lowered = name.lower()
+    for suffix in _STEM_SUFFIXES:
+        if lowered.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def common_stem(files: list[Path]) -> str:
+    """The name the files share: `job_rank0`, `job_rank1` → `job`."""
+    stems = [trace_stem(f.name) for f in files]
+    if len(stems) == 1:
+        return stems[0]
+    prefix = os.path.commonprefix(stems)
+    prefix = re.sub(r"(?i)[-_.\s]*(?:rank)?[-_.\s]*\d*$", "", prefix)
+    return prefix
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+__all__ = [
+    "FileFailure", "FileResult", "IngestReport", "SkippedFile", "STAGING_DIR",
+    "common_stem", "default_run_name", "find_traces", "ingest_file", "ingest_paths", "trace_stem",
+]

@@ -1,0 +1,91 @@
+"""Read trace files as decompressed chunks, or as one buffer, gzip or not.
+
+`iter_chunks` yields the decompressed content about 1 MiB at a time, so a
+reader that can work on pieces never holds the whole decompressed file
+(the Kineto reader streams its events this way). `read_buffer` returns it
+all in one `bytearray` sized from the gzip trailer (ISIZE), so the peak is
+the decompressed size plus the compressed file, not the twice-the-size
+peak of `gzip.GzipFile.read()` joining its chunks. Multi-member gzip and
+files over 4 GiB (ISIZE is the size mod 2**32) work; the buffer grows.
+Unreadable or truncated input is a TraceError naming the file.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+from collector.errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK_BYTES = 1 << 20
+
+
+def iter_chunks(path: Path) -> Iterator[bytes]:
+    """The decompressed content, in chunks of at most about 1 MiB."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(2)
+            if magic != GZIP_MAGIC:
+                yield magic
+                while chunk := handle.read(CHUNK_BYTES):
+                    yield chunk
+                return
+            # The compressed file is small next to its content: read it whole.
+            compressed = magic + handle.read()
+    except OSError as error:
+        raise TraceError(str(path), f"cannot read: {error.strerror or error}") from None
+    try:
+        yield from _gunzip(compressed)
+    except zlib.error as error:
+        raise TraceError(str(path), f"truncated or corrupt gzip ({error})") from None
+    except EOFError:
+        raise TraceError(str(path), "truncated or corrupt gzip (the file ends mid-stream)") from None
+
+
+def _gunzip(compressed: bytes) -> Iterator[bytes]:
+    member: bytes | memoryview = memoryview(compressed)
+    while True:
+        decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        pending: bytes | memoryview = member
+        while True:
+            chunk = decompressor.decompress(pending, CHUNK_BYTES)
+            if chunk:
+                yield chunk
+            pending = decompressor.unconsumed_tail
+            # With output capped, zlib may hold output back with no input
+            # left: call again until a call returns nothing.
+            if decompressor.eof or not (chunk or pending):
+                break
+        if not decompressor.eof:
+            raise EOFError
+        member = decompressor.unused_data
+        # Zero padding after the last member is allowed, as gzip allows it.
+        if not member.strip(b"\0"):
+            return
+
+
+def read_buffer(path: Path) -> bytearray:
+    """The whole decompressed content in one buffer."""
+    size_hint = 0
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(2) == GZIP_MAGIC:
+                compressed_bytes = handle.seek(-4, 2) + 4
+                # A truncated file's last bytes are not ISIZE: cap the guess
+                # at a generous JSON compression ratio; the buffer can grow.
+                size_hint = min(struct.unpack("<I", handle.read(4))[0], 64 * compressed_bytes)
+    except OSError:
+        pass  # iter_chunks reports it
+    buffer = bytearray(size_hint)
+    size = 0
+    for chunk in iter_chunks(path):
+        end = size + len(chunk)
+        if end > len(buffer):
+            buffer.extend(bytes(end - len(buffer)))
+        buffer[size:end] = chunk
+        size = end
+    del buffer[size:]
+    return buffer

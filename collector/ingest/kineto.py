@@ -1,0 +1,214 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON → the trace tables.
+
+What the shared real traces showed (`../shared/traces/kineto`):
+
+- Where the trace has `baseTimeNanoseconds` (newer Kineto: the A100, MI250
+  and CPU-only files), `ts` is microseconds *relative to it*, with
+  three decimals: the A100 file's base is 2024-04-01T09:44:06Z, its first
+  `ts` 4458676388068.751 µs (51.6 days) and base + ts is 2024-05-23
+  00:15:22Z, the time its `INFO` log lines give (17:15:22 local, UTC-7).
+  So `start_ns = baseTimeNanoseconds + ts_ns`, `time_base = 'epoch'` and
+  `runs.epoch_offset_ns = baseTimeNanoseconds`.
+- Older traces without it (the V100, 128-rank and no-distributedInfo
+  files) write `ts` as *integer Unix-epoch microseconds* (1669783687352244
+  = 2022-11-30). Those are on the epoch too (`epoch_offset_ns = 0`); only a
+  trace with neither (`ts` below 10**15 µs, i.e. not after 2001) gets
+  `time_base = 'trace'` and a NULL offset.
+- Times keep full nanosecond precision (see `arrays.us_to_ns`).
+
+Which raw keys are read, and which event categories go to which table, is
+declared in `kineto_schema`; collectives are built in `kineto_collectives`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.errors import TraceError
+from collector.ingest import kineto_stream
+from collector.ingest.arrays import constant, to_int
+from collector.ingest.base import ParsedTrace, build_table, rank_from_filename
+from collector.ingest.buffer import read_buffer
+from collector.ingest.kineto_collectives import build_collectives
+from collector.ingest.kineto_columns import TABLES, Accumulator
+from collector.ingest.kineto_schema import KinetoTrace
+from collector.ingest.kineto_stream import NotStreamable, TraceStream
+from collector.schema import TS_TYPE
+
+FORMAT = "kineto"
+
+_HEAD_BYTES = 64 * 1024
+_MARKERS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+# Times at or above this (2001-09-09, in ns) are on the Unix epoch.
+_EPOCH_NS = 10**18
+# Events per batch when a trace has to be decoded whole.
+_WHOLE_BATCH = 1 << 16
+# tensorboard_trace_handler's default file name: {hostname}_{pid}.{time_ns}.pt.trace.json
+_HANDLER_FILE = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$")
+_RANK_PREFIX = re.compile(r"^rank[-_]?\d+\.", re.IGNORECASE)
+_NOT_BLANK = re.compile(rb"\s*\S")
+_DECODER = msgspec.json.Decoder(KinetoTrace)
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A JSON object with `traceEvents` (or Kineto's header keys, when a
+    large `distributedInfo` pushes `traceEvents` past the head)."""
+    if not head.lstrip().startswith(b"{"):
+        return False
+    if b'"traceEvents"' in head:
+        return True
+    return len(head) >= _HEAD_BYTES and any(marker in head for marker in _MARKERS)
+
+
+def parse(path: Path, run: str) -> ParsedTrace:
+    metadata, events = _read(path)
+    if not events.rows["kernels"]:
+        raise TraceError(str(path), "no GPU events (kernels, memcpy or memset)")
+    clock = _clock(metadata, events.first_ts_ns())
+    rank, rank_source = _rank(metadata, path)
+    rows = {table: events.result(table, clock.offset_ns) for table in TABLES}
+    tables = {table: _table(table, r.columns, run, rank) for table, r in rows.items() if r.columns}
+    collectives = build_collectives(rows["kernels"], rows["cpu_ops"], rows["api_calls"], rows["annotations"])
+    if collectives is not None:
+        tables["collectives"] = _table("collectives", collectives, run, rank)
+    tables["runs"] = _runs_row(metadata, path, run, rank, rank_source, clock, rows, dict(events.skipped))
+    return ParsedTrace(format=FORMAT, tables=tables, events=events.events)
+
+
+def _read(path: Path) -> tuple[KinetoTrace, Accumulator]:
+    """Metadata and accumulated columns: streamed, else decoded whole."""
+    events = Accumulator()
+    stream = TraceStream(path, kineto_stream.BATCH_BYTES)
+    try:
+        for batch in stream.batches():
+            events.add(batch)
+        return stream.metadata, events
+    except NotStreamable:
+        pass
+    data = read_buffer(path)
+    if not _NOT_BLANK.match(data):
+        raise TraceError(str(path), "empty file")
+    try:
+        trace = _DECODER.decode(data)
+    except msgspec.ValidationError as error:
+        raise TraceError(str(path), f"not a PyTorch profiler (Kineto) trace: {error}") from None
+    except msgspec.DecodeError as error:
+        raise TraceError(str(path), f"invalid JSON: {error}") from None
+    del data
+    if trace.traceEvents is None:
+        raise TraceError(str(path), "no traceEvents: not a PyTorch profiler (Kineto) trace")
+    events = Accumulator()
+    all_events, trace.traceEvents = trace.traceEvents, None
+    for start in range(0, len(all_events), _WHOLE_BATCH):
+        events.add(all_events[start : start + _WHOLE_BATCH])
+    return trace, events
+
+
+class _Clock:
+    def __init__(self, offset_ns: int, time_base: str, epoch_offset_ns: int | None, note: str) -> None:
+        self.offset_ns = offset_ns
+        self.time_base = time_base
+        self.epoch_offset_ns = epoch_offset_ns
+        self.note = note
+
+
+def _clock(trace: KinetoTrace, first_ts_ns: int | None) -> _Clock:
+    """Where the trace's `ts` origin lies (see the module docstring)."""
+    base_ns = to_int(trace.baseTimeNanoseconds)
+    absolute = first_ts_ns is not None and first_ts_ns >= _EPOCH_NS
+    if base_ns is not None and not absolute:
+        return _Clock(base_ns, "epoch", base_ns, "ts relative to baseTimeNanoseconds")
+    if absolute:
+        return _Clock(0, "epoch", 0, "ts in Unix-epoch microseconds")
+    return _Clock(0, "trace", None, "ts from the trace's own origin")
+
+
+def _table(table: str, columns: dict[str, Any], run: str, rank: int) -> pa.Table:
+    length = len(next(iter(columns.values())))
+    return build_table(table, {"run": constant(run, length, pa.string()), "rank": constant(rank, length, pa.int32()), **columns})
+
+
+def _rank(trace: KinetoTrace, path: Path) -> tuple[int, str]:
+    info = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
+    rank = to_int(info.get("rank"))
+    if rank is not None:
+        return rank, "distributedInfo"
+    rank = rank_from_filename(path)
+    if rank is not None:
+        return rank, "file name"
+    return 0, "default (the trace does not say)"
+
+
+def _runs_row(trace: KinetoTrace, path: Path, run: str, rank: int, rank_source: str, clock: _Clock,
+              rows: dict[str, Any], skipped: dict[str, int]) -> pa.Table:
+    info = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
+    properties = trace.deviceProperties if isinstance(trace.deviceProperties, list) else []
+    counts = pc.value_counts(rows["kernels"].columns["device"]).to_pylist()
+    used = sorted((c["values"] for c in counts if c["values"] is not None))
+    main_device = max(counts, key=lambda c: c["counts"])["values"] if counts else None
+    device_name = next((p.get("name") for p in properties if isinstance(p, dict) and to_int(p.get("id")) == main_device), None)
+    host, host_source = _host(trace, path)
+    pid = _first_pid(rows)
+    metadata = {
+        "rank_source": rank_source,
+        "host_source": host_source,
+        "time_note": clock.note,
+        "base_time_ns": to_int(trace.baseTimeNanoseconds),
+        "schema_version": trace.schemaVersion,
+        "trace_name": trace.traceName,
+        "devices_used": used,
+        "device_properties": properties,
+        "pg_count": info.get("pg_count"),
+        "pg_config": info.get("pg_config"),
+        "skipped_events": skipped,
+    }
+    row = {
+        "run": [run],
+        "rank": [rank],
+        "world_size": [to_int(info.get("world_size"))],
+        "host": [host],
+        "pid": [pid],
+        "device_name": [device_name],
+        "source_path": [str(path.resolve())],
+        "source_format": [FORMAT],
+        "epoch_offset_ns": [clock.epoch_offset_ns],
+        "time_base": [clock.time_base],
+        "backend": [_text(info.get("backend"))],
+        "nccl_version": [_text(info.get("nccl_version"))],
+        "ingested_at": pa.array([time.time_ns() // 1000], type=pa.int64()).cast(TS_TYPE),
+        "metadata_json": [msgspec.json.encode(metadata).decode()],
+    }
+    return build_table("runs", row)
+
+
+def _first_pid(rows: dict[str, Any]) -> int | None:
+    """The profiled process: the pid of its CPU-side events."""
+    for table in ("cpu_ops", "api_calls"):
+        pids = rows[table].columns.get("pid")
+        if pids is not None:
+            pids = pids.drop_null()
+            if len(pids):
+                return pids[0].as_py()
+    return None
+
+
+def _host(trace: KinetoTrace, path: Path) -> tuple[str | None, str | None]:
+    for value in (trace.hostname, trace.hostName):
+        if isinstance(value, str) and value:
+            return value, "trace"
+    match = _HANDLER_FILE.match(path.name)
+    if match:
+        # A custom worker-name prefix such as `rank-3.` is not the host.
+        return _RANK_PREFIX.sub("", match.group("host")), "file name (tensorboard_trace_handler)"
+    return None, None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,379 @@
+"""Collectives of one Kineto trace: one row per collective, linked to its kernel.
+
+Where a row's facts come from, best first:
+
+1. A `record_param_comms` CPU op with collective args (newer PyTorch):
+   op, sizes, dtype, process group and its ranks, `Seq` where the version
+   writes it. Its kernel is the communication kernel with the op's
+   `External id` or, failing that, the one whose launch call ran inside the
+   op on the same thread. `wait` ops (Work.wait) are not collectives.
+2. A communication kernel with collective args of its own (newer Kineto
+   copies them onto the kernel) that no op of (1) claimed.
+3. Any other communication kernel (older PyTorch records the op without
+   args): the op from the `nccl:<op>` range its launch ran inside, else from
+   the kernel name; the size from that range's input shapes where the trace
+   recorded shapes. Group, ranks and seq stay NULL: the trace does not say.
+
+`start_ns`/`end_ns` are the kernel's interval (first start to last end when
+one op launched several kernels), or the CPU op's where no kernel was
+found (then `kernel_name` is NULL). Bytes are max(in, out elements) × the
+element size, so all-gather counts its output and reduce-scatter its input.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.ingest.arrays import to_int
+from collector.ingest.base import dtype_bytes, normalise_op
+from collector.ingest.categories import COMMUNICATION
+from collector.ingest.kineto_schema import (
+    COLLECTIVE_ANNOTATION_PREFIX,
+    NO_ARGS,
+    PARAM_COMMS_OP,
+    KinetoArgs,
+    KinetoEvent,
+)
+
+NOT_COLLECTIVES = frozenset({"wait"})
+
+
+@dataclass
+class EventRows:
+    """One table's contract columns, and the few raw events kept by row."""
+
+    columns: dict[str, Any]
+    kept: dict[int, KinetoEvent]
+
+    def take(self, column: str, indices: list[int]) -> list[Any]:
+        return self.columns[column].take(pa.array(indices, type=pa.int64())).to_pylist()
+
+
+# --- value normalisation -------------------------------------------------------
+
+# PyTorch ScalarType names (record_param_comms `dtype`) and C++ type names
+# (`Input type`) to the names NCCL logs and nsys use (base.NCCL_DTYPES).
+_DTYPE_NAMES: dict[str, str] = {
+    "float": "float32", "float32": "float32", "half": "float16", "float16": "float16",
+    "bfloat16": "bfloat16", "double": "float64", "float64": "float64",
+    "long": "int64", "long int": "int64", "int64": "int64", "int": "int32", "int32": "int32",
+    "short": "int16", "int16": "int16", "char": "int8", "signed char": "int8", "int8": "int8",
+    "byte": "uint8", "unsigned char": "uint8", "uint8": "uint8", "bool": "bool",
+    "complexfloat": "complex64", "complexdouble": "complex128",
+}
+
+
+def normalise_dtype(dtype: str | None) -> str | None:
+    """`Float` → `float32`, `c10::BFloat16` → `bfloat16`; unknown names kept."""
+    if not dtype:
+        return None
+    key = dtype.strip().lower().removeprefix("c10::").removeprefix("torch.")
+    return _DTYPE_NAMES.get(key, key)
+
+
+def clean_str(value: Any) -> str | None:
+    """A metadata string; the legacy path wrote some values with their quotes."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = text[1:-1]
+    return text or None
+
+
+def parse_group_ranks(value: Any, group_size: int | None, start: int | None = None, stride: int | None = None) -> list[int] | None:
+    """The ranks of a process group, rebuilding a list Kineto truncated.
+
+    PyTorch writes at most 30 ranks and then `...` (`"[0, 1, ..., 29, ...]"`);
+    some writers keep the last one (`"[0, 1, 2, ..., 127]"`). A truncated
+    list is rebuilt from `Global rank start`/`Global rank stride` where
+    given (a stride below 1 means "not strided"), else from the stride of
+    its first ranks, and kept only if it agrees with every rank shown and
+    the group size. None when it cannot be rebuilt.
+    """
+    if isinstance(value, list):
+        ranks = [to_int(v) for v in value]
+        return None if any(r is None for r in ranks) else ranks  # type: ignore[return-value]
+    text = clean_str(value)
+    head: list[int] = []
+    tail: list[int] = []
+    truncated = False
+    if text is not None and text.startswith("[") and text.endswith("]"):
+        for part in text[1:-1].split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if part.endswith("..."):
+                truncated = True
+                part = part.removesuffix("...").strip()
+                if not part:
+                    continue
+            number = to_int(part)
+            if number is None:
+                return None
+            (tail if truncated else head).append(number)
+        if not truncated:
+            return head
+    elif text is not None:
+        return None
+    if group_size is None or group_size < 1:
+        return None
+    if start is None or stride is None or stride < 1:
+        if len(head) >= 2:
+            start, stride = head[0], head[1] - head[0]
+        elif len(head) == 1 and group_size == 1:
+            return head
+        else:
+            return None
+    if stride < 1:
+        return None
+    ranks = [start + i * stride for i in range(group_size)]
+    if ranks[: len(head)] != head or (tail and ranks[-len(tail):] != tail):
+        return None
+    return ranks
+
+
+_KERNEL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv|Broadcast|Reduce|Send|Recv)")
+
+
+@lru_cache(maxsize=4096)
+def op_from_kernel_name(name: str) -> str | None:
+    """`ncclKernel_AllReduce_RING_LL_Sum_float(...)` → `all_reduce`.
+
+    None for RCCL's `Generic` kernels, which run any collective.
+    """
+    match = _KERNEL_OP.search(name.split("(", 1)[0])
+    return normalise_op(match.group(1)) if match else None
+
+
+# --- rows ----------------------------------------------------------------------
+
+COLUMNS = (
+    "process_group", "process_group_desc", "seq", "op", "bytes", "group_size", "dtype",
+    "in_nelems", "out_nelems", "group_ranks", "start_ns", "end_ns", "cpu_start_ns",
+    "cpu_end_ns", "kernel_name", "correlation_id", "external_id",
+)
+
+
+def _bytes(in_nelems: int | None, out_nelems: int | None, dtype: str | None) -> int | None:
+    size = dtype_bytes(dtype)
+    counts = [n for n in (in_nelems, out_nelems) if n is not None]
+    if size is None or not counts:
+        return None
+    return max(counts) * size
+
+
+def fields_from_args(args: KinetoArgs) -> dict[str, Any]:
+    """The collective columns a record_param_comms op (or kernel) states."""
+    group_size = to_int(args.group_size)
+    ranks = parse_group_ranks(args.process_group_ranks, group_size, to_int(args.global_rank_start), to_int(args.global_rank_stride))
+    if group_size is None and ranks is not None:
+        group_size = len(ranks)
+    op = normalise_op(clean_str(args.collective_name))
+    dtype = normalise_dtype(clean_str(args.dtype))
+    in_nelems, out_nelems = to_int(args.in_msg_nelems), to_int(args.out_msg_nelems)
+    return {
+        "process_group": clean_str(args.process_group_name),
+        "process_group_desc": clean_str(args.process_group_desc),
+        "seq": to_int(args.seq),
+        "op": op,
+        "bytes": _bytes(in_nelems, out_nelems, dtype),
+        "group_size": group_size,
+        "dtype": dtype,
+        "in_nelems": in_nelems,
+        "out_nelems": out_nelems,
+        "group_ranks": ranks,
+    }
+
+
+def _decode_raw(raw: msgspec.Raw) -> Any:
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _op_of_range(name: str) -> str | None:
+    return normalise_op(name.removeprefix(COLLECTIVE_ANNOTATION_PREFIX))
+
+
+def fields_from_annotation(annotation: KinetoEvent | None, kernel_name: str) -> dict[str, Any]:
+    """What an older trace says about a collective: its `nccl:<op>` range.
+
+    The range's first input is the tensor sent; its shape gives the element
+    count. Sizes of gather-type ops grow by the (unknown) group size, so
+    their bytes stay NULL.
+    """
+    op = None
+    in_nelems = dtype = None
+    if annotation is not None:
+        op = _op_of_range(str(annotation.name))
+        args = annotation.args or NO_ARGS
+        dims, types = _decode_raw(args.input_dims), _decode_raw(args.input_type)
+        if isinstance(dims, list) and dims and isinstance(dims[0], list) and isinstance(types, list) and types:
+            shape = [to_int(d) for d in dims[0]]
+            if shape and all(d is not None for d in shape):
+                in_nelems = 1
+                for d in shape:
+                    in_nelems *= d  # type: ignore[operator]
+                dtype = normalise_dtype(clean_str(types[0]))
+    if op is None:
+        op = op_from_kernel_name(kernel_name)
+    grows = op in ("all_gather", "gather")
+    return {
+        "op": op,
+        "dtype": dtype,
+        "in_nelems": in_nelems,
+        "bytes": None if grows else _bytes(in_nelems, None, dtype),
+    }
+
+
+class _Enclosing:
+    """Per thread, which of a set of non-nested CPU ranges holds a time."""
+
+    def __init__(self) -> None:
+        self._by_tid: dict[Any, tuple[list[int], list[int], list[int]]] = {}
+
+    def add(self, tid: Any, start_ns: int | None, end_ns: int | None, index: int) -> None:
+        if start_ns is None or end_ns is None:
+            return
+        self._by_tid.setdefault(tid, ([], [], []))
+        starts, ends, indices = self._by_tid[tid]
+        starts.append(start_ns)
+        ends.append(end_ns)
+        indices.append(index)
+
+    def freeze(self) -> None:
+        for tid, (starts, ends, indices) in self._by_tid.items():
+            order = sorted(range(len(starts)), key=starts.__getitem__)
+            self._by_tid[tid] = ([starts[i] for i in order], [ends[i] for i in order], [indices[i] for i in order])
+
+    def find(self, tid: Any, time_ns: int) -> int | None:
+        if tid not in self._by_tid:
+            return None
+        starts, ends, indices = self._by_tid[tid]
+        position = bisect.bisect_right(starts, time_ns) - 1
+        if position >= 0 and ends[position] >= time_ns:
+            return indices[position]
+        return None
+
+
+def build_collectives(kernels: EventRows, cpu_ops: EventRows, api_calls: EventRows, annotations: EventRows) -> dict[str, list] | None:
+    """Column lists for the `collectives` table, or None when there are none.
+
+    Uses the kept events: communication kernels, `record_param_comms` ops
+    and `nccl:` ranges, by row index in their tables.
+    """
+    comm = sorted(kernels.kept)
+    param_ops = []
+    for j in sorted(cpu_ops.kept):
+        name = clean_str((cpu_ops.kept[j].args or NO_ARGS).collective_name)
+        if name is None or name.lower() not in NOT_COLLECTIVES:
+            param_ops.append(j)
+    if not comm and not param_ops:
+        return None
+
+    op_interval = dict(zip(param_ops, zip(cpu_ops.take("start_ns", param_ops), cpu_ops.take("end_ns", param_ops))))
+    op_external = dict(zip(param_ops, cpu_ops.take("external_id", param_ops)))
+    param_by_external: dict[int, int] = {}
+    param_ranges = _Enclosing()
+    for j, tid in zip(param_ops, cpu_ops.take("tid", param_ops)):
+        if op_external[j] is not None:
+            param_by_external.setdefault(op_external[j], j)
+        param_ranges.add(tid, *op_interval[j], j)
+    param_ranges.freeze()
+
+    ranges = sorted(annotations.kept)
+    annotation_interval = dict(zip(ranges, zip(annotations.take("start_ns", ranges), annotations.take("end_ns", ranges))))
+    annotation_ranges = _Enclosing()
+    for a, tid in zip(ranges, annotations.take("tid", ranges)):
+        annotation_ranges.add(tid, *annotation_interval[a], a)
+    annotation_ranges.freeze()
+
+    k_correlation = dict(zip(comm, kernels.take("correlation_id", comm)))
+    k_external = dict(zip(comm, kernels.take("external_id", comm)))
+    k_interval = dict(zip(comm, zip(kernels.take("start_ns", comm), kernels.take("end_ns", comm))))
+    launches = _launches(api_calls, {c for c in k_correlation.values() if c is not None})
+
+    kernels_of_op: dict[int, list[int]] = {}
+    unclaimed: list[tuple[int, int | None, int | None]] = []  # kernel, param op, annotation
+    for i in comm:
+        launch = launches.get(k_correlation[i]) if k_correlation[i] is not None else None
+        j = param_by_external.get(k_external[i]) if k_external[i] is not None else None
+        annotation = None
+        if launch is not None:
+            if j is None:
+                j = param_ranges.find(*launch)
+            annotation = annotation_ranges.find(*launch)
+        if j is not None and (cpu_ops.kept[j].args or NO_ARGS).collective_name is not None:
+            kernels_of_op.setdefault(j, []).append(i)
+        else:
+            unclaimed.append((i, j, annotation))
+
+    rows: list[dict[str, Any]] = []
+    for j in param_ops:
+        args = cpu_ops.kept[j].args or NO_ARGS
+        if args.collective_name is None:
+            continue
+        row = fields_from_args(args)
+        row["cpu_start_ns"], row["cpu_end_ns"] = op_interval[j]
+        row["external_id"] = op_external[j]
+        _attach_kernels(row, kernels, kernels_of_op.get(j, []), k_interval, k_correlation)
+        rows.append(row)
+    for i, j, annotation in unclaimed:
+        kernel = kernels.kept[i]
+        args = kernel.args or NO_ARGS
+        if args.collective_name is not None:
+            row = fields_from_args(args)
+        else:
+            row = fields_from_annotation(annotations.kept[annotation] if annotation is not None else None, str(kernel.name))
+        if j is not None:
+            row["cpu_start_ns"], row["cpu_end_ns"] = op_interval[j]
+        elif annotation is not None:
+            row["cpu_start_ns"], row["cpu_end_ns"] = annotation_interval[annotation]
+        row["external_id"] = op_external[j] if j is not None else k_external[i]
+        _attach_kernels(row, kernels, [i], k_interval, k_correlation)
+        rows.append(row)
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (r["start_ns"] is None, r["start_ns"] or 0))
+    return {column: [row.get(column) for row in rows] for column in COLUMNS}
+
+
+def _launches(api_calls: EventRows, correlations: set[int]) -> dict[int, tuple[int, int]]:
+    """correlation id → (thread, start) of the runtime call with that id."""
+    if not correlations or "correlation_id" not in api_calls.columns:
+        return {}
+    wanted = pa.array(sorted(correlations), type=pa.int64())
+    mask = pc.fill_null(pc.is_in(api_calls.columns["correlation_id"], value_set=wanted), False)
+    calls = pc.indices_nonzero(mask).to_pylist()
+    launches: dict[int, tuple[int, int]] = {}
+    for correlation, tid, start in zip(api_calls.take("correlation_id", calls), api_calls.take("tid", calls),
+                                       api_calls.take("start_ns", calls)):
+        if start is not None:
+            launches.setdefault(correlation, (tid, start))
+    return launches
+
+
+def _attach_kernels(row: dict[str, Any], kernels: EventRows, indices: list[int],
+                    interval: dict[int, tuple[int | None, int | None]], correlation: dict[int, int | None]) -> None:
+    if not indices:
+        row["start_ns"], row["end_ns"] = row.get("cpu_start_ns"), row.get("cpu_end_ns")
+        return
+    first = min(indices, key=lambda i: interval[i][0] or 0)
+    row["start_ns"] = interval[first][0]
+    ends = [interval[i][1] for i in indices if interval[i][1] is not None]
+    row["end_ns"] = max(ends) if ends else None
+    row["kernel_name"] = kernels.kept[first].name
+    row["correlation_id"] = correlation[first]

@@ -1,0 +1,100 @@
+"""What gpulens reads from a Kineto (PyTorch profiler) trace, declared once.
+
+This module is the declarative mapping for the Kineto format (like HTA's
+`default_event_args`): the msgspec structs below name every raw key the
+parser reads, under the attribute the parser uses, and `EVENT_TABLES`
+routes each event category to a contract table. Keys not declared here are
+skipped by the decoder without building Python objects for them, which is
+where most of the speed and memory saving over a plain `json.loads` comes
+from.
+
+Field types are deliberately loose (`Any`) for values whose type differs
+between PyTorch versions (ids written as numbers or strings, rank lists as
+JSON lists or as text); the parser normalises them. `ts` and `dur` are typed
+floats: a trace whose times are not numbers is not a Kineto trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+# Event category (`cat`) → (contract table, kind). Only complete events
+# (`ph: "X"`) are read. Categories not listed are counted and skipped:
+# `python_function` (Python stack frames of `with_stack=True`: frames, not
+# operators, and often most of the file), `cpu_instant_event` (allocator
+# events), `Trace` (the profiler span), flows (`ac2g` launch → kernel links
+# duplicate the `correlation` arg; `fwdbwd`), `cuda_sync` and metadata.
+EVENT_TABLES: dict[str, tuple[str, str | None]] = {
+    "kernel": ("kernels", "kernel"),
+    "gpu_memcpy": ("kernels", "memcpy"),
+    "gpu_memset": ("kernels", "memset"),
+    "cuda_runtime": ("api_calls", None),
+    "cuda_driver": ("api_calls", None),
+    "cpu_op": ("cpu_ops", None),
+    "user_annotation": ("annotations", "user"),
+    "gpu_user_annotation": ("annotations", "gpu_user"),
+}
+
+# The CPU op PyTorch records around every c10d collective, carrying its
+# parameters in `args` (PyTorch ≥ 2.1; earlier versions record it bare).
+PARAM_COMMS_OP = "record_param_comms"
+# ProcessGroupNCCL's own range around a collective: `nccl:all_reduce`.
+COLLECTIVE_ANNOTATION_PREFIX = "nccl:"
+
+
+class KinetoArgs(msgspec.Struct, gc=False):
+    """The `args` keys gpulens reads (raw key in `name=`)."""
+
+    external_id: Any = msgspec.field(name="External id", default=None)
+    correlation: Any = None
+    device: Any = None
+    stream: Any = None
+    grid: Any = None
+    block: Any = None
+    bytes: Any = None
+    # Collective metadata of `record_param_comms` ops; newer Kineto copies
+    # it onto the collective's kernel too.
+    collective_name: Any = msgspec.field(name="Collective name", default=None)
+    in_msg_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_msg_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    dtype: Any = None
+    process_group_name: Any = msgspec.field(name="Process Group Name", default=None)
+    process_group_desc: Any = msgspec.field(name="Process Group Description", default=None)
+    process_group_ranks: Any = msgspec.field(name="Process Group Ranks", default=None)
+    global_rank_start: Any = msgspec.field(name="Global rank start", default=None)
+    global_rank_stride: Any = msgspec.field(name="Global rank stride", default=None)
+    seq: Any = msgspec.field(name="Seq", default=None)
+    # Shapes and types of an op's inputs (record_shapes=True). Kept raw and
+    # decoded only for the few collective annotations that need them.
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw())
+    input_type: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw())
+
+
+class KinetoEvent(msgspec.Struct, gc=False):
+    ph: str | None = None
+    cat: str | None = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    # Microseconds: relative to baseTimeNanoseconds where the trace has it,
+    # else on the Unix epoch (Kineto before ~2023) or an arbitrary origin.
+    ts: float | None = None
+    dur: float | None = None
+    args: KinetoArgs | None = None
+
+
+class KinetoTrace(msgspec.Struct):
+    traceEvents: list[KinetoEvent] | None = None
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+    traceName: Any = None
+    hostname: Any = None
+    hostName: Any = None
+
+
+NO_ARGS = KinetoArgs()

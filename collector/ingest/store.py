@@ -1,0 +1,125 @@
+"""Where ingested trace tables live, and writing one source file's tables.
+
+Layout (a refinement of DESIGN.md's `traces/run=R/<table>.parquet`):
+
+    OUT/traces/run=<R>/<table>/<source-id>.parquet
+
+Ranks are ingested in parallel, one process per file, and re-ingesting
+one file must replace exactly that file's rows. So every source file owns
+one Parquet file per table, named by a stable hash of its absolute path:
+workers never write the same file, and ingesting the same source again
+overwrites its files (idempotent) without reading or rewriting anyone
+else's rows. `run` and `rank` are columns in the files too; readers do not
+depend on the folder names.
+
+Atomicity: all tables of a source are first written under `OUT/.staging/`
+(same filesystem), fsynced, then renamed into place. Any failure before the
+renames leaves nothing of that source behind and the previous ingest of it
+untouched. Staged files sit in a per-attempt folder, so the node writer's
+sweep of stray `*.tmp` files in `.staging/` cannot touch them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collector.errors import DatasetError
+from collector.schema import TRACE_SCHEMAS
+
+TRACES_DIR = "traces"
+STAGING_DIR = ".staging"
+_STAGING_PREFIX = "ingest-"
+
+
+def source_id(path: str | Path) -> str:
+    """A stable id of a source file: a hash of its absolute path."""
+    absolute = os.path.abspath(os.fspath(path))
+    return hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def sanitise_run(name: str) -> str:
+    """A run name that is one safe path component."""
+    cleaned = re.sub(r"[/\\\x00-\x1f]+", "_", name.strip()).lstrip(".")
+    return cleaned or "run"
+
+
+def run_dir(out: Path, run: str) -> Path:
+    return out / TRACES_DIR / f"run={sanitise_run(run)}"
+
+
+def table_path(out: Path, run: str, table: str, source: str) -> Path:
+    return run_dir(out, run) / table / f"{source}.parquet"
+
+
+def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) -> dict[str, int]:
+    """Replace the rows of one source with `tables`; row counts written.
+
+    Empty tables get no file (and lose the one an earlier ingest wrote).
+    Raises DatasetError naming the file that could not be written.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    staging_root = out / STAGING_DIR
+    staging_root.mkdir(exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{source}-", dir=staging_root))
+    try:
+        staged: dict[str, Path] = {}
+        for table, data in tables.items():
+            if data.num_rows == 0:
+                continue
+            staged[table] = _write_staged(data, staging / f"{table}.parquet")
+        written: dict[str, int] = {}
+        for table, temporary in staged.items():
+            destination = table_path(out, run, table, source)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(temporary, destination)
+            _fsync_dir(destination.parent)
+            written[table] = tables[table].num_rows
+        _remove_stale(out, run, source, written)
+        return written
+    except OSError as error:
+        raise DatasetError(f"{error.filename or out}: cannot write: {error.strerror or error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_staged(table: pa.Table, path: Path) -> Path:
+    # Dictionaries only for text (names, categories repeat); on times and
+    # ids they cost time and make files bigger (v100 trace: 1.0 vs 1.8 MB).
+    text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    pq.write_table(table, path, compression="zstd", use_dictionary=text)
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; not every filesystem allows it.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_stale(out: Path, run: str, source: str, written: dict[str, int]) -> None:
+    """Drop this source's files that the new ingest did not replace: tables
+    now empty, and copies under another run name."""
+    current = run_dir(out, run)
+    for table in TRACE_SCHEMAS:
+        for path in (out / TRACES_DIR).glob(f"run=*/{table}/{source}.parquet"):
+            if path.parent.parent != current or table not in written:
+                path.unlink(missing_ok=True)
+

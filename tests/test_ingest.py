@@ -1,0 +1,261 @@
+"""The ingest orchestrator: formats, bad input, layout, idempotence, parallelism."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from collector.errors import TraceError
+from collector.ingest import UNKNOWN_FORMAT, detect_format, ingest_paths, source_id
+from collector.ingest.batch import common_stem
+from collector.ingest.store import STAGING_DIR
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="shared real traces not present")
+
+
+def kineto_json(rank: int | None = 0, kernels: int = 2) -> str:
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.5, "dur": 3.0,
+               "args": {"External id": 1}}]
+    events += [{"ph": "X", "cat": "kernel", "name": f"gemm_{i}", "pid": 0, "tid": 7, "ts": 20.0 + i, "dur": 0.5,
+                "args": {"device": 0, "stream": 7, "correlation": 100 + i, "External id": 1}} for i in range(kernels)]
+    trace: dict = {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000}
+    if rank is not None:
+        trace["distributedInfo"] = {"rank": rank, "world_size": 4, "backend": "nccl"}
+    return json.dumps(trace)
+
+
+def write(path: Path, text: str, compress: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if compress:
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def dataset_files(out: Path) -> list[Path]:
+    return sorted(p for p in (out / "traces").rglob("*.parquet"))
+
+
+def rows_in(out: Path, table: str) -> list[dict]:
+    return [row for path in sorted((out / "traces").glob(f"run=*/{table}/*.parquet")) for row in pq.read_table(path).to_pylist()]
+
+
+# --- formats ------------------------------------------------------------------------------
+
+
+def test_detect_format_kineto_gzip_by_content(tmp_path: Path) -> None:
+    assert detect_format(write(tmp_path / "trace.bin", kineto_json(), compress=True)) == "kineto"
+
+
+def test_detect_format_nsys_sqlite(tmp_path: Path) -> None:
+    pytest.importorskip("collector.ingest.nsys")
+    path = tmp_path / "report.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute("create table CUPTI_ACTIVITY_KIND_KERNEL (start integer, end integer)")
+    connection.close()
+    assert detect_format(path) == "nsys"
+
+
+def test_detect_format_rocprof_csv(tmp_path: Path) -> None:
+    pytest.importorskip("collector.ingest.rocprof")
+    header = "Kind,Agent_Id,Queue_Id,Kernel_Id,Kernel_Name,Correlation_Id,Start_Timestamp,End_Timestamp\n"
+    assert detect_format(write(tmp_path / "kernel_trace.csv", header)) == "rocprof"
+
+
+def test_detect_format_nccl_log(tmp_path: Path) -> None:
+    pytest.importorskip("collector.ingest.nccl_log")
+    line = "node01:2201:2201 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+    assert detect_format(write(tmp_path / "slurm-42.out", line)) == "nccl_log"
+
+
+def test_detect_format_unknown_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "notes.json", '{"hello": "world"}')
+    with pytest.raises(TraceError) as error:
+        detect_format(path)
+    assert str(error.value) == f"{path}: {UNKNOWN_FORMAT}"
+
+
+def test_detect_format_empty_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="empty file"):
+        detect_format(write(tmp_path / "empty.json", ""))
+
+
+# --- bad input: one line each, the rest still ingested, nothing half-written ---------------
+
+BAD_INPUTS = {
+    "truncated.json.gz": (lambda: gzip.compress(kineto_json(kernels=2000).encode())[:4000], "truncated or corrupt gzip"),
+    "invalid.json": (lambda: (kineto_json()[:-40] + "}}}").encode(), "invalid JSON"),
+    "empty.json": (lambda: b"", "empty file"),
+    "unknown.json": (lambda: b'{"some": "other json"}', UNKNOWN_FORMAT),
+    "cpu_only.json": (lambda: kineto_json(kernels=0).encode(), "no GPU events (kernels, memcpy or memset)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_ingest_bad_input_fails_with_one_line_naming_the_file(tmp_path: Path, name: str) -> None:
+    content, problem = BAD_INPUTS[name]
+    bad = tmp_path / "in" / name
+    bad.parent.mkdir()
+    bad.write_bytes(content())
+    report = ingest_paths([bad], tmp_path / "out", jobs=1)
+    lines = [str(f) for f in report.failures]
+    assert (len(lines), lines[0].startswith(f"{bad}: {problem}"), "\n" in lines[0]) == (1, True, False)
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_ingest_bad_input_leaves_other_files_ingested_and_nothing_half_written(tmp_path: Path, name: str) -> None:
+    content, _ = BAD_INPUTS[name]
+    good = write(tmp_path / "in" / "good_rank0.json", kineto_json(rank=0))
+    bad = tmp_path / "in" / name
+    bad.write_bytes(content())
+    out = tmp_path / "out"
+    report = ingest_paths([good, bad], out, run="r", jobs=1)
+    produced = {p.stem for p in dataset_files(out)}
+    assert (len(report.results), produced, list((out / STAGING_DIR).iterdir())) == (1, {source_id(good)}, [])
+
+
+def test_ingest_failure_keeps_the_earlier_ingest_of_that_file(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json(kernels=3))
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="r", jobs=1)
+    trace.write_text(kineto_json()[:-10])  # the file is now broken
+    report = ingest_paths([trace], out, run="r", jobs=1)
+    assert (len(report.failures), len(rows_in(out, "kernels"))) == (1, 3)
+
+
+def test_ingest_missing_path_is_a_failure(tmp_path: Path) -> None:
+    report = ingest_paths([tmp_path / "nope.json"], tmp_path / "out")
+    assert [str(f) for f in report.failures] == [f"{tmp_path / 'nope.json'}: no such file or directory"]
+
+
+# --- layout and idempotence ----------------------------------------------------------------
+
+
+def test_ingest_layout_run_table_source_id(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json())
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="exp/1", jobs=1)
+    assert [p.relative_to(out).as_posix() for p in dataset_files(out)] == [
+        f"traces/run=exp_1/{table}/{source_id(trace)}.parquet" for table in ("cpu_ops", "kernels", "runs")]
+
+
+def test_ingest_stores_run_and_rank_columns(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json(rank=2))
+    ingest_paths([trace], tmp_path / "out", run="exp", jobs=1)
+    assert {(r["run"], r["rank"]) for r in rows_in(tmp_path / "out", "kernels")} == {("exp", 2)}
+
+
+def test_ingest_writes_zstd(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json())
+    ingest_paths([trace], tmp_path / "out", run="r", jobs=1)
+    metadata = pq.ParquetFile(dataset_files(tmp_path / "out")[0]).metadata
+    assert metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_ingest_same_file_twice_is_idempotent(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json(kernels=5))
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="r", jobs=1)
+    ingest_paths([trace], out, run="r", jobs=1)
+    assert (len(rows_in(out, "kernels")), len(rows_in(out, "runs")), len(dataset_files(out))) == (5, 1, 3)
+
+
+def test_ingest_changed_file_replaces_its_rows(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json(kernels=5))
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="r", jobs=1)
+    trace.write_text(kineto_json(kernels=2))
+    ingest_paths([trace], out, run="r", jobs=1)
+    assert len(rows_in(out, "kernels")) == 2
+
+
+def test_ingest_same_file_under_new_run_moves_it(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json())
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="old", jobs=1)
+    ingest_paths([trace], out, run="new", jobs=1)
+    assert {r["run"] for r in rows_in(out, "kernels")} == {"new"}
+
+
+# --- runs of many ranks ----------------------------------------------------------------------
+
+
+def test_ingest_directory_is_one_run_with_its_ranks(tmp_path: Path) -> None:
+    folder = tmp_path / "job42"
+    for rank in range(3):
+        write(folder / f"worker{rank}.pt.trace.json", kineto_json(rank=rank))
+    write(folder / "README.md", "not a trace")
+    report = ingest_paths([folder], tmp_path / "out", jobs=1)
+    assert (report.runs, sorted(r.rank for r in report.results), report.failures) == (["job42"], [0, 1, 2], [])
+
+
+def test_ingest_directory_skips_non_traces_and_hidden_files(tmp_path: Path) -> None:
+    folder = tmp_path / "job"
+    write(folder / "rank0.json", kineto_json(rank=0))
+    write(folder / "stats.csv", "a,b\n1,2\n")
+    write(folder / ".partial.json", kineto_json(rank=1))
+    report = ingest_paths([folder], tmp_path / "out", jobs=1)
+    assert ([Path(r.path).name for r in report.results], [Path(s.path).name for s in report.skipped], report.failures) == (
+        ["rank0.json"], ["stats.csv"], [])
+
+
+def test_ingest_directory_skips_its_own_output(tmp_path: Path) -> None:
+    folder = tmp_path / "job"
+    write(folder / "rank0.json", kineto_json(rank=0))
+    ingest_paths([folder], folder / "gpulens-data", jobs=1)
+    write(folder / "gpulens-data" / "stray.json", kineto_json(rank=9))
+    report = ingest_paths([folder], folder / "gpulens-data", jobs=1)
+    assert [Path(r.path).name for r in report.results] == ["rank0.json"]
+
+
+def test_ingest_glob_run_named_by_common_stem(tmp_path: Path) -> None:
+    for rank in range(2):
+        write(tmp_path / f"llama_rank{rank}.json", kineto_json(rank=rank))
+    report = ingest_paths([str(tmp_path / "llama_rank*.json")], tmp_path / "out", jobs=1)
+    assert report.runs == ["llama"]
+
+
+def test_ingest_files_of_one_call_form_one_run(tmp_path: Path) -> None:
+    first = write(tmp_path / "a" / "job7_rank0.json", kineto_json(rank=0))
+    second = write(tmp_path / "b" / "job7_rank1.json", kineto_json(rank=1))
+    report = ingest_paths([first, second], tmp_path / "out", jobs=1)
+    assert (report.runs, sorted(r.rank for r in report.results)) == (["job7"], [0, 1])
+
+
+def test_ingest_failure_message_is_file_then_problem(tmp_path: Path) -> None:
+    report = ingest_paths([tmp_path / "gone.json"], tmp_path / "out")
+    assert report.failures[0].message == f"{tmp_path / 'gone.json'}: no such file or directory"
+
+
+def test_common_stem_strips_rank_suffix() -> None:
+    assert common_stem([Path("sampled_128rank_rank0.json.gz"), Path("sampled_128rank_rank1.json.gz")]) == "sampled_128rank"
+
+
+def test_ingest_parallel_same_rows_as_serial(tmp_path: Path) -> None:
+    for rank in range(4):
+        write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels=rank + 1))
+    serial = ingest_paths([tmp_path / "in"], tmp_path / "serial", jobs=1)
+    parallel = ingest_paths([tmp_path / "in"], tmp_path / "parallel", jobs=2)
+    key = lambda rows: sorted((r["rank"], r["name"], r["start_ns"]) for r in rows)  # noqa: E731
+    assert ([r.rows for r in serial.results], key(rows_in(tmp_path / "serial", "kernels"))) == (
+        [r.rows for r in parallel.results], key(rows_in(tmp_path / "parallel", "kernels")))
+
+
+def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:
+    trace = write(tmp_path / "t.json", kineto_json(kernels=4))
+    report = ingest_paths([trace], tmp_path / "out", run="r", jobs=1)
+    assert (report.events, report.rows("kernels"), report.rows()) == (5, 4, 6)
+
+
+@needs_traces
+def test_ingest_real_folder_one_run_several_ranks(tmp_path: Path) -> None:
+    files = [TRACES / "sampled_128rank_rank0.json.gz", TRACES / "sampled_128rank_rank1.json.gz"]
+    report = ingest_paths(files, tmp_path / "out", jobs=2)
+    assert (report.runs, sorted(r.rank for r in report.results)) == (["sampled_128rank"], [0, 1])

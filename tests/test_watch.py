@@ -1,0 +1,102 @@
+"""The trace watcher: files that appear in pieces are ingested once complete, once."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from collector.ingest.watch import TraceWatcher
+
+
+def kineto_text(rank: int = 0) -> str:
+    events = [{"ph": "X", "cat": "kernel", "name": f"gemm_{i}", "pid": 0, "tid": 7, "ts": 10.0 + i, "dur": 0.5,
+               "args": {"device": 0, "stream": 7, "correlation": i}} for i in range(3)]
+    return json.dumps({"distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events,
+                       "baseTimeNanoseconds": 1_700_000_000_000_000_000}, indent=1)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def append(path: Path, text: str, mtime_ns: int) -> None:
+    with open(path, "a") as handle:
+        handle.write(text)
+    # Explicit, distinct mtimes: the test must not depend on the clock's resolution.
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def kernel_rows(out: Path) -> int:
+    return sum(pq.read_table(p).num_rows for p in (out / "traces").glob("run=*/kernels/*.parquet"))
+
+
+def test_watch_file_written_in_pieces_ingested_once_complete(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    watcher = TraceWatcher(folder, out, give_up_after_s=60.0, clock=FakeClock())
+    trace = folder / "host_1.123.pt.trace.json"
+    text = kineto_text()
+    half = len(text) // 2
+    append(trace, text[:half], 1_000)
+    polls = [watcher.poll()]  # first seen: not known to be stable yet
+    polls.append(watcher.poll())  # stable, but half a document: retried quietly
+    append(trace, text[half:], 2_000)
+    polls.append(watcher.poll())  # changed since the last poll
+    done = watcher.poll()  # stable and complete
+    assert (polls, [Path(r.path).name for r in done.results], done.failures) == (
+        [None, None, None], [trace.name], [])
+
+
+def test_watch_never_ingests_the_same_file_twice(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    (folder / "rank0.json").write_text(kineto_text())
+    watcher = TraceWatcher(folder, out, clock=FakeClock())
+    reports = [watcher.poll() for _ in range(4)]
+    assert ([r is not None for r in reports], kernel_rows(out)) == ([False, True, False, False], 3)
+
+
+def test_watch_run_named_after_the_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "llama-70b"
+    folder.mkdir()
+    (folder / "rank0.json").write_text(kineto_text())
+    watcher = TraceWatcher(folder, tmp_path / "out", clock=FakeClock())
+    watcher.poll()
+    assert watcher.poll().runs == ["llama-70b"]
+
+
+def test_watch_reports_unparseable_file_after_it_stays_broken(tmp_path: Path) -> None:
+    folder, clock = tmp_path / "handler", FakeClock()
+    folder.mkdir()
+    broken = folder / "rank0.json"
+    append(broken, kineto_text()[:100], 1_000)
+    watcher = TraceWatcher(folder, tmp_path / "out", give_up_after_s=30.0, clock=clock)
+    watcher.poll()
+    quiet = watcher.poll()  # first failure: maybe still being written
+    clock.now_s = 31.0
+    report = watcher.poll()
+    assert (quiet, [f.path for f in report.failures], watcher.poll()) == (None, [str(broken)], None)
+
+
+def test_watch_ignores_files_that_are_not_traces(tmp_path: Path) -> None:
+    folder = tmp_path / "handler"
+    folder.mkdir()
+    (folder / "notes.md").write_text("hello")
+    (folder / "metrics.csv").write_text("a,b\n1,2\n")
+    (folder / "job.out").write_text("epoch 1 loss 2.3\n")
+    watcher = TraceWatcher(folder, tmp_path / "out", clock=FakeClock())
+    watcher.poll()
+    report = watcher.poll()
+    assert (sorted(Path(s.path).name for s in report.skipped), report.results, report.failures, watcher.poll()) == (
+        ["job.out", "metrics.csv"], [], [], None)
+
+
+def test_watch_missing_folder_is_quiet(tmp_path: Path) -> None:
+    assert TraceWatcher(tmp_path / "not-yet", tmp_path / "out").poll() is None
