@@ -149,7 +149,7 @@ def run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl
         for key, value in params.items():
             _set_variable(con, key, value)
         try:
-            return pl.from_arrow(con.execute(f'select * from "{name}"').to_arrow_table())
+            return pl.from_arrow(con.sql(f'select * from "{name}"').to_arrow_table())
         except duckdb.Error as error:
             raise QueryError(f"{name}: " + " ".join(str(error).split())) from error
     finally:
