@@ -18,6 +18,7 @@ Parameter names are global to a connection, so each is declared once.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -149,7 +150,13 @@ def run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl
         for key, value in params.items():
             _set_variable(con, key, value)
         try:
-            return pl.from_arrow(con.sql(f'select * from "{name}"').to_arrow_table())
+            result = con.execute(f'select * from "{name}"')
+            # execute(), not sql(): it works whatever the caller left pending
+            # on the connection; the extra copy it warns about is small
+            # beside the analysis itself.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
+                return pl.from_arrow(result.to_arrow_table())
         except duckdb.Error as error:
             raise QueryError(f"{name}: " + " ".join(str(error).split())) from error
     finally:
