@@ -1,0 +1,412 @@
+"""Trace loading speed and memory: `gpulens ingest` against Holistic Trace Analysis.
+
+    python bench/ingest_vs_hta.py --quick     # real traces + 8 ranks, 400,000 events
+    python bench/ingest_vs_hta.py             # 8 ranks, 5 million events, 3 rounds
+    python bench/ingest_vs_hta.py --skip-real --hta-max-ranks 2   # the same, HTA on 2 ranks
+
+HTA needs about 30 s and 1 GB per 600,000-event rank (on a 2-core AMD EPYC
+VM), so the full run with HTA on every rank takes tens of minutes; with
+`--hta-max-ranks` HTA loads only the first ranks and the speed ratio is
+taken from events per second.
+
+HTA (`holistictraceanalysis` on PyPI) pins nothing of ours but pulls in
+JupyterLab, so it may live in its own virtualenv:
+
+    python3 -m venv .venv-hta && .venv-hta/bin/pip install holistictraceanalysis "pandas<3"
+
+(HTA 0.5.0 fails under pandas 3 on traces whose correlation ids fit in
+int16 but whose event count does not: it writes row indices into a
+downcast int16 column, which pandas 3 refuses instead of upcasting.)
+
+`--hta-python` names its interpreter; by default this interpreter if it can
+`import hta`, else `.venv-hta/bin/python`.
+
+What runs: the same folder of per-rank Kineto traces is loaded by
+`TraceAnalysis(trace_dir=...)` (HTA parses every rank, in a process pool)
+and by `gpulens ingest DIR --out OUT --jobs N` (parse and write Parquet, in
+a process pool), alternating HTA, gpulens, HTA, gpulens ..., each in a fresh
+process. Inputs: (a) the real GPU traces in `../shared/traces/kineto`
+(skipped where absent), (b) a run made by `collector.sim_trace`: `--ranks`
+ranks, `--events` events in all, then the same per-rank size with twice
+the ranks (gpulens only) to show that memory does not grow with ranks.
+
+Measures, per load:
+- wall: the process from start to exit (interpreter start, imports, load);
+- peak memory: the largest sum of RSS over the process and all its
+  children (both tools parse in forked worker pools), sampled every 20 ms
+  from /proc; pages a worker still shares with its parent count twice, so
+  both tools' figures are upper bounds. Beside it, the largest single
+  process's max RSS (from wait4).
+The machine's load average is printed with each input: other work on the
+machine slows both tools and makes the rounds disagree.
+Reported: the median wall and the largest peak over the rounds, the ratios
+and gpulens' events per second per core (events / wall / worker count).
+Targets: gpulens >= 10x faster than HTA's load, <= 1/3 of its peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from collector.sim_trace import write_training_traces  # noqa: E402
+
+SHARED_KINETO = REPO_ROOT.parent / "shared" / "traces" / "kineto"
+# Real GPU traces with distinct ranks, so HTA can hold them as one job.
+REAL_SETS = {
+    "a100 rank 0 + v100 rank 1": ["a100_2rank_allreduce_nccl2.17.json.gz", "v100_2rank_allreduce.json.gz"],
+    "128-rank job, ranks 0-1 (sampled)": ["sampled_128rank_rank0.json.gz", "sampled_128rank_rank1.json.gz"],
+}
+SPEED_TARGET = 10.0
+MEMORY_TARGET = 3.0
+_SAMPLE_S = 0.02
+_EVENT = re.compile(rb'"ph"\s*:')
+
+_HTA_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t1 = time.perf_counter()
+analysis = TraceAnalysis(trace_dir=sys.argv[1])
+t2 = time.perf_counter()
+ranks = sorted(analysis.t.traces)
+rows = sum(len(analysis.t.get_trace(r)) for r in ranks)
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": len(ranks), "rows": rows}))
+"""
+
+_GPULENS_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from dashboard.cli import main
+t1 = time.perf_counter()
+rc = main(["ingest", sys.argv[1], "--out", sys.argv[2], "--jobs", sys.argv[3]])
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "rc": rc}))
+"""
+
+
+@dataclass
+class Load:
+    tool: str
+    wall_s: float
+    peak_rss_bytes: int
+    max_rss_bytes: int
+    ok: bool
+    detail: dict
+
+
+# --- measuring one process tree ---------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found.extend(int(c) for c in handle.read().split())
+    except OSError:
+        pass
+    return found
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _tree_rss_bytes(root: int) -> int:
+    """RSS of `root` and its descendants, from /proc/PID/statm (cheap: reading
+    smaps for PSS costs tens of ms per large process, enough to slow the
+    tools being measured on a small machine)."""
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(_children(pid))
+        try:
+            with open(f"/proc/{pid}/statm") as handle:
+                total += int(handle.read().split()[1]) * _PAGE_BYTES
+        except (OSError, IndexError, ValueError):
+            pass  # gone between listing and reading
+    return total
+
+
+def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path) -> Load:
+    """Run `command` in a fresh process; wall time and peak memory of its tree."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        # Its own session, so a timeout can end the workers too.
+        process = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, start_new_session=True)
+        peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], _tree_rss_bytes(process.pid))
+                done.wait(_SAMPLE_S)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        timer = threading.Timer(timeout_s, lambda: os.killpg(process.pid, 9))
+        timer.start()
+        _, status, usage = os.wait4(process.pid, 0)
+        wall_s = time.perf_counter() - started
+        timer.cancel()
+        done.set()
+        sampler.join()
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        lines = [line for line in out.read().decode(errors="replace").splitlines() if line.startswith("{")]
+        detail = json.loads(lines[-1]) if lines else {}
+        ok = process.returncode == 0 and detail.get("rc", 0) == 0
+        if not ok:
+            tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
+            detail["error"] = "timed out" if process.returncode == -9 else " | ".join(tail)
+    return Load(tool, wall_s, peak[0], usage.ru_maxrss * 1024, ok, detail)
+
+
+def load_hta(hta_python: str, folder: Path, timeout_s: float) -> Load:
+    return run_measured("hta", [hta_python, "-c", _HTA_CHILD, str(folder)], timeout_s, folder.parent)
+
+
+def load_gpulens(folder: Path, jobs: int, timeout_s: float) -> Load:
+    out = folder.parent / f"{folder.name}-gpulens-out"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        return run_measured("gpulens", [sys.executable, "-c", _GPULENS_CHILD, str(folder), str(out), str(jobs)], timeout_s, REPO_ROOT)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+# --- inputs ------------------------------------------------------------------------
+
+
+def count_events(folder: Path) -> tuple[int, int, int]:
+    """(files, events, bytes on disk) of the traces in `folder`."""
+    import gzip
+
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    events = 0
+    for path in files:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        events += len(_EVENT.findall(data))
+    return len(files), events, sum(p.stat().st_size for p in files)
+
+
+def real_sets(work: Path) -> list[tuple[str, Path]]:
+    sets = []
+    for label, names in REAL_SETS.items():
+        sources = [SHARED_KINETO / name for name in names]
+        if not all(p.is_file() for p in sources):
+            continue
+        folder = work / ("real-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        for source in sources:
+            shutil.copyfile(source, folder / source.name)
+        sets.append((f"real: {label}", folder))
+    return sets
+
+
+def synthesise(folder: Path, ranks: int, events: int, steps: int, seed: int) -> tuple[Path, int]:
+    """A simulated run of about `events` events; returns (folder, kernels per step)."""
+    # Events per GPU activity, measured on a one-step sample of this model.
+    probe = folder.parent / ".probe"
+    sample = write_training_traces(probe, ranks=1, steps=1, kernels_per_step=1000, seed=seed)
+    per_kernel = len(_EVENT.findall(sample[0].read_bytes())) / 1000
+    shutil.rmtree(probe)
+    kernels_per_step = max(60, round(events / ranks / steps / per_kernel))
+    write_training_traces(folder, ranks=ranks, steps=steps, seed=seed, straggler_rank=ranks - 1, kernels_per_step=kernels_per_step)
+    return folder, kernels_per_step
+
+
+def cap_ranks(folder: Path, keep: int) -> Path:
+    """A folder with links to the first `keep` ranks' files."""
+    capped = folder.parent / f"{folder.name}-first{keep}"
+    capped.mkdir(exist_ok=True)
+    for path in sorted(folder.iterdir(), key=lambda p: int(re.search(r"rank-(\d+)", p.name).group(1)))[:keep]:
+        target = capped / path.name
+        if not target.exists():
+            target.symlink_to(path)
+    return capped
+
+
+# --- reporting -----------------------------------------------------------------------
+
+
+def machine_line(hta_python: str | None) -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    ram_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    versions = []
+    for package in ("gpulens", "pyarrow", "msgspec", "orjson", "duckdb", "polars"):
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            pass
+    line = (f"machine: {cpu}, {os.cpu_count()} cores, {ram_gib:.1f} GiB RAM, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}; {', '.join(versions)}")
+    if hta_python:
+        probe = ("import importlib.metadata as m, platform; "
+                 "print(f\"HTA {m.version('HolisticTraceAnalysis')} (pandas {m.version('pandas')}, numpy {m.version('numpy')}, "
+                 "Python {platform.python_version()})\")")
+        result = subprocess.run([hta_python, "-c", probe], capture_output=True, text=True)
+        line += "; " + (result.stdout.strip() or "HTA version unknown")
+    return line
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def _verdict(value: float, target: float) -> str:
+    return "met" if value >= target else "MISSED"
+
+
+def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str | None) -> None:
+    files, events, size = count_events(folder)
+    load_1m = os.getloadavg()[0]
+    print(f"\n{label}: {files} files, {events:,} events, {size / 1e6:,.1f} MB on disk (load average {load_1m:.1f})")
+    hta_folder, hta_events = folder, events
+    if hta_python and args.hta_max_ranks and files > args.hta_max_ranks:
+        hta_folder = cap_ranks(folder, args.hta_max_ranks)
+        _, hta_events, _ = count_events(hta_folder)
+        print(f"  HTA capped to its first {args.hta_max_ranks} of {files} ranks ({hta_events:,} events): "
+              "speed compared as events per second; HTA's memory is then that of the smaller load")
+    jobs = min(args.jobs, files)
+    loads: dict[str, list[Load]] = {"hta": [], "gpulens": []}
+    for round_no in range(1, args.rounds + 1):
+        parts = []
+        if hta_python:
+            hta = load_hta(hta_python, hta_folder, args.hta_timeout_s)
+            loads["hta"].append(hta)
+            parts.append(_describe(hta))
+        ours = load_gpulens(folder, jobs, args.timeout_s)
+        loads["gpulens"].append(ours)
+        parts.append(_describe(ours))
+        print(f"  round {round_no}: " + " | ".join(parts), flush=True)
+
+    ours_ok = [l for l in loads["gpulens"] if l.ok]
+    if not ours_ok:
+        print("  gpulens failed on every round")
+        return
+    ours_wall = statistics.median(l.wall_s for l in ours_ok)
+    ours_peak = max(l.peak_rss_bytes for l in ours_ok)
+    ours_rate = events / ours_wall
+    print(f"  gpulens  wall {ours_wall:7.2f} s (median of {len(ours_ok)})  peak {_mib(ours_peak)}  "
+          f"{ours_rate:,.0f} events/s, {ours_rate / jobs:,.0f} events/s/core ({jobs} jobs)")
+    hta_ok = [l for l in loads["hta"] if l.ok]
+    if not hta_python:
+        return
+    if not hta_ok:
+        print(f"  HTA failed on every round: {loads['hta'][0].detail.get('error', '?')}")
+        return
+    hta_wall = statistics.median(l.wall_s for l in hta_ok)
+    hta_load = statistics.median(l.detail.get("load_s", float("nan")) for l in hta_ok)
+    hta_peak = max(l.peak_rss_bytes for l in hta_ok)
+    hta_rate = hta_events / hta_wall
+    print(f"  HTA      wall {hta_wall:7.2f} s (median of {len(hta_ok)}, TraceAnalysis() alone {hta_load:.2f} s)  "
+          f"peak {_mib(hta_peak)}  {hta_rate:,.0f} events/s")
+    speed = ours_rate / hta_rate
+    memory = hta_peak / ours_peak
+    print(f"  => gpulens {speed:.1f}x faster (target >= {SPEED_TARGET:.0f}x: {_verdict(speed, SPEED_TARGET)}); "
+          f"memory 1/{memory:.1f} of HTA's (target <= 1/{MEMORY_TARGET:.0f}: {_verdict(memory, MEMORY_TARGET)})")
+
+
+def _describe(load: Load) -> str:
+    if not load.ok:
+        return f"{load.tool} FAILED ({load.detail.get('error', '?')})"
+    return f"{load.tool} {load.wall_s:.2f} s, peak {_mib(load.peak_rss_bytes)} (largest process {_mib(load.max_rss_bytes)})"
+
+
+def memory_vs_ranks(base: Path, ranks: int, kernels_per_step: int, args: argparse.Namespace) -> None:
+    """gpulens on `ranks` and 2 x `ranks` ranks of the same per-rank size."""
+    twice = base / f"sim-{2 * ranks}ranks"
+    write_training_traces(twice, ranks=2 * ranks, steps=args.steps, seed=args.seed, straggler_rank=2 * ranks - 1,
+                          kernels_per_step=kernels_per_step)
+    print(f"\nmemory vs ranks (gpulens, {args.jobs} jobs, same per-rank size):")
+    peaks = []
+    for n, folder in ((ranks, base / f"sim-{ranks}ranks"), (2 * ranks, twice)):
+        files, events, _ = count_events(folder)
+        load = load_gpulens(folder, min(args.jobs, files), args.timeout_s)
+        peaks.append(load.peak_rss_bytes)
+        print(f"  {n:3d} ranks, {events:,} events: wall {load.wall_s:.2f} s, peak {_mib(load.peak_rss_bytes)} "
+              f"(largest process {_mib(load.max_rss_bytes)}){'' if load.ok else ' FAILED'}")
+    print(f"  peak with {2 * ranks} ranks / with {ranks}: {peaks[1] / peaks[0]:.2f}")
+    shutil.rmtree(twice, ignore_errors=True)
+
+
+def default_hta_python() -> str | None:
+    try:
+        import hta  # noqa: F401
+
+        return sys.executable
+    except ImportError:
+        candidate = REPO_ROOT / ".venv-hta" / "bin" / "python"
+        return str(candidate) if candidate.exists() else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small run: 400,000 events")
+    parser.add_argument("--events", type=int, default=None, help="events in the simulated run (default 5,000,000)")
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=40, help="profiler steps per rank in the simulated run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="gpulens worker processes")
+    parser.add_argument("--hta-python", default=None, help="interpreter with HTA installed; 'none' skips HTA")
+    parser.add_argument("--hta-max-ranks", type=int, default=0, help="load only the first N ranks with HTA (0: all)")
+    parser.add_argument("--hta-timeout-s", type=float, default=900.0)
+    parser.add_argument("--timeout-s", type=float, default=900.0)
+    parser.add_argument("--skip-real", action="store_true")
+    parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--work-dir", type=Path, default=None, help="where inputs go (default: a temporary folder)")
+    args = parser.parse_args()
+    events = args.events or (400_000 if args.quick else 5_000_000)
+    hta_python = None if args.hta_python == "none" else (args.hta_python or default_hta_python())
+
+    print(machine_line(hta_python))
+    if hta_python is None:
+        print("HTA not found (pip install holistictraceanalysis, or --hta-python): gpulens figures only")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        if not args.skip_real:
+            sets = real_sets(work)
+            if not sets:
+                print(f"\nreal traces: {SHARED_KINETO} not found, skipped")
+            for label, folder in sets:
+                compare(label, folder, args, hta_python)
+        started = time.perf_counter()
+        folder, kernels_per_step = synthesise(work / f"sim-{args.ranks}ranks", args.ranks, events, args.steps, args.seed)
+        print(f"\n(synthesised {args.ranks} ranks x {args.steps} steps x {kernels_per_step} kernels per step "
+              f"in {time.perf_counter() - started:.1f} s)")
+        compare(f"simulated: {args.ranks} x H100, {args.steps} steps", folder, args, hta_python)
+        if not args.skip_scaling:
+            memory_vs_ranks(work, args.ranks, kernels_per_step, args)
+    finally:
+        if args.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
