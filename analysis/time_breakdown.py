@@ -1,0 +1,196 @@
+"""Where GPU time goes: compute, communication, memory and idle, per rank.
+
+Each question is one SQL file in `analysis/sql/` (also a view of the same
+name on a connection from `open_dataset`); the functions here run it with
+other thresholds and return a Polars frame:
+
+- `scoped_kernels`: the kernels of the complete profiler steps, the GPU work
+  the per-rank aggregates count (the last step, cut short when the profiler
+  stops, is left out, as HTA does).
+- `time_breakdown`: per rank, the span from first kernel start to last
+  kernel end split into compute, communication, memory and idle time (the
+  union of kernel intervals over all streams, each instant counted once),
+  and the idle time split into waiting on the host, waiting on the previous
+  kernel, and other (HTA's temporal and idle-time breakdowns).
+- `idle_breakdown`: the same idle split per stream, as HTA reports it.
+- `comm_overlap`: per rank, how much communication runs under compute
+  (|C ∩ K| / |C|) and how much is exposed (|C \\ K|).
+- `kernel_stats`: per kernel name: count, total, mean, p50 and p95 duration.
+
+`breakdown_findings` turns them into verdicts: `gpu_idle` and
+`exposed_communication`.
+
+Unlike Holistic Trace Analysis, which rounds nanosecond traces to whole
+microseconds (start up, end down: about a percentage point of idle share on
+a busy trace), every time here keeps its nanoseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from analysis.findings import Finding
+from analysis.registry import run_analysis
+
+KERNEL_WAIT_MAX_GAP_NS = 30_000
+
+
+def scoped_kernels(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The kernels of the complete profiler steps of each rank."""
+    return run_analysis(con, "scoped_kernels")
+
+
+def time_breakdown(
+    con: duckdb.DuckDBPyConnection, kernel_wait_max_gap_ns: int = KERNEL_WAIT_MAX_GAP_NS
+) -> pl.DataFrame:
+    """Per rank: span, busy, compute, communication, memory, idle (ns and shares).
+
+    An idle gap shorter than `kernel_wait_max_gap_ns` whose kernel was
+    launched before the gap began counts as kernel wait (HTA's
+    `consecutive_kernel_delay`, 30 µs).
+    """
+    return run_analysis(con, "time_breakdown", breakdown_kernel_wait_max_gap_ns=kernel_wait_max_gap_ns)
+
+
+def idle_breakdown(
+    con: duckdb.DuckDBPyConnection, kernel_wait_max_gap_ns: int = KERNEL_WAIT_MAX_GAP_NS
+) -> pl.DataFrame:
+    """Per rank and stream: idle time between kernels by cause (HTA's split)."""
+    return run_analysis(con, "idle_breakdown", breakdown_kernel_wait_max_gap_ns=kernel_wait_max_gap_ns)
+
+
+def comm_overlap(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per rank: communication time, the part under compute, the exposed part."""
+    return run_analysis(con, "comm_overlap")
+
+
+def kernel_stats(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per rank and kernel name: count, total, mean, p50, p95 duration."""
+    return run_analysis(con, "kernel_stats")
+
+
+# --- findings ----------------------------------------------------------------
+
+_IDLE_CAUSES = {
+    "host_wait": (
+        "waiting on the host",
+        "The CPU does not issue work fast enough: each gap ends with a kernel launched after the GPU ran dry. "
+        "Fewer, larger kernels (torch.compile, fused optimizers), CUDA graphs, a faster data loader and no "
+        "synchronising calls (.item(), .cpu(), prints of tensors) in the step keep the queue full.",
+    ),
+    "kernel_wait": (
+        "between back-to-back kernels",
+        "The kernels were queued, but each gap is the launch overhead between many short kernels. Fusing "
+        "them (torch.compile, fused optimizers) or capturing the step in a CUDA graph removes the gaps.",
+    ),
+    "other": (
+        "for reasons the launches do not explain",
+        "The next kernel was queued long before it started: it most likely waited on an event, such as a "
+        "stream waiting on a communication kernel or a copy, or on a synchronisation.",
+    ),
+}
+
+
+def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.3) -> list[Finding]:
+    """`gpu_idle`: a rank whose GPU idles more than `idle_share_max` of its span."""
+    rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
+    findings = []
+    for row in rows.iter_rows(named=True):
+        shares = {
+            "host_wait": row["idle_host_wait_share"],
+            "kernel_wait": row["idle_kernel_wait_share"],
+            "other": row["idle_other_share"],
+        }
+        cause = max(shares, key=lambda name: shares[name] or 0.0)
+        phrase, advice = _IDLE_CAUSES[cause]
+        findings.append(
+            Finding(
+                id="gpu_idle",
+                severity="warning",
+                title=(
+                    f"Rank {row['rank']}'s GPU was idle {row['idle_share']:.0%} of the time, "
+                    f"mostly {phrase} ({shares[cause]:.0%} of the idle time)"
+                ),
+                detail=(
+                    f"Over {_duration(row['span_ns'])} from the first kernel to the last (complete profiler "
+                    f"steps only), no kernel ran for {_duration(row['idle_ns'])}. " + advice
+                ),
+                subject={"run": row["run"], "rank": row["rank"]},
+                evidence={
+                    "idle_share": row["idle_share"],
+                    "idle_ns": row["idle_ns"],
+                    "span_ns": row["span_ns"],
+                    "compute_share": row["compute_share"],
+                    "non_compute_share": row["non_compute_share"],
+                    "idle_host_wait_share": row["idle_host_wait_share"],
+                    "idle_kernel_wait_share": row["idle_kernel_wait_share"],
+                    "idle_other_share": row["idle_other_share"],
+                    "idle_gap_count": row["idle_gap_count"],
+                    "main_cause": cause,
+                },
+                page="kernels",
+            )
+        )
+    return findings
+
+
+def exposed_communication_findings(
+    con: duckdb.DuckDBPyConnection, exposed_share_max: float = 0.1
+) -> list[Finding]:
+    """`exposed_communication`: communication with no compute under it takes
+    more than `exposed_share_max` of the rank's span."""
+    rows = comm_overlap(con).filter(pl.col("exposed_share") > exposed_share_max)
+    findings = []
+    for row in rows.iter_rows(named=True):
+        overlap = row["overlap_share"]
+        findings.append(
+            Finding(
+                id="exposed_communication",
+                severity="warning",
+                title=(
+                    f"Rank {row['rank']} only communicated, with no compute beside it, for "
+                    f"{row['exposed_share']:.0%} of its GPU time ({overlap:.0%} of its communication overlaps compute)"
+                ),
+                detail=(
+                    f"Communication kernels ran for {_duration(row['comm_ns'])}, of which "
+                    f"{_duration(row['exposed_ns'])} with no compute kernel beside them: the GPU only "
+                    "communicated. Overlap gradient communication with the backward pass (DDP/FSDP bucketing, "
+                    "a bucket size that lets the first all-reduce start early), prefetch FSDP all-gathers, and "
+                    "check for stragglers, whose late arrival makes every other rank wait inside NCCL."
+                ),
+                subject={"run": row["run"], "rank": row["rank"]},
+                evidence={
+                    "exposed_share": row["exposed_share"],
+                    "exposed_ns": row["exposed_ns"],
+                    "comm_ns": row["comm_ns"],
+                    "overlapped_ns": row["overlapped_ns"],
+                    "overlap_share": overlap,
+                    "span_ns": row["span_ns"],
+                },
+                page="communication",
+            )
+        )
+    return findings
+
+
+def breakdown_findings(
+    con: duckdb.DuckDBPyConnection,
+    idle_share_max: float = 0.3,
+    exposed_share_max: float = 0.1,
+) -> list[Finding]:
+    """`gpu_idle` and `exposed_communication` findings, per rank."""
+    return gpu_idle_findings(con, idle_share_max) + exposed_communication_findings(con, exposed_share_max)
+
+
+def _duration(ns: Any) -> str:
+    if ns is None:
+        return "an unknown time"
+    seconds = ns / 1e9
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.1f} µs"
