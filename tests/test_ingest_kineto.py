@@ -240,6 +240,12 @@ def test_kineto_host_from_file_name_without_rank_prefix(tmp_path: Path) -> None:
     assert rows(kineto.parse(path, "r"), "runs")[0]["host"] == "node-a7"
 
 
+@pytest.mark.parametrize("prefix", ["rank-2.", "rank2_", "RANK_12."])
+def test_kineto_host_from_file_name_drops_any_rank_prefix(tmp_path: Path, prefix: str) -> None:
+    path = write_trace(tmp_path / f"{prefix}sim-node-00_4242.1700000000000.pt.trace.json", synthetic_trace())
+    assert rows(kineto.parse(path, "r"), "runs")[0]["host"] == "sim-node-00"
+
+
 def test_kineto_host_from_trace_key(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "node-a7_4242.1700000000000.pt.trace.json", synthetic_trace(hostname="gpu-017"))
     assert rows(kineto.parse(path, "r"), "runs")[0]["host"] == "gpu-017"
@@ -403,3 +409,16 @@ def test_real_v100_is_on_the_epoch_from_integer_microseconds() -> None:
     run = parsed_real("v100_2rank_allreduce.json.gz").tables["runs"].to_pylist()[0]
     assert (run["rank"], run["world_size"], run["time_base"], run["epoch_offset_ns"], run["device_name"]) == (
         1, 2, "epoch", 0, "Tesla V100-SXM2-32GB")
+
+
+def test_kineto_events_of_other_phases_decode_with_only_their_category() -> None:
+    events = kineto_stream.decode_events(
+        b'[{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.5, "dur": 2, "args": {"grid": [8, 1, 1]}},'
+        b' {"ph": "s", "cat": "ac2g", "id": 7, "pid": 1, "tid": 2, "ts": 1}]')
+    assert [(e.ph, e.cat) for e in events] == [("X", "kernel"), ("s", "ac2g")]
+    assert (events[0].name, events[0].dur, bytes(events[0].args.grid)) == ("k", 2.0, b"[8, 1, 1]")
+
+
+def test_kineto_batch_with_an_event_without_phase_decodes_leniently() -> None:
+    events = kineto_stream.decode_events(b'[{"ph": "X", "cat": "kernel", "name": "k"}, {"cat": "kernel", "name": "odd"}]')
+    assert [(e.ph, e.name) for e in events] == [("X", "k"), (None, "odd")]

@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def us_to_ns(values: Sequence[float | int | None]) -> pa.Array:
+def us_to_ns(values: Sequence[float | int | None] | pa.Array) -> pa.Array:
     """int64 nanoseconds from microsecond numbers (None stays NULL)."""
-    micros = pa.array(values, type=pa.float64())
+    micros = values.cast(pa.float64()) if isinstance(values, pa.Array) else pa.array(values, type=pa.float64())
     whole = pc.trunc(micros)
     fraction_ns = pc.round(pc.multiply(pc.subtract(micros, whole), 1000.0))
     return pc.add(

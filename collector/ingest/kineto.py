@@ -52,7 +52,8 @@ _EPOCH_NS = 10**18
 _WHOLE_BATCH = 1 << 16
 # tensorboard_trace_handler's default file name: {hostname}_{pid}.{time_ns}.pt.trace.json
 _HANDLER_FILE = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$")
-_RANK_PREFIX = re.compile(r"^rank[-_]?\d+\.", re.IGNORECASE)
+# A worker-name prefix naming the rank (`rank-2.`, `rank3_`) is not the host.
+_RANK_PREFIX = re.compile(r"^rank[-_]?\d+[._]", re.IGNORECASE)
 _NOT_BLANK = re.compile(rb"\s*\S")
 _DECODER = msgspec.json.Decoder(KinetoTrace)
 
@@ -205,7 +206,6 @@ def _host(trace: KinetoTrace, path: Path) -> tuple[str | None, str | None]:
             return value, "trace"
     match = _HANDLER_FILE.match(path.name)
     if match:
-        # A custom worker-name prefix such as `rank-3.` is not the host.
         return _RANK_PREFIX.sub("", match.group("host")), "file name (tensorboard_trace_handler)"
     return None, None
 

@@ -44,6 +44,9 @@ from collector.ingest.kineto_schema import (
 )
 
 NOT_COLLECTIVES = frozenset({"wait"})
+# Op, dtype and rank-list texts repeat over every collective of a process
+# group: each distinct one is parsed once.
+_op_name = lru_cache(maxsize=1024)(normalise_op)
 
 
 @dataclass
@@ -71,6 +74,7 @@ _DTYPE_NAMES: dict[str, str] = {
 }
 
 
+@lru_cache(maxsize=1024)
 def normalise_dtype(dtype: str | None) -> str | None:
     """`Float` → `float32`, `c10::BFloat16` → `bfloat16`; unknown names kept."""
     if not dtype:
@@ -102,7 +106,13 @@ def parse_group_ranks(value: Any, group_size: int | None, start: int | None = No
     if isinstance(value, list):
         ranks = [to_int(v) for v in value]
         return None if any(r is None for r in ranks) else ranks  # type: ignore[return-value]
-    text = clean_str(value)
+    ranks = _ranks_from_text(clean_str(value), group_size, start, stride)
+    return None if ranks is None else list(ranks)
+
+
+@lru_cache(maxsize=1024)
+def _ranks_from_text(text: str | None, group_size: int | None, start: int | None, stride: int | None) -> tuple[int, ...] | None:
+    """`parse_group_ranks` of a text (or missing) value; a tuple, as it is shared."""
     head: list[int] = []
     tail: list[int] = []
     truncated = False
@@ -121,7 +131,7 @@ def parse_group_ranks(value: Any, group_size: int | None, start: int | None = No
                 return None
             (tail if truncated else head).append(number)
         if not truncated:
-            return head
+            return tuple(head)
     elif text is not None:
         return None
     if group_size is None or group_size < 1:
@@ -130,7 +140,7 @@ def parse_group_ranks(value: Any, group_size: int | None, start: int | None = No
         if len(head) >= 2:
             start, stride = head[0], head[1] - head[0]
         elif len(head) == 1 and group_size == 1:
-            return head
+            return tuple(head)
         else:
             return None
     if stride < 1:
@@ -138,7 +148,7 @@ def parse_group_ranks(value: Any, group_size: int | None, start: int | None = No
     ranks = [start + i * stride for i in range(group_size)]
     if ranks[: len(head)] != head or (tail and ranks[-len(tail):] != tail):
         return None
-    return ranks
+    return tuple(ranks)
 
 
 _KERNEL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv|Broadcast|Reduce|Send|Recv)")
@@ -151,7 +161,7 @@ def op_from_kernel_name(name: str) -> str | None:
     None for RCCL's `Generic` kernels, which run any collective.
     """
     match = _KERNEL_OP.search(name.split("(", 1)[0])
-    return normalise_op(match.group(1)) if match else None
+    return _op_name(match.group(1)) if match else None
 
 
 # --- rows ----------------------------------------------------------------------
@@ -177,7 +187,7 @@ def fields_from_args(args: KinetoArgs) -> dict[str, Any]:
     ranks = parse_group_ranks(args.process_group_ranks, group_size, to_int(args.global_rank_start), to_int(args.global_rank_stride))
     if group_size is None and ranks is not None:
         group_size = len(ranks)
-    op = normalise_op(clean_str(args.collective_name))
+    op = _op_name(clean_str(args.collective_name))
     dtype = normalise_dtype(clean_str(args.dtype))
     in_nelems, out_nelems = to_int(args.in_msg_nelems), to_int(args.out_msg_nelems)
     return {
@@ -205,7 +215,7 @@ def _decode_raw(raw: msgspec.Raw) -> Any:
 
 @lru_cache(maxsize=1024)
 def _op_of_range(name: str) -> str | None:
-    return normalise_op(name.removeprefix(COLLECTIVE_ANNOTATION_PREFIX))
+    return _op_name(name.removeprefix(COLLECTIVE_ANNOTATION_PREFIX))
 
 
 def fields_from_annotation(annotation: KinetoEvent | None, kernel_name: str) -> dict[str, Any]:

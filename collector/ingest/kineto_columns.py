@@ -4,18 +4,25 @@
 (`kineto_schema.EVENT_TABLES`), turns each table's events into Arrow
 columns at once, and keeps only the few events the collectives need later
 (communication kernels, `record_param_comms` ops, `nccl:` ranges). Rows
-keep file order. Times stay relative to the trace's `ts` origin until
-`result()` adds the epoch offset, known only once the whole trace is read.
+keep file order. Times stay the microseconds read, relative to the trace's
+`ts` origin, until `result()` turns each table's into nanoseconds at once
+and adds the epoch offset, known only once the whole trace is read.
+
+The work per event is done by C loops (`map` over attribute getters,
+`pa.array`, numpy for routing), never a Python loop over all events: one
+such loop costs as much as building several columns.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, itemgetter
 from typing import Any, Callable
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -38,6 +45,8 @@ _DEVICE, _STREAM, _CORRELATION, _EXTERNAL, _GRID, _BLOCK, _BYTES, _COLLECTIVE_NA
     attrgetter, ("device", "stream", "correlation", "external_id", "grid", "block", "bytes", "collective_name"))
 _PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
 _KINDS = {cat: kind for cat, (table, kind) in EVENT_TABLES.items()}
+_TABLE_CODES = {cat: TABLES.index(table) for cat, (table, kind) in EVENT_TABLES.items()}
+_UNROUTED = -1
 
 
 class Accumulator:
@@ -48,6 +57,7 @@ class Accumulator:
         self.skipped: Counter[str] = Counter()
         self.events = 0
         self._categories: dict[tuple, str] = {}
+        self._dims: dict[bytes, str | None] = {}
 
     def add(self, batch: list[KinetoEvent]) -> None:
         self.events += len(batch)
@@ -62,23 +72,27 @@ class Accumulator:
             self.rows[table] += len(events)
 
     def _route(self, batch: list[KinetoEvent]) -> dict[str, list[KinetoEvent]]:
-        routed: dict[str, list[KinetoEvent]] = {table: [] for table in TABLES}
-        appenders = {cat: routed[table].append for cat, (table, _) in EVENT_TABLES.items()}
+        """The batch's events by table, in file order; the rest counted.
+
+        One table code per event (a dict lookup, mapped in C), then each
+        table's events picked by position: no Python loop over the events.
+        """
         cats = list(map(_CAT, batch))
-        for cat, count in Counter(cats).items():
-            if cat not in appenders:
+        codes = np.fromiter(map(_TABLE_CODES.get, cats, repeat(_UNROUTED)), np.int8, len(cats))
+        unrouted = codes == _UNROUTED
+        if unrouted.any():
+            for cat, count in Counter(compress(cats, unrouted.tolist())).items():
                 self.skipped[cat if cat is not None else "(no cat)"] += count
-        for event, cat in zip(batch, cats):
-            append = appenders.get(cat)  # type: ignore[arg-type]
-            if append is not None:
-                append(event)
-        for table, events in routed.items():
+        routed: dict[str, list[KinetoEvent]] = {}
+        for code, table in enumerate(TABLES):
+            events = _pick(batch, np.flatnonzero(codes == code).tolist())
             phases = list(map(_PH, events))
             complete = phases.count("X")
             if complete != len(phases):
                 # Only complete events (`ph: X`) have an interval.
                 self.skipped[f"{table}: ph other than X"] += len(phases) - complete
-                routed[table] = [event for event, phase in zip(events, phases) if phase == "X"]
+                events = [event for event, phase in zip(events, phases) if phase == "X"]
+            routed[table] = events
         return routed
 
     def result(self, table: str, offset_ns: int) -> EventRows:
@@ -87,7 +101,8 @@ class Accumulator:
         if not parts:
             return EventRows({}, {})
         columns = {name: _concat([part[name] for part in parts]) for name in parts[0]}
-        start = columns.pop("start_rel_ns")
+        start = us_to_ns(columns.pop("ts_us"))
+        columns["dur_ns"] = us_to_ns(columns.pop("dur_us"))
         if offset_ns:
             start = pc.add(start, offset_ns)
         columns["start_ns"] = start
@@ -96,18 +111,22 @@ class Accumulator:
 
     def first_ts_ns(self) -> int | None:
         """The earliest relative kernel start (which clock the trace uses)."""
-        starts = [pc.min(part["start_rel_ns"]).as_py() for part in self.parts["kernels"]]
-        starts = [s for s in starts if s is not None]
-        return min(starts) if starts else None
+        parts = self.parts["kernels"]
+        if not parts:
+            return None
+        return pc.min(us_to_ns(_concat([part["ts_us"] for part in parts]))).as_py()
 
     # --- per-table column builders (the raw → contract mapping) ------------------
 
     def _times(self, events: list[KinetoEvent]) -> dict[str, pa.Array]:
-        return {"start_rel_ns": us_to_ns(list(map(_TS, events))), "dur_ns": us_to_ns(list(map(_DUR, events)))}
+        # Microseconds as read; `result` converts a whole table at once
+        # (per batch, the conversion's calls would cost more than its work).
+        return {"ts_us": pa.array(list(map(_TS, events)), pa.float64()),
+                "dur_us": pa.array(list(map(_DUR, events)), pa.float64())}
 
     def _kernels(self, events: list[KinetoEvent]) -> dict[str, pa.Array]:
-        args = [a if a is not None else NO_ARGS for a in map(_ARGS, events)]
-        kinds = [_KINDS[cat] for cat in map(_CAT, events)]  # type: ignore[index]
+        args = _args(events)
+        kinds = list(map(_KINDS.__getitem__, map(_CAT, events)))
         names = list(map(_NAME, events))
         return {
             "device": int_array(_or_event(list(map(_DEVICE, args)), events, _PID), pa.int32()),
@@ -118,8 +137,8 @@ class Accumulator:
             **self._times(events),
             "correlation_id": int_array(list(map(_CORRELATION, args))),
             "external_id": int_array(list(map(_EXTERNAL, args))),
-            "grid": pa.array(_dims_texts(list(map(_GRID, args))), pa.string()),
-            "block": pa.array(_dims_texts(list(map(_BLOCK, args))), pa.string()),
+            "grid": pa.array(self._dims_texts(list(map(_GRID, args))), pa.string()),
+            "block": pa.array(self._dims_texts(list(map(_BLOCK, args))), pa.string()),
             "bytes": int_array(list(map(_BYTES, args))),
         }
 
@@ -132,7 +151,7 @@ class Accumulator:
         }
 
     def _api_calls(self, events: list[KinetoEvent]) -> dict[str, pa.Array]:
-        args = [a if a is not None else NO_ARGS for a in map(_ARGS, events)]
+        args = _args(events)
         return {
             **self._host(events),
             "correlation_id": int_array(list(map(_CORRELATION, args))),
@@ -140,8 +159,7 @@ class Accumulator:
         }
 
     def _cpu_ops(self, events: list[KinetoEvent]) -> dict[str, pa.Array]:
-        external = [(a if a is not None else NO_ARGS).external_id for a in map(_ARGS, events)]
-        return {**self._host(events), "external_id": int_array(external)}
+        return {**self._host(events), "external_id": int_array(list(map(_EXTERNAL, _args(events))))}
 
     def _annotations(self, events: list[KinetoEvent]) -> dict[str, pa.Array]:
         kinds: list[str | None] = []
@@ -159,15 +177,34 @@ class Accumulator:
     def _categories_of(self, names: list[Any], kinds: list[str], args: list[KinetoArgs]) -> list[str]:
         """One `categorise` call per distinct (name, kind); names repeat a lot."""
         memo = self._categories
-        for key in set(zip(names, kinds)):
-            if key not in memo:
+        keys = list(zip(names, kinds))
+        try:
+            categories = list(map(memo.__getitem__, keys))
+        except KeyError:
+            for key in set(keys).difference(memo):
                 memo[key] = categorise(str(key[0]), key[1])
-        categories = [memo[key] for key in zip(names, kinds)]
+            categories = list(map(memo.__getitem__, keys))
         # Kernels that carry collective args are communication whatever their name.
-        for i, collective in enumerate(map(_COLLECTIVE_NAME, args)):
-            if collective is not None and kinds[i] == "kernel":
-                categories[i] = categorise(str(names[i]), kinds[i], True)
+        collectives = list(map(_COLLECTIVE_NAME, args))
+        if collectives.count(None) != len(collectives):
+            for i, collective in enumerate(collectives):
+                if collective is not None and kinds[i] == "kernel":
+                    categories[i] = categorise(str(names[i]), kinds[i], True)
         return categories
+
+    def _dims_texts(self, raws: list[msgspec.Raw]) -> list[str | None]:
+        """Launch dimensions as text DuckDB casts to a list: `[8, 1, 1]` (a
+        list's repr, which is exactly that); other values with str(). Each
+        distinct raw JSON text is converted once."""
+        memo = self._dims
+        keys = list(map(bytes, raws))
+        try:
+            return list(map(memo.__getitem__, keys))
+        except KeyError:
+            for key in set(keys).difference(memo):
+                value = msgspec.json.decode(key) if key else None
+                memo[key] = None if value is None else repr(value) if isinstance(value, list) else str(value)
+            return list(map(memo.__getitem__, keys))
 
 
 _BUILDERS: dict[str, Callable[[Accumulator, list[KinetoEvent]], dict[str, pa.Array]]] = {
@@ -185,10 +222,19 @@ def _or_event(values: list[Any], events: list[KinetoEvent], fallback: attrgetter
     return values
 
 
-def _dims_texts(values: list[Any]) -> list[str | None]:
-    """Launch dimensions as text DuckDB casts to a list: `[8, 1, 1]` (a
-    list's repr, which is exactly that)."""
-    return [None if v is None else repr(v) if isinstance(v, list) else str(v) for v in values]
+def _args(events: list[KinetoEvent]) -> list[KinetoArgs]:
+    """Each event's args, `NO_ARGS` where it has none."""
+    args = list(map(_ARGS, events))
+    if None in args:
+        args = [a if a is not None else NO_ARGS for a in args]
+    return args
+
+
+def _pick(batch: list[KinetoEvent], positions: list[int]) -> list[KinetoEvent]:
+    """The events at `positions`, in order."""
+    if len(positions) > 1:
+        return list(itemgetter(*positions)(batch))
+    return [batch[i] for i in positions]
 
 
 def _indices(mask: pa.Array) -> list[int]:
@@ -211,11 +257,17 @@ _KEEP: dict[str, Callable[[list[KinetoEvent], dict[str, pa.Array]], list[int]]] 
 def _detached(event: KinetoEvent) -> KinetoEvent:
     """A kept event whose raw fields no longer pin its batch's text."""
     args = event.args
-    if args is None or not (args.input_dims or args.input_type):
+    if args is None:
         return event
-    args = msgspec.structs.replace(args, input_dims=msgspec.Raw(bytes(args.input_dims)),
-                                   input_type=msgspec.Raw(bytes(args.input_type)))
-    return msgspec.structs.replace(event, args=args)
+    raws = {name: msgspec.Raw(bytes(raw)) for name in _RAW_ARGS if (raw := getattr(args, name))}
+    if not raws:
+        return event
+    return msgspec.structs.replace(event, args=msgspec.structs.replace(args, **raws))
+
+
+# The args kept as raw JSON (slices of the batch's text).
+_RAW_ARGS = tuple(name for name, default in zip(KinetoArgs.__struct_fields__, KinetoArgs.__struct_defaults__)
+                  if isinstance(default, msgspec.Raw))
 
 
 def _concat(arrays: list[pa.Array]) -> pa.Array:

@@ -10,13 +10,28 @@ from.
 
 Field types are deliberately loose (`Any`) for values whose type differs
 between PyTorch versions (ids written as numbers or strings, rank lists as
-JSON lists or as text); the parser normalises them. `ts` and `dur` are typed
-floats: a trace whose times are not numbers is not a Kineto trace.
+JSON lists or as text); the parser normalises them (`arrays.int_array`
+tries the whole column as integers first, so the usual all-int column costs
+no per-value work). `ts` and `dur` are typed floats: a trace whose times are
+not numbers is not a Kineto trace. Launch dimensions are kept as raw JSON:
+a few distinct texts (`[8, 1, 1]`) repeat over every kernel, so the parser
+turns each distinct text into its column value once.
+
+Two decoders read events (`kineto_stream.decode_events`):
+- the fast one, `PHASED_EVENTS`, tags events by `ph`: complete events
+  (`X`) get every field above, events of any other phase (flows `s`/`f`,
+  about a third of a GPU trace, instants, metadata) only their `cat`, which
+  is all the parser needs of them (it counts them). Every phase of the
+  Chrome trace format is listed; an event with no `ph`, or one not listed,
+  fails the fast decoder;
+- the lenient one, `KinetoEvent`, reads any event; a batch the fast decoder
+  refuses is decoded with it, as is a trace decoded whole.
+Both kinds of event have `ph`, `cat`, and (complete events) the same fields.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
@@ -51,8 +66,9 @@ class KinetoArgs(msgspec.Struct, gc=False):
     correlation: Any = None
     device: Any = None
     stream: Any = None
-    grid: Any = None
-    block: Any = None
+    # Raw JSON (`[8, 1, 1]`), turned into text once per distinct value.
+    grid: msgspec.Raw = msgspec.Raw()
+    block: msgspec.Raw = msgspec.Raw()
     bytes: Any = None
     # Collective metadata of `record_param_comms` ops; newer Kineto copies
     # it onto the collective's kernel too.
@@ -96,5 +112,33 @@ class KinetoTrace(msgspec.Struct):
     hostname: Any = None
     hostName: Any = None
 
+
+class PhasedEvent(msgspec.Struct, tag_field="ph", gc=False):
+    """An event of the fast decoder: its class says its phase (`ph`)."""
+
+    cat: str | None = None
+
+
+class CompleteEvent(PhasedEvent, tag="X"):
+    """A complete event (`ph: X`): the fields of `KinetoEvent`."""
+
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: float | None = None
+    dur: float | None = None
+    args: KinetoArgs | None = None
+    ph = "X"
+
+
+# The other phases of the Chrome trace format (duration B/E, instant i/I,
+# counter C, async b/n/e and legacy S/T/p/F, flow s/t/f, sample P, object
+# N/O/D, metadata M, memory V/v, mark R, clock sync c, context ( and )).
+_OTHER_PHASES = "BEiICbneSTpFstfPNODMVvRc()"
+OTHER_EVENTS: tuple[type[PhasedEvent], ...] = tuple(
+    msgspec.defstruct(f"PhaseEvent{ord(phase)}", [], bases=(PhasedEvent,), tag=phase, namespace={"ph": phase})
+    for phase in _OTHER_PHASES
+)
+PHASED_EVENTS = list[Union[(CompleteEvent, *OTHER_EVENTS)]]  # type: ignore[misc]
 
 NO_ARGS = KinetoArgs()

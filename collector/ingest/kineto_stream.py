@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 import msgspec
 
 from collector.ingest.buffer import iter_chunks
-from collector.ingest.kineto_schema import KinetoEvent, KinetoTrace
+from collector.ingest.kineto_schema import PHASED_EVENTS, KinetoEvent, KinetoTrace, PhasedEvent
 
 BATCH_BYTES = 1 << 20
 # Bytes to read ahead of a batch for its closing boundary before giving up.
@@ -46,6 +46,17 @@ _BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"(?:ph|cat|name|pid|tid|ts|dur|args|id|b
 
 _HEADER = msgspec.json.Decoder(KinetoTrace)
 _EVENTS = msgspec.json.Decoder(list[KinetoEvent])
+_PHASED = msgspec.json.Decoder(PHASED_EVENTS)
+
+
+def decode_events(data: bytes) -> list[PhasedEvent] | list[KinetoEvent]:
+    """A JSON array of events: by phase (fast), else with the lenient decoder
+    (an event without `ph` or of an unknown phase; see `kineto_schema`).
+    Raises msgspec.DecodeError where the lenient decoder does too."""
+    try:
+        return _PHASED.decode(data)
+    except msgspec.ValidationError:
+        return _EVENTS.decode(data)
 
 
 class NotStreamable(Exception):
@@ -61,7 +72,7 @@ class TraceStream:
     metadata: KinetoTrace = field(default_factory=KinetoTrace)
     has_events: bool = False
 
-    def batches(self) -> Iterator[list[KinetoEvent]]:
+    def batches(self) -> Iterator[list[PhasedEvent] | list[KinetoEvent]]:
         chunks = iter_chunks(self.path)
         window = bytearray()
 
@@ -96,7 +107,7 @@ class TraceStream:
             del window[:used]
             yield events
 
-    def _cut(self, window: bytearray, more: Callable[[], bool]) -> tuple[list[KinetoEvent], int] | None:
+    def _cut(self, window: bytearray, more: Callable[[], bool]) -> tuple[list[PhasedEvent] | list[KinetoEvent], int] | None:
         """Decode the events before the first good boundary past the batch size."""
         start = self.batch_bytes
         for _ in range(_MAX_WRONG_CUTS):
@@ -112,7 +123,7 @@ class TraceStream:
             try:
                 # One copy of the piece; the temporary view is gone before
                 # the window is resized.
-                events = _EVENTS.decode(b"".join((b"[", memoryview(window)[: boundary.start() + 1], b"]")))
+                events = decode_events(b"".join((b"[", memoryview(window)[: boundary.start() + 1], b"]")))
                 # Consume up to the next event's `{`.
                 return events, boundary.start() + boundary.group(0).index(b"{")
             except msgspec.DecodeError:

@@ -17,6 +17,15 @@ Atomicity: all tables of a source are first written under `OUT/.staging/`
 renames leaves nothing of that source behind and the previous ingest of it
 untouched. Staged files sit in a per-attempt folder, so the node writer's
 sweep of stray `*.tmp` files in `.staging/` cannot touch them.
+
+Durability: the staged files are fsynced (all written first, then synced,
+so the disk sees them together), so a renamed file is never torn or empty
+after a crash. The renames themselves are not synced (no directory fsync):
+after a power loss a source may show its previous ingest, or none, and
+ingesting it again brings it up to date. Trace tables are derived from
+source files that stay on disk, so that is the cheaper trade here than a
+sync per table folder; telemetry, which exists nowhere else, is written
+elsewhere (`collector/writer.py`) with its own syncs.
 """
 
 from __future__ import annotations
@@ -75,12 +84,13 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
             if data.num_rows == 0:
                 continue
             staged[table] = _write_staged(data, staging / f"{table}.parquet")
+        for temporary in staged.values():
+            _fsync_file(temporary)
         written: dict[str, int] = {}
         for table, temporary in staged.items():
             destination = table_path(out, run, table, source)
             destination.parent.mkdir(parents=True, exist_ok=True)
             os.replace(temporary, destination)
-            _fsync_dir(destination.parent)
             written[table] = tables[table].num_rows
         _remove_stale(out, run, source, written)
         return written
@@ -95,23 +105,12 @@ def _write_staged(table: pa.Table, path: Path) -> Path:
     # ids they cost time and make files bigger (v100 trace: 1.0 vs 1.8 MB).
     text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
     pq.write_table(table, path, compression="zstd", use_dictionary=text)
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
     return path
 
 
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable; not every filesystem allows it.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
 
 
 def _remove_stale(out: Path, run: str, source: str, written: dict[str, int]) -> None:
