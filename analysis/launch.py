@@ -1,0 +1,228 @@
+"""Kernel launch and queuing: is the CPU keeping the GPU fed?
+
+Each function runs one SQL file of `analysis/sql/` (the definitions are in
+its header) and returns a Polars frame; thresholds are keyword arguments
+with the SQL's defaults:
+
+- `kernel_launches`: per GPU activity, the launch call's CPU time, the
+  launch delay (call return to kernel start, clipped at 0, as HTA) and the
+  launch-and-queue time (call start to kernel start), with its step;
+- `step_launch_summary`: per profiler step and rank, the total kernel launch
+  and queuing time (TKLQT), GPU busy and idle time, launch-delay percentiles
+  and the verdict: cpu_bound, gpu_bound, balanced or unknown;
+- `launch_rank_summary`: the same per rank over its complete steps, with
+  the rank's dominant verdict;
+- `short_kernels`, `launch_outliers`: per kernel name, the kernels shorter
+  than their launch call, and launch-delay or launch-call outliers;
+- `launch_flip`: across runs named by batch size (`bs8`, `batch16`, ...),
+  the batch size where the verdict flips from cpu_bound to gpu_bound.
+
+`launch_findings` turns them into findings: `cpu_bound_launches`,
+`short_kernels`, `launch_delay_outliers`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from analysis.findings import Finding
+from analysis.registry import run_analysis
+
+PAGE = "kernels"
+TOP_NAMES = 5
+
+
+def kernel_launches(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    return run_analysis(con, "kernel_launches")
+
+
+def step_launch_summary(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    short_kernel_max_call_ns: int = 50_000,
+    launch_delay_outlier_ns: int = 100_000,
+    launch_cpu_bound_min_idle_share: float = 0.2,
+    launch_cpu_bound_max_delay_ns: int = 20_000,
+    launch_gpu_bound_max_idle_share: float = 0.1,
+    launch_gpu_bound_min_delay_ns: int = 100_000,
+) -> pl.DataFrame:
+    return run_analysis(con, "step_launch_summary", **_params(locals()))
+
+
+def launch_rank_summary(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    short_kernel_max_call_ns: int = 50_000,
+    launch_delay_outlier_ns: int = 100_000,
+    launch_cpu_bound_min_idle_share: float = 0.2,
+    launch_cpu_bound_max_delay_ns: int = 20_000,
+    launch_gpu_bound_max_idle_share: float = 0.1,
+    launch_gpu_bound_min_delay_ns: int = 100_000,
+) -> pl.DataFrame:
+    return run_analysis(con, "launch_rank_summary", **_params(locals()))
+
+
+def short_kernels(con: duckdb.DuckDBPyConnection, *, short_kernel_max_call_ns: int = 50_000) -> pl.DataFrame:
+    return run_analysis(con, "short_kernels", short_kernel_max_call_ns=short_kernel_max_call_ns)
+
+
+def launch_outliers(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    launch_delay_outlier_ns: int = 100_000,
+    launch_call_outlier_ns: int = 50_000,
+) -> pl.DataFrame:
+    return run_analysis(con, "launch_outliers", **_params(locals()))
+
+
+def launch_flip(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    launch_cpu_bound_min_idle_share: float = 0.2,
+    launch_cpu_bound_max_delay_ns: int = 20_000,
+    launch_gpu_bound_max_idle_share: float = 0.1,
+    launch_gpu_bound_min_delay_ns: int = 100_000,
+) -> pl.DataFrame:
+    return run_analysis(con, "launch_flip", **_params(locals()))
+
+
+def _params(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in arguments.items() if name != "con"}
+
+
+# --- findings -----------------------------------------------------------------------------
+
+
+def launch_findings(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    short_kernel_min_count: int = 100,
+    short_kernel_min_share: float = 0.2,
+    short_kernel_warning_share: float = 0.5,
+    outlier_min_count: int = 10,
+    outlier_min_share: float = 0.01,
+) -> list[Finding]:
+    """Findings from the launch tables, one per rank of a run and kind.
+
+    cpu_bound_launches (warning): the rank's dominant verdict is cpu_bound.
+    short_kernels: at least `short_kernel_min_count` short kernels making up
+        at least `short_kernel_min_share` of the rank's launched kernels;
+        a warning from `short_kernel_warning_share` on, else info.
+    launch_delay_outliers (info): at least `outlier_min_count` kernels, and
+        `outlier_min_share` of the rank's, started over 100 µs after their
+        launch call returned.
+    """
+    ranks = launch_rank_summary(con)
+    verdicts = {(row["run"], row["rank"]): row["verdict"] for row in ranks.iter_rows(named=True)}
+    findings = [_cpu_bound_finding(row) for row in ranks.iter_rows(named=True) if row["verdict"] == "cpu_bound"]
+    findings += _short_kernel_findings(short_kernels(con), short_kernel_min_count, short_kernel_min_share,
+                                       short_kernel_warning_share)
+    findings += _outlier_findings(launch_outliers(con), verdicts, outlier_min_count, outlier_min_share)
+    return findings
+
+
+def _cpu_bound_finding(row: dict[str, Any]) -> Finding:
+    return Finding(
+        id="cpu_bound_launches",
+        severity="warning",
+        title=(f"Rank {row['rank']} of {row['run']} is CPU-bound: the GPU idles {row['gpu_idle_share']:.0%} "
+               f"of step time while kernels typically start {row['step_launch_delay_p50_ns'] / 1_000:.1f} µs "
+               f"after their launch returns"),
+        detail=("The GPU waits for the CPU to launch work: kernels start almost as soon as they are launched, "
+                "and between them the GPU has nothing to do. Cut launch overhead: capture the step in a CUDA "
+                "graph (torch.compile mode='reduce-overhead'), fuse small kernels, raise the batch size, and "
+                "keep host synchronisation (.item(), .cpu(), data loading) out of the step."),
+        subject={"run": row["run"], "rank": row["rank"]},
+        evidence={
+            "gpu_idle_share": row["gpu_idle_share"],
+            "launch_delay_mean_ns": row["launch_delay_mean_ns"],
+            "launch_delay_p50_ns": row["step_launch_delay_p50_ns"],
+            "tklqt_share": row["tklqt_share"],
+            "short_kernel_count": row["short_kernel_count"],
+            "cpu_bound_steps": row["cpu_bound_steps"],
+            "step_count": row["step_count"],
+            "verdict_share": row["verdict_share"],
+        },
+        page=PAGE,
+    )
+
+
+def _shortened(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _top_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"name": row["name"], "kernel_count": row["kernel_count"]} for row in rows[:TOP_NAMES]]
+
+
+def _by_rank(frame: pl.DataFrame) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Rows per (run, rank), in name_rank order."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in frame.sort("run", "rank", "name_rank").iter_rows(named=True):
+        groups.setdefault((row["run"], row["rank"]), []).append(row)
+    return groups
+
+
+def _short_kernel_findings(short: pl.DataFrame, min_count: int, min_share: float, warning_share: float) -> list[Finding]:
+    findings = []
+    for (run, rank), rows in _by_rank(short).items():
+        first = rows[0]
+        count, share = first["rank_short_kernel_count"], first["rank_short_kernel_share"]
+        if count < min_count or share < min_share:
+            continue
+        names = _top_names(rows)
+        findings.append(Finding(
+            id="short_kernels",
+            severity="warning" if share >= warning_share else "info",
+            title=(f"{share:.0%} of the kernels of rank {rank} of {run} ({count:,}) run for less time than "
+                   f"their launch call takes; most often {_shortened(names[0]['name'])}"),
+            detail=("The CPU spends longer launching these kernels than the GPU spends running them, so the "
+                    "GPU cannot be kept busy with them. Fuse them (torch.compile, fused optimisers and "
+                    "layers) or replay them as a CUDA graph."),
+            subject={"run": run, "rank": rank},
+            evidence={
+                "short_kernel_count": count,
+                "short_kernel_share": share,
+                "short_gpu_time_share": first["rank_short_gpu_time_share"],
+                "short_launch_call_share": first["rank_short_launch_call_share"],
+                "top_names": names,
+            },
+            page=PAGE,
+        ))
+    return findings
+
+
+def _outlier_findings(outliers: pl.DataFrame, verdicts: dict[tuple[str, int], str], min_count: int,
+                      min_share: float) -> list[Finding]:
+    findings = []
+    delays = outliers.filter(pl.col("outlier_kind") == "launch_delay")
+    for (run, rank), rows in _by_rank(delays).items():
+        count = rows[0]["rank_outlier_count"]
+        share = sum(row["kernel_share"] for row in rows)
+        if count < min_count or share < min_share:
+            continue
+        gpu_bound = verdicts.get((run, rank)) == "gpu_bound"
+        cause = ("The rank is GPU-bound, so this is mostly kernels queuing behind earlier GPU work: expected, "
+                 "and a sign the CPU runs ahead." if gpu_bound else
+                 "The rank is not GPU-bound, so look at what the kernels wait for: stream or event waits, "
+                 "communication on another stream, or a full launch queue after a host synchronisation.")
+        findings.append(Finding(
+            id="launch_delay_outliers",
+            severity="info",
+            title=(f"{count:,} kernels of rank {rank} of {run} ({share:.1%}) started more than 100 µs after "
+                   f"their launch call returned; most often {_shortened(rows[0]['name'])}"),
+            detail=cause,
+            subject={"run": run, "rank": rank},
+            evidence={
+                "outlier_count": count,
+                "outlier_share": share,
+                "max_launch_delay_ns": max(row["max_ns"] for row in rows),
+                "verdict": verdicts.get((run, rank)),
+                "top_names": _top_names(rows),
+            },
+            page=PAGE,
+        ))
+    return findings

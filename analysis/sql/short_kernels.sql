@@ -1,0 +1,71 @@
+-- Short kernels: GPU work that takes less time than launching it, per
+-- kernel name and rank: candidates for fusion or CUDA graphs.
+-- requires: kernel_launches
+-- param: short_kernel_max_call_ns = 50000
+--
+-- A short kernel runs for less time on the GPU (dur_ns) than its launch call
+-- takes on the CPU (launch_call_ns), and that call takes at most
+-- short_kernel_max_call_ns (longer calls are launch-call outliers, see
+-- launch_outliers; HTA's runtime_cutoff). One row per (run, rank, name) with
+-- short kernels, ordered by name_rank (1 = most short kernels):
+--   kernel_count, gpu_ns, launch_call_total_ns   of that name's short kernels
+--   kernel_share       its short kernels / all launched kernels of the rank
+--   gpu_time_share     their GPU time / the GPU time of all launched kernels
+--   launch_call_share  their launch-call time / all launch-call time
+--   rank_short_*       the same over every short kernel of the rank
+with per_name as (
+    select
+        run,
+        rank,
+        name,
+        count(*) as all_kernel_count,
+        sum(dur_ns) as all_gpu_ns,
+        sum(launch_call_ns) as all_launch_call_ns,
+        count(*) filter (where is_short) as kernel_count,
+        sum(dur_ns) filter (where is_short) as gpu_ns,
+        sum(launch_call_ns) filter (where is_short) as launch_call_total_ns
+    from (
+        select
+            run,
+            rank,
+            name,
+            dur_ns,
+            launch_call_ns,
+            dur_ns < launch_call_ns
+                and launch_call_ns <= getvariable('short_kernel_max_call_ns') as is_short
+        from kernel_launches
+    )
+    group by run, rank, name
+),
+
+per_rank as (
+    select
+        *,
+        sum(all_kernel_count) over r as rank_kernel_count,
+        sum(all_gpu_ns) over r as rank_gpu_ns,
+        sum(all_launch_call_ns) over r as rank_launch_call_ns,
+        sum(kernel_count) over r as rank_short_kernel_count,
+        sum(gpu_ns) over r as rank_short_gpu_ns,
+        sum(launch_call_total_ns) over r as rank_short_launch_call_ns
+    from per_name
+    window r as (partition by run, rank)
+)
+
+select
+    run,
+    rank,
+    name,
+    row_number() over (partition by run, rank order by kernel_count desc, gpu_ns desc, name) as name_rank,
+    kernel_count,
+    gpu_ns::bigint as gpu_ns,
+    launch_call_total_ns::bigint as launch_call_total_ns,
+    gpu_ns / kernel_count as gpu_mean_ns,
+    kernel_count / rank_kernel_count as kernel_share,
+    gpu_ns / nullif(rank_gpu_ns, 0) as gpu_time_share,
+    launch_call_total_ns / nullif(rank_launch_call_ns, 0) as launch_call_share,
+    rank_short_kernel_count::bigint as rank_short_kernel_count,
+    rank_short_kernel_count / rank_kernel_count as rank_short_kernel_share,
+    rank_short_gpu_ns / nullif(rank_gpu_ns, 0) as rank_short_gpu_time_share,
+    rank_short_launch_call_ns / nullif(rank_launch_call_ns, 0) as rank_short_launch_call_share
+from per_rank
+where kernel_count > 0
