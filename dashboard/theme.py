@@ -38,7 +38,8 @@ CATEGORY_COLOURS: dict[str, str] = {
 
 SEVERITY_COLOURS: dict[str, str] = {"critical": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4"}
 
-LIMIT_LINE_COLOUR = "#d62728"
+# Not a GPU colour: the limit line must never look like a GPU's series.
+LIMIT_LINE_COLOUR = "#222222"
 THROTTLE_SHADE_COLOUR = "rgba(214, 39, 40, 0.12)"
 
 

@@ -1,0 +1,53 @@
+-- The trace runs in the dataset: one row per run with its ranks, hosts,
+-- device, source format, time base and span, and how many kernels,
+-- profiler steps and collectives it holds. The dashboard's Overview lists
+-- it and every trace page offers its runs.
+--   first_ns, last_ns: the run's first kernel start and last kernel end
+--     (epoch ns where time_base = 'epoch', else trace-relative);
+--   steps: distinct profiler steps over its ranks.
+-- requires: runs, kernels, step_windows, collectives
+with run_info as (
+    select
+        run,
+        count(distinct rank) as ranks,
+        max(world_size) as world_size,
+        string_agg(distinct host, ', ' order by host) as hosts,
+        any_value(device_name) as device_name,
+        string_agg(distinct source_format, ', ' order by source_format) as source_format,
+        any_value(time_base) as time_base
+    from runs
+    group by run
+),
+kernel_info as (
+    select run, count(*) as kernels, min(start_ns) as first_ns, max(end_ns) as last_ns
+    from kernels
+    group by run
+),
+step_info as (
+    select run, count(distinct step) as steps
+    from step_windows
+    group by run
+),
+collective_info as (
+    select run, count(*) as collectives
+    from collectives
+    group by run
+)
+select
+    run_info.run,
+    run_info.ranks,
+    run_info.world_size,
+    run_info.hosts,
+    run_info.device_name,
+    run_info.source_format,
+    run_info.time_base,
+    kernel_info.first_ns,
+    kernel_info.last_ns,
+    coalesce(kernel_info.kernels, 0) as kernels,
+    coalesce(step_info.steps, 0) as steps,
+    coalesce(collective_info.collectives, 0) as collectives
+from run_info
+left join kernel_info using (run)
+left join step_info using (run)
+left join collective_info using (run)
+order by run_info.run

@@ -1,0 +1,41 @@
+"""The gpulens dashboard: `streamlit run dashboard/app.py`.
+
+The dataset is named by the `GPULENS_DATASET` environment variable
+(`gpulens dashboard DATASET` sets it); without it the built-in sample is
+shown. One file per page under `dashboard/pages/`, wired here with
+`st.navigation`; pages call `analysis` only (through `dashboard.data`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `streamlit run dashboard/app.py` puts dashboard/ on the path, not the repo.
+_REPO = str(Path(__file__).resolve().parents[1])
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+import streamlit as st  # noqa: E402
+
+from dashboard import data  # noqa: E402
+from dashboard.pages.common import PAGES, dataset, warm_up  # noqa: E402
+
+st.set_page_config(page_title="gpulens", page_icon=":material/insights:", layout="wide")
+
+pages = [
+    st.Page(script, title=title, icon=icon, url_path=key, default=key == "overview")
+    for key, (script, title, icon) in PAGES.items()
+]
+current = st.navigation(pages)
+
+with st.sidebar:
+    ds = dataset()
+    st.caption(f"Dataset: `{ds.path}`")
+    if st.button("Reload data", icon=":material/refresh:", help="Drop cached results and read the dataset again"):
+        data.RESULTS.clear()
+
+# What the other pages show first is computed in the background meanwhile
+# (once per dataset), so moving between pages is quick on big datasets.
+warm_up(ds)
+current.run()

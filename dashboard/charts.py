@@ -1,0 +1,757 @@
+"""Plotly figures from analysis frames, shared by the dashboard and the report.
+
+Every function takes Polars frames (as the `analysis` functions return
+them) and returns a `go.Figure` with a title, axis units and a legend;
+nothing here queries, caches or imports Streamlit. Colours come from
+`dashboard.theme` only, so a GPU, a collective or a time category has the
+same colour on every page and in every report. Long series use WebGL
+(`Scattergl`); the frames are already downsampled in DuckDB.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import polars as pl
+
+from dashboard import theme
+
+TEMPLATE = "plotly_white"
+GB = 1e9
+_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+_SYMBOLS = ("circle", "diamond", "square", "x", "triangle-up", "star")
+WEBGL_MIN_POINTS = 1000
+
+# Telemetry metrics a page can draw: column stem -> (title, axis label, scale).
+TELEMETRY_METRICS: dict[str, tuple[str, str, float]] = {
+    "power_w": ("Board power", "Power (W)", 1.0),
+    "gpu_util_pct": ("GPU utilisation", "Utilisation (%)", 1.0),
+    "mem_util_pct": ("Memory bandwidth utilisation", "Utilisation (%)", 1.0),
+    "sm_clock_mhz": ("SM clock", "Clock (MHz)", 1.0),
+    "mem_clock_mhz": ("Memory clock", "Clock (MHz)", 1.0),
+    "temp_c": ("GPU temperature", "Temperature (°C)", 1.0),
+    "mem_used_bytes": ("Memory used", "Memory used (GiB)", 1 / 2**30),
+}
+
+
+def empty_figure(title: str, message: str) -> go.Figure:
+    """A titled figure saying there is nothing to draw."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font={"size": 14, "color": theme.OTHER_COLOUR})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title)
+
+
+def _layout(fig: go.Figure, title: str, x: str | None = None, y: str | None = None, height: int = 380,
+            legend_title: str | None = None) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        template=TEMPLATE,
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        legend={"title": {"text": legend_title} if legend_title else None},
+        hovermode="closest",
+    )
+    if x is not None:
+        fig.update_layout(xaxis_title_text=x)
+    if y is not None:
+        fig.update_layout(yaxis_title_text=y)
+    if sum(1 for trace in fig.data if trace.showlegend is not False and trace.name) > 8:
+        # many series: the legend goes under the plot rather than scrolling beside it
+        fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "xanchor": "left"},
+                          height=height + 60, margin={"b": 110})
+    return fig
+
+
+def _scatter(n_points: int) -> type[go.Scatter] | type[go.Scattergl]:
+    return go.Scattergl if n_points >= WEBGL_MIN_POINTS else go.Scatter
+
+
+def gpu_label(host: str, gpu_index: int, hosts: int) -> str:
+    return f"GPU {gpu_index}" if hosts <= 1 else f"{host} GPU {gpu_index}"
+
+
+def _hosts(frame: pl.DataFrame) -> list[str]:
+    return sorted(frame["host"].unique().to_list()) if "host" in frame.columns and frame.height else []
+
+
+def _x_times(column: pl.Series) -> np.ndarray:
+    """Times as naive UTC datetime64 (numpy arrays skip plotly's per-item validation)."""
+    if isinstance(column.dtype, pl.Datetime) and column.dtype.time_zone is not None:
+        column = column.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
+    return column.to_numpy()
+
+
+def _np(column: pl.Series, scale: float = 1.0) -> np.ndarray:
+    values = column.cast(pl.Float64).to_numpy()
+    return values * scale if scale != 1.0 else values
+
+
+# --- telemetry ------------------------------------------------------------------------
+
+
+def throttle_periods(timeline: pl.DataFrame, bucket_s: float, max_periods: int = 150) -> list[tuple[Any, Any]]:
+    """Time ranges in which any GPU of `timeline` was held back (throttled_share > 0).
+
+    Adjacent throttled buckets merge into one period; where that leaves more
+    than `max_periods`, the shortest gaps between periods are closed too, so
+    the shading stays light on the browser.
+    """
+    if timeline.is_empty() or "throttled_share" not in timeline.columns:
+        return []
+    buckets = (
+        timeline.filter(pl.col("throttled_share") > 0)
+        .select(pl.col("bucket_start").unique().sort())
+        .to_series()
+        .to_list()
+    )
+    if not buckets:
+        return []
+    width = timedelta(seconds=bucket_s)
+    periods: list[list[Any]] = []
+    for start in buckets:
+        if periods and start <= periods[-1][1]:
+            periods[-1][1] = start + width
+        else:
+            periods.append([start, start + width])
+    while len(periods) > max_periods:
+        gaps = sorted(periods[i + 1][0] - periods[i][1] for i in range(len(periods) - 1))
+        threshold = gaps[len(periods) - max_periods - 1]
+        merged = [periods[0]]
+        for period in periods[1:]:
+            if period[0] - merged[-1][1] <= threshold:
+                merged[-1][1] = period[1]
+            else:
+                merged.append(period)
+        periods = merged
+    return [(_naive(a), _naive(b)) for a, b in periods]
+
+
+def _naive(value: Any) -> Any:
+    return value.replace(tzinfo=None) if hasattr(value, "tzinfo") and value.tzinfo is not None else value
+
+
+def telemetry_figure(
+    timeline: pl.DataFrame,
+    metric: str,
+    bucket_s: float,
+    title: str | None = None,
+    band: bool | None = None,
+    shade_throttling: bool = True,
+    height: int = 330,
+) -> go.Figure:
+    """One metric of `telemetry_timeline` per GPU over time.
+
+    The mean per bucket is the line; with `band` (default: at most three
+    GPUs) the bucket's min-max range is shaded around it. Power draws the
+    enforced limit; periods in which a GPU was held back by power or heat
+    are shaded.
+    """
+    name, unit, scale = TELEMETRY_METRICS[metric]
+    title = title or f"{name} per GPU"
+    if timeline.is_empty() or timeline[f"{metric}_mean"].null_count() == timeline.height:
+        return empty_figure(title, f"No {name.lower()} readings in this range.")
+    hosts = _hosts(timeline)
+    groups = timeline.partition_by(["host", "gpu_index"], maintain_order=True)
+    band = len(groups) <= 3 if band is None else band
+    fig = go.Figure()
+    for group in groups:
+        host, gpu = group["host"][0], int(group["gpu_index"][0])
+        label = gpu_label(host, gpu, len(hosts))
+        colour = theme.gpu_colour(gpu)
+        dash = _DASHES[hosts.index(host) % len(_DASHES)]
+        x = _x_times(group["bucket_start"])
+        trace = _scatter(group.height)
+        low, high = _np(group[f"{metric}_min"], scale), _np(group[f"{metric}_max"], scale)
+        if band:
+            fig.add_trace(trace(x=x, y=high, mode="lines", line={"width": 0},
+                                legendgroup=label, showlegend=False, hoverinfo="skip", name=f"{label} max"))
+            fig.add_trace(trace(x=x, y=low, mode="lines", line={"width": 0},
+                                fill="tonexty", fillcolor=_alpha(colour, 0.18), legendgroup=label, showlegend=False,
+                                hoverinfo="skip", name=f"{label} min"))
+        fig.add_trace(trace(
+            x=x, y=_np(group[f"{metric}_mean"], scale), mode="lines", name=label, legendgroup=label,
+            line={"color": colour, "width": 1.5, "dash": dash},
+            customdata=np.column_stack([low, high]),
+            hovertemplate=f"{label}<br>%{{x}}<br>mean %{{y:.4g}}<br>min %{{customdata[0]:.4g}} max %{{customdata[1]:.4g}}<extra></extra>",
+        ))
+    if metric == "power_w" and "power_limit_w" in timeline.columns:
+        limit = timeline.group_by("bucket_start").agg(pl.col("power_limit_w").max()).sort("bucket_start")
+        if limit["power_limit_w"].null_count() < limit.height:
+            fig.add_trace(_scatter(limit.height)(
+                x=_x_times(limit["bucket_start"]), y=_np(limit["power_limit_w"]), mode="lines",
+                name="power limit", line={"color": theme.LIMIT_LINE_COLOUR, "width": 2, "dash": "dash", "shape": "hv"},
+            ))
+    if shade_throttling:
+        _shade(fig, throttle_periods(timeline, bucket_s))
+    _layout(fig, title, "Time (UTC)", unit, height=height, legend_title="GPU")
+    if metric.endswith("_pct"):
+        fig.update_yaxes(range=[0, 105])
+    return fig
+
+
+def _shade(fig: go.Figure, periods: list[tuple[Any, Any]]) -> None:
+    """Shade `periods` full height: one filled trace of rectangles on a hidden
+    0-1 axis (a layout shape per period costs plotly seconds at a hundred)."""
+    if not periods:
+        return
+    xs: list[Any] = []
+    ys: list[float | None] = []
+    for start, end in periods:
+        xs += [start, start, end, end, start, None]
+        ys += [0, 1, 1, 0, 0, None]
+    fig.add_trace(go.Scatter(
+        x=xs, y=ys, mode="lines", fill="toself", fillcolor=theme.THROTTLE_SHADE_COLOUR, line={"width": 0},
+        name="throttled (power/heat)", yaxis="y2", hoverinfo="skip",
+    ))
+    fig.update_layout(yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True})
+
+
+def _alpha(hex_colour: str, alpha: float) -> str:
+    value = hex_colour.lstrip("#")
+    r, g, b = (int(value[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def throttle_strip_figure(timeline: pl.DataFrame) -> go.Figure:
+    """GPU × time: the share of each bucket's samples held back by power or heat."""
+    title = "Throttling: share of samples held back by power or heat"
+    if timeline.is_empty() or "throttled_share" not in timeline.columns or timeline["throttled_share"].null_count() == timeline.height:
+        return empty_figure(title, "No throttle reasons in this range.")
+    hosts = _hosts(timeline)
+    labelled = timeline.with_columns(
+        pl.struct("host", "gpu_index").map_elements(lambda r: gpu_label(r["host"], r["gpu_index"], len(hosts)),
+                                                    return_dtype=pl.String).alias("gpu")
+    )
+    wide = labelled.pivot(on="gpu", index="bucket_start", values="throttled_share", aggregate_function="max").sort("bucket_start")
+    gpus = [c for c in wide.columns if c != "bucket_start"]
+    z = [[None if v is None else 100 * v for v in wide[g].to_list()] for g in gpus]
+    fig = go.Figure(go.Heatmap(
+        x=_x_times(wide["bucket_start"]), y=gpus, z=z, zmin=0, zmax=100,
+        colorscale=[[0, "#ffffff"], [1, theme.LIMIT_LINE_COLOUR]], colorbar={"title": {"text": "held back (%)"}},
+        hovertemplate="%{y}<br>%{x}<br>%{z:.0f}% of samples held back<extra></extra>",
+    ))
+    return _layout(fig, title, "Time (UTC)", "GPU", height=120 + 22 * len(gpus))
+
+
+# --- power -------------------------------------------------------------------------------
+
+
+def power_distribution_figure(histogram: pl.DataFrame) -> go.Figure:
+    """Per GPU, the share of samples at each power level, with each GPU's limit."""
+    title = "Power distribution per GPU against the enforced limit"
+    if histogram.is_empty():
+        return empty_figure(title, "No power readings.")
+    hosts = _hosts(histogram)
+    fig = go.Figure()
+    for group in histogram.partition_by(["host", "gpu_index"], maintain_order=True):
+        host, gpu = group["host"][0], int(group["gpu_index"][0])
+        label = gpu_label(host, gpu, len(hosts))
+        x = [group["bin_low_w"][0]] + group["bin_low_w"].to_list() + [group["bin_high_w"][-1]]
+        y = [0.0] + (group["share"] * 100).to_list() + [0.0]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": theme.gpu_colour(gpu), "width": 1.5,
+                                                              "dash": _DASHES[hosts.index(host) % len(_DASHES)]},
+                                 name=label, hovertemplate=f"{label}<br>%{{x:.0f}} W: %{{y:.1f}}% of samples<extra></extra>"))
+    for limit in sorted({v for v in histogram["limit_w"].to_list() if v is not None}):
+        fig.add_vline(x=limit, line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2})
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"limit {limit:.0f} W",
+                                 line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2}))
+    return _layout(fig, title, "Power (W)", "Share of samples (%)", legend_title="GPU")
+
+
+def power_percentiles_figure(headroom: pl.DataFrame) -> go.Figure:
+    """Per GPU: p50, p95, p99 and max power against the enforced limit."""
+    title = "Power percentiles per GPU against the enforced limit"
+    if headroom.is_empty() or headroom["p50_w"].null_count() == headroom.height:
+        return empty_figure(title, "No power readings.")
+    hosts = _hosts(headroom)
+    frame = headroom.sort("host", "gpu_index")
+    labels = [gpu_label(h, g, len(hosts)) for h, g in zip(frame["host"], frame["gpu_index"])]
+    colours = [theme.gpu_colour(g) for g in frame["gpu_index"]]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=frame["p99_w"].to_list(), marker={"color": colours}, name="p99 (bar)",
+                         opacity=0.55, hovertemplate="%{x}: p99 %{y:.0f} W<extra></extra>"))
+    for stat, symbol in (("p50_w", "circle-open"), ("p95_w", "diamond-open"), ("max_w", "x")):
+        fig.add_trace(go.Scatter(x=labels, y=frame[stat].to_list(), mode="markers", name=stat.removesuffix("_w"),
+                                 marker={"symbol": symbol, "size": 10, "color": theme.OTHER_COLOUR, "line": {"width": 2}},
+                                 hovertemplate=f"%{{x}}: {stat.removesuffix('_w')} %{{y:.0f}} W<extra></extra>"))
+    fig.add_trace(go.Scatter(x=labels, y=frame["limit_w"].to_list(), mode="markers", name="limit",
+                             marker={"symbol": "line-ew", "size": 40, "line": {"width": 3, "color": theme.LIMIT_LINE_COLOUR}},
+                             hovertemplate="%{x}: limit %{y:.0f} W<extra></extra>"))
+    return _layout(fig, title, "GPU", "Power (W)", legend_title="statistic")
+
+
+def node_power_figure(node_timeline: pl.DataFrame, budget_w: float | None, cap_w: float | None = None) -> go.Figure:
+    """Each node's coincident power (sum over its GPUs) over time against the budget.
+
+    With `cap_w`, the bucket's highest coincident power with every GPU
+    clipped at the cap is drawn too, where it differs from the uncapped one.
+    """
+    title = "Node coincident power against the budget"
+    if node_timeline.is_empty():
+        return empty_figure(title, "No complete ticks with power from every GPU.")
+    fig = go.Figure()
+    for i, group in enumerate(node_timeline.partition_by("host", maintain_order=True)):
+        host = group["host"][0]
+        x = _x_times(group["bucket_start"])
+        trace = _scatter(group.height)
+        dash = _DASHES[i % len(_DASHES)]
+        fig.add_trace(trace(x=x, y=_np(group["node_w_max"]), mode="lines", line={"width": 0}, showlegend=False,
+                            hoverinfo="skip", legendgroup=host))
+        fig.add_trace(trace(x=x, y=_np(group["node_w_min"]), mode="lines", line={"width": 0}, fill="tonexty",
+                            fillcolor=_alpha(theme.OTHER_COLOUR, 0.2), name=f"{host} min-max", legendgroup=host))
+        capped = _np(group["capped_node_w_max"])
+        if cap_w is not None and np.nanmax(np.abs(capped - _np(group["node_w_max"])), initial=0) > 0.5:
+            fig.add_trace(trace(x=x, y=capped, mode="lines", name=f"{host} max with GPUs capped at {cap_w:.0f} W",
+                                line={"color": theme.SEVERITY_COLOURS["warning"], "dash": "dot", "width": 1.5}))
+        fig.add_trace(trace(x=x, y=_np(group["node_w_mean"]), mode="lines", name=f"{host} mean",
+                            line={"color": theme.OTHER_COLOUR, "dash": dash}, legendgroup=host))
+    if budget_w is not None:
+        fig.add_hline(y=budget_w, line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2})
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"budget {budget_w:,.0f} W",
+                                 line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2}))
+    return _layout(fig, title, "Time (UTC)", "Node power (W)", legend_title="node")
+
+
+def cap_curve_figure(curve: pl.DataFrame, chosen_cap_w: float | None = None) -> go.Figure:
+    """Extra nodes the budget carries at p99, and the share of ticks capped, per cap."""
+    title = "Power-cap what-if: extra nodes at p99 and ticks held back"
+    if curve.is_empty():
+        return empty_figure(title, "No power readings.")
+    frame = curve.sort("power_cap_w")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=frame["power_cap_w"].to_list(), y=frame["capped_extra_nodes_at_p99"].to_list(),
+                             mode="lines+markers", name="extra nodes at p99", line={"color": theme.SEVERITY_COLOURS["info"]},
+                             hovertemplate="cap %{x:.0f} W: %{y:.2f} extra nodes<extra></extra>"))
+    fig.add_trace(go.Scatter(x=frame["power_cap_w"].to_list(), y=(frame["any_above_cap_share"] * 100).to_list(),
+                             mode="lines+markers", name="ticks with a GPU at the cap (%)", yaxis="y2",
+                             line={"color": theme.SEVERITY_COLOURS["warning"], "dash": "dot"},
+                             hovertemplate="cap %{x:.0f} W: %{y:.1f}% of ticks<extra></extra>"))
+    if chosen_cap_w is not None:
+        fig.add_vline(x=chosen_cap_w, line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash"})
+    fig.update_layout(yaxis2={"title": {"text": "Ticks with a GPU at the cap (%)"}, "overlaying": "y", "side": "right",
+                              "range": [0, 105], "tickmode": "linear", "tick0": 0, "dtick": 20, "showgrid": False},
+                      legend={"orientation": "h", "y": -0.25})
+    return _layout(fig, title, "Per-GPU power cap (W)", "Extra nodes the budget carries")
+
+
+# --- interconnect ----------------------------------------------------------------------------
+
+LINK_NAMES = {"nvlink": "NVLink", "xgmi": "XGMI", "pcie": "PCIe"}
+
+
+def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
+    """Per GPU: mean and p95 throughput of one interconnect against its nominal peak."""
+    name = LINK_NAMES.get(link, link)
+    title = f"{name} throughput per GPU against the nominal peak"
+    frame = usage.filter(pl.col("link") == link).sort("host", "gpu_index", "direction") if usage.height else usage
+    if frame.is_empty():
+        return empty_figure(title, f"No {name} readings.")
+    hosts = _hosts(frame)
+    fig = go.Figure()
+    patterns = {"tx": "", "rx": "/", "both": "."}
+    for direction in sorted(frame["direction"].unique().to_list()):
+        part = frame.filter(pl.col("direction") == direction)
+        labels = [gpu_label(h, g, len(hosts)) for h, g in zip(part["host"], part["gpu_index"])]
+        fig.add_trace(go.Bar(
+            x=labels, y=(part["achieved_bytes_per_s"] / GB).to_list(), name=f"{direction} mean",
+            marker={"color": [theme.gpu_colour(g) for g in part["gpu_index"]], "pattern": {"shape": patterns.get(direction, "")}},
+            offsetgroup=direction, customdata=(part["utilisation"] * 100).to_list(),
+            hovertemplate=f"%{{x}} {direction}: %{{y:.1f}} GB/s (%{{customdata:.1f}}% of peak)<extra></extra>",
+        ))
+        fig.add_trace(go.Scatter(
+            x=labels, y=(part["p95_bytes_per_s"] / GB).to_list(), mode="markers", name=f"{direction} p95",
+            marker={"symbol": "diamond-open", "size": 9, "color": theme.OTHER_COLOUR}, offsetgroup=direction,
+            hovertemplate=f"%{{x}} {direction} p95: %{{y:.1f}} GB/s<extra></extra>",
+        ))
+    peaks = frame.group_by("host", "gpu_index").agg(pl.col("peak_bytes_per_s").max()).sort("host", "gpu_index")
+    if peaks["peak_bytes_per_s"].null_count() < peaks.height:
+        fig.add_trace(go.Scatter(
+            x=[gpu_label(h, g, len(hosts)) for h, g in zip(peaks["host"], peaks["gpu_index"])],
+            y=(peaks["peak_bytes_per_s"] / GB).to_list(), mode="markers", name="nominal peak (per direction)",
+            marker={"symbol": "line-ew", "size": 40, "line": {"width": 3, "color": theme.LIMIT_LINE_COLOUR}},
+            hovertemplate="%{x}: peak %{y:.0f} GB/s<extra></extra>",
+        ))
+    fig.update_layout(barmode="group", scattermode="group")
+    return _layout(fig, title, "GPU", "Throughput (GB/s)", legend_title="direction")
+
+
+def interconnect_timeline_figure(timeline: pl.DataFrame, link: str) -> go.Figure:
+    """One interconnect's throughput per GPU over time, with the nominal peak."""
+    name = LINK_NAMES.get(link, link)
+    title = f"{name} throughput over time"
+    frame = timeline.filter(pl.col("link") == link).sort("host", "gpu_index", "direction", "bucket_start") if timeline.height else timeline
+    if frame.is_empty():
+        return empty_figure(title, f"No {name} readings.")
+    hosts = _hosts(frame)
+    fig = go.Figure()
+    for group in frame.partition_by(["host", "gpu_index", "direction"], maintain_order=True):
+        host, gpu, direction = group["host"][0], int(group["gpu_index"][0]), group["direction"][0]
+        label = f"{gpu_label(host, gpu, len(hosts))} {direction}"
+        fig.add_trace(_scatter(group.height)(
+            x=_x_times(group["bucket_start"]), y=_np(group["achieved_bytes_per_s"], 1 / GB), mode="lines", name=label,
+            line={"color": theme.gpu_colour(gpu), "dash": "solid" if direction != "rx" else "dot", "width": 1.5},
+            hovertemplate=f"{label}<br>%{{x}}<br>%{{y:.1f}} GB/s<extra></extra>",
+        ))
+    peak = frame["peak_bytes_per_s"].max()
+    if peak is not None:
+        fig.add_hline(y=peak / GB, line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2})
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"nominal peak {peak / GB:.0f} GB/s",
+                                 line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2}))
+    return _layout(fig, title, "Time (UTC)", "Throughput, mean per bucket (GB/s)", legend_title="GPU, direction")
+
+
+# --- kernels and launches --------------------------------------------------------------------
+
+
+def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
+    """Total kernel launch and queuing time per profiler step, one line per rank."""
+    title = "Kernel launch and queuing time (TKLQT) per step"
+    frame = steps.filter(pl.col("step").is_not_null()) if steps.height else steps
+    if frame.is_empty():
+        return empty_figure(title, "No profiler steps with launches.")
+    fig = go.Figure()
+    for group in frame.sort("rank", "step").partition_by("rank", maintain_order=True):
+        rank = int(group["rank"][0])
+        fig.add_trace(go.Scatter(
+            x=group["step"].to_list(), y=(group["tklqt_ns"] / 1e6).to_list(), mode="lines+markers", name=f"rank {rank}",
+            line={"color": theme.gpu_colour(rank)}, customdata=list(zip(group["verdict"].to_list(), (group["gpu_idle_share"] * 100).to_list())),
+            hovertemplate=f"rank {rank}, step %{{x}}<br>TKLQT %{{y:.2f}} ms<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
+        ))
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, title, "Profiler step", "TKLQT (ms)", legend_title="rank")
+
+
+def launch_histogram_figure(histogram: pl.DataFrame, metric: str) -> go.Figure:
+    """A log-binned distribution of launch delay or launch-call time, one line per run."""
+    what = {"launch_delay_ns": "Launch delay (call return to kernel start)",
+            "launch_call_ns": "Launch call CPU time"}[metric]
+    title = f"{what}: distribution"
+    frame = histogram.filter(pl.col("metric") == metric) if histogram.height else histogram
+    if frame.is_empty():
+        return empty_figure(title, "No kernels linked to their launch calls.")
+    fig = go.Figure()
+    runs = sorted(frame["run"].unique().to_list())
+    for i, run in enumerate(runs):
+        part = frame.filter(pl.col("run") == run).sort("bin_low_ns")
+        x = [max(v, 0.5) / 1e3 for v in part["bin_low_ns"].to_list()] + [part["bin_high_ns"][-1] / 1e3]
+        y = (part["share"] * 100).to_list() + [0.0]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": theme.GPU_COLOURS[i % len(theme.GPU_COLOURS)],
+                                                              "dash": _DASHES[i % len(_DASHES)]},
+                                 fill="tozeroy" if len(runs) == 1 else None, name=run,
+                                 hovertemplate="%{x:.3g} µs: %{y:.1f}% of kernels<extra></extra>"))
+    fig.update_xaxes(type="log")
+    return _layout(fig, title, "Time (µs, log scale)", "Share of kernels (%)", legend_title="run")
+
+
+def top_kernels_figure(stats: pl.DataFrame, top: int = 15) -> go.Figure:
+    """The kernels with the most GPU time (summed over ranks), coloured by category."""
+    title = f"Top {top} kernels by GPU time"
+    if stats.is_empty():
+        return empty_figure(title, "No kernels.")
+    frame = (
+        stats.group_by("name").agg(pl.col("category").first(), pl.col("total_ns").sum(), pl.col("kernel_count").sum())
+        .sort("total_ns", "name", descending=[True, False]).head(top).reverse()
+    )
+    frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
+    fig = go.Figure()
+    for category in sorted(frame["category"].drop_nulls().unique().to_list()):
+        part = frame.filter(pl.col("category") == category)
+        fig.add_trace(go.Bar(
+            y=part["label"].to_list(), x=(part["total_ns"] / 1e6).to_list(), orientation="h", name=category,
+            marker={"color": theme.CATEGORY_COLOURS.get(category, theme.OTHER_COLOUR)},
+            customdata=list(zip(part["name"].to_list(), part["kernel_count"].to_list())),
+            hovertemplate="%{customdata[0]}<br>%{x:.2f} ms over %{customdata[1]} kernels<extra></extra>",
+        ))
+    fig.update_yaxes(categoryorder="array", categoryarray=frame["label"].to_list())
+    return _layout(fig, title, "GPU time, all ranks (ms)", "Kernel", height=120 + 26 * frame.height, legend_title="category")
+
+
+def short_kernels_figure(short: pl.DataFrame, top: int = 15) -> go.Figure:
+    """The kernel names with the most short kernels (GPU time below the launch call's), over the ranks."""
+    title = f"Short kernels: top {top} names by count"
+    if short.is_empty():
+        return empty_figure(title, "No kernel ran shorter than its launch call.")
+    frame = (
+        short.group_by("name").agg(pl.col("kernel_count").sum(), pl.col("gpu_ns").sum(), pl.col("launch_call_total_ns").sum())
+        .sort("kernel_count", "name", descending=[True, False]).head(top).reverse()
+    )
+    frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
+    fig = go.Figure(go.Bar(
+        y=frame["label"].to_list(), x=frame["kernel_count"].to_list(), orientation="h", name="short kernels",
+        marker={"color": theme.OTHER_COLOUR},
+        customdata=list(zip(frame["name"].to_list(), (frame["gpu_ns"] / frame["kernel_count"] / 1e3).to_list(),
+                            (frame["launch_call_total_ns"] / frame["kernel_count"] / 1e3).to_list())),
+        hovertemplate="%{customdata[0]}<br>%{x} kernels: %{customdata[1]:.1f} µs on the GPU, "
+                      "%{customdata[2]:.1f} µs to launch<extra></extra>",
+    ))
+    fig.update_yaxes(categoryorder="array", categoryarray=frame["label"].to_list())
+    fig.update_layout(showlegend=False)
+    return _layout(fig, title, "Short kernels, all ranks", "Kernel", height=120 + 26 * frame.height)
+
+
+def _short_unique(names: list[str], limit: int = 60) -> list[str]:
+    """Short labels, made unique (two kernels whose names start alike would share a bar)."""
+    seen: dict[str, int] = {}
+    labels = []
+    for name in names:
+        label = _short(name, limit)
+        seen[label] = seen.get(label, 0) + 1
+        labels.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
+    return labels
+
+
+def _short(name: str, limit: int = 60) -> str:
+    """A kernel name for an axis: no parameter list, template arguments or
+    `void `, cut at `limit` characters (the full name is in the hover)."""
+    base = name.strip()
+    if len(base) <= limit:
+        return base
+    if base.endswith(")"):
+        depth = 0
+        for i in range(len(base) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(base[i], 0)
+            if depth == 0:
+                base = base[:i] if i > 0 else base
+                break
+    if len(base) > limit:
+        kept, depth = [], 0
+        for char in base:
+            depth += {"<": 1, ">": -1}.get(char, 0) if char in "<>" else 0
+            if depth == 0 and char != ">":
+                kept.append(char)
+        base = "".join(kept)
+    base = base.removeprefix("void ").replace("(anonymous namespace)::", "").strip()
+    return base if len(base) <= limit else base[: limit - 1] + "…"
+
+
+def kernel_timeline_figure(kernels: pl.DataFrame) -> go.Figure:
+    """One rank's kernels in one step, a row per stream, coloured by category."""
+    if kernels.is_empty():
+        return empty_figure("Kernels per stream", "No kernels in this step.")
+    run, rank, step = kernels["run"][0], int(kernels["rank"][0]), kernels["step"][0]
+    title = f"Kernels per stream: {run}, rank {rank}, step {step}"
+    fig = go.Figure()
+    streams = sorted(kernels["stream"].drop_nulls().unique().to_list())
+    for category in sorted(kernels["category"].drop_nulls().unique().to_list()):
+        part = kernels.filter(pl.col("category") == category)
+        fig.add_trace(go.Bar(
+            y=[f"stream {s}" for s in part["stream"]], x=(part["dur_ns"] / 1e6).to_list(), base=(part["offset_ns"] / 1e6).to_list(),
+            orientation="h", name=category, marker={"color": theme.CATEGORY_COLOURS.get(category, theme.OTHER_COLOUR),
+                                                    "line": {"width": 0}},
+            customdata=list(zip([_short(n, 90) for n in part["name"]], (part["dur_ns"] / 1e3).to_list())),
+            hovertemplate="%{customdata[0]}<br>start %{base:.3f} ms, %{customdata[1]:.1f} µs<extra></extra>",
+        ))
+    fig.update_yaxes(categoryorder="array", categoryarray=[f"stream {s}" for s in reversed(streams)])
+    fig.update_layout(barmode="overlay", bargap=0.3)
+    return _layout(fig, title, "Time since step start (ms)", "Stream", height=160 + 60 * len(streams), legend_title="category")
+
+
+def time_breakdown_figure(breakdown: pl.DataFrame) -> go.Figure:
+    """Per rank: the share of its span computing, communicating (exposed), copying, idle by cause."""
+    title = "GPU time breakdown per rank"
+    if breakdown.is_empty():
+        return empty_figure(title, "No kernels in complete profiler steps.")
+    # Parts of the span (ns / span_ns): the idle split is given as shares of idle time.
+    parts = [("compute_ns", "compute", "compute"), ("communication_ns", "communication (exposed)", "communication"),
+             ("memory_ns", "memory", "memory"), ("idle_host_wait_ns", "idle: waiting on the host", "idle_host_wait"),
+             ("idle_kernel_wait_ns", "idle: between kernels", "idle_kernel_wait"),
+             ("idle_other_ns", "idle: other", "idle_other")]
+    frame = breakdown.sort("run", "rank")
+    runs = frame["run"].unique().to_list()
+    labels = [f"rank {r}" if len(runs) == 1 else f"{run} r{r}" for run, r in zip(frame["run"], frame["rank"])]
+    fig = go.Figure()
+    for column, name, colour in parts:
+        if column in frame.columns:
+            share = frame[column].fill_null(0) / frame["span_ns"] * 100
+            fig.add_trace(go.Bar(x=labels, y=share.to_list(), name=name,
+                                 marker={"color": theme.CATEGORY_COLOURS[colour]},
+                                 hovertemplate=f"%{{x}}: {name} %{{y:.1f}}%<extra></extra>"))
+    fig.update_layout(barmode="stack")
+    return _layout(fig, title, "Rank", "Share of the rank's span (%)", legend_title="category")
+
+
+# --- communication ---------------------------------------------------------------------------
+
+
+def size_label(size_bytes: int | float | None) -> str:
+    if size_bytes is None:
+        return "unknown"
+    size = float(size_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}"
+        size /= 1024
+    return f"{size:.0f} TiB"
+
+
+def collective_time_figure(stats: pl.DataFrame) -> go.Figure:
+    """GPU time per collective op and message size (all ranks), coloured by op."""
+    title = "Collective time by op and message size"
+    if stats.is_empty():
+        return empty_figure(title, "No collectives.")
+    frame = stats.group_by("op", "size_bucket_bytes").agg(pl.col("total_ns").sum(), pl.col("count").sum()).sort("size_bucket_bytes", "op")
+    sizes = [size_label(s) for s in frame.select(pl.col("size_bucket_bytes").unique().sort())["size_bucket_bytes"]]
+    fig = go.Figure()
+    for op in sorted(frame["op"].unique().to_list()):
+        part = frame.filter(pl.col("op") == op)
+        fig.add_trace(go.Bar(x=[size_label(s) for s in part["size_bucket_bytes"]], y=(part["total_ns"] / 1e6).to_list(), name=op,
+                             marker={"color": theme.collective_colour(op)}, customdata=part["count"].to_list(),
+                             hovertemplate=f"{op} %{{x}}: %{{y:.2f}} ms over %{{customdata}} calls<extra></extra>"))
+    fig.update_xaxes(categoryorder="array", categoryarray=sizes)
+    fig.update_layout(barmode="group")
+    return _layout(fig, title, "Message size bucket", "GPU time, all ranks (ms)", legend_title="collective")
+
+
+def busbw_figure(stats: pl.DataFrame) -> go.Figure:
+    """Bus bandwidth per op and message size against the nominal peak of the link."""
+    title = "Bus bandwidth by message size against the link peak"
+    frame = stats.filter(pl.col("busbw_bytes_per_s").is_not_null()) if stats.height else stats
+    if frame.is_empty():
+        return empty_figure(title, "No timed collectives with a known size.")
+    fig = go.Figure()
+    for op in sorted(frame["op"].unique().to_list()):
+        part = frame.filter(pl.col("op") == op).sort("size_bucket_bytes")
+        colour = theme.collective_colour(op)
+        fig.add_trace(go.Scatter(
+            x=part["size_bucket_bytes"].to_list(), y=(part["busbw_bytes_per_s"] / GB).to_list(), mode="lines+markers", name=f"{op}",
+            line={"color": colour}, marker={"size": 9},
+            customdata=list(zip([size_label(s) for s in part["size_bucket_bytes"]], part["count"].to_list())),
+            hovertemplate=f"{op} %{{customdata[0]}}: busbw %{{y:.1f}} GB/s (%{{customdata[1]}} calls)<extra></extra>",
+        ))
+        if "transfer_busbw_bytes_per_s" in part.columns and part["transfer_busbw_bytes_per_s"].null_count() < part.height:
+            fig.add_trace(go.Scatter(
+                x=part["size_bucket_bytes"].to_list(), y=(part["transfer_busbw_bytes_per_s"] / GB).to_list(), mode="markers",
+                name=f"{op} transfer only", marker={"color": colour, "symbol": "circle-open", "size": 11},
+                hovertemplate=f"{op}: transfer busbw %{{y:.1f}} GB/s (waiting for late ranks left out)<extra></extra>",
+            ))
+    peaks = frame.filter(pl.col("peak_bytes_per_s").is_not_null()).group_by("link_kind").agg(pl.col("peak_bytes_per_s").min())
+    for link, peak in peaks.sort("link_kind").iter_rows():
+        fig.add_hline(y=peak / GB, line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2})
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"{LINK_NAMES.get(link, link)} peak {peak / GB:.0f} GB/s",
+                                 line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2}))
+    fig.update_xaxes(type="log", tickvals=_pow2_ticks(frame["size_bucket_bytes"]),
+                     ticktext=[size_label(v) for v in _pow2_ticks(frame["size_bucket_bytes"])])
+    return _layout(fig, title, "Message size (log scale)", "Bus bandwidth (GB/s)", legend_title="collective")
+
+
+def _pow2_ticks(sizes: pl.Series) -> list[int]:
+    values = [v for v in sizes.drop_nulls().to_list() if v > 0]
+    if not values:
+        return []
+    low, high = min(values).bit_length() - 1, max(values).bit_length() - 1
+    step = max(1, (high - low) // 5 + 1)
+    return [1 << k for k in range(low, high + 1, step)]
+
+
+def overlap_figure(overlap: pl.DataFrame) -> go.Figure:
+    """Per rank: communication hidden under compute and exposed communication."""
+    title = "Communication overlapped with compute vs exposed, per rank"
+    if overlap.is_empty() or overlap["comm_ns"].fill_null(0).sum() == 0:
+        return empty_figure(title, "No communication kernels.")
+    frame = overlap.sort("run", "rank")
+    runs = frame["run"].unique().to_list()
+    labels = [f"rank {r}" if len(runs) == 1 else f"{run} r{r}" for run, r in zip(frame["run"], frame["rank"])]
+    colour = theme.CATEGORY_COLOURS["communication"]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=(frame["overlapped_ns"] / 1e6).to_list(), name="overlapped with compute",
+                         marker={"color": _alpha(colour, 0.35), "line": {"color": colour, "width": 1}},
+                         customdata=(frame["overlap_share"].fill_null(0) * 100).to_list(),
+                         hovertemplate="%{x}: %{y:.2f} ms hidden (%{customdata:.0f}%)<extra></extra>"))
+    fig.add_trace(go.Bar(x=labels, y=(frame["exposed_ns"] / 1e6).to_list(), name="exposed", marker={"color": colour},
+                         customdata=(frame["exposed_share"].fill_null(0) * 100).to_list(),
+                         hovertemplate="%{x}: %{y:.2f} ms exposed (%{customdata:.1f}% of the span)<extra></extra>"))
+    fig.update_layout(barmode="stack")
+    return _layout(fig, title, "Rank", "Communication time (ms)", legend_title="communication")
+
+
+def skew_heatmap_figure(skew: pl.DataFrame) -> go.Figure:
+    """Rank × step: mean arrival lateness at collectives (red: later than most)."""
+    title = "Arrival skew: mean lateness at collectives, rank × step"
+    frame = skew.filter(pl.col("step").is_not_null()) if skew.height else skew
+    if frame.is_empty():
+        return empty_figure(title, "No collectives seen by more than one rank within profiler steps.")
+    wide = frame.pivot(on="step", index="rank", values="mean_lateness_ns", aggregate_function="mean").sort("rank")
+    steps = sorted((c for c in wide.columns if c != "rank"), key=lambda c: int(c))
+    z = [[None if v is None else v / 1e3 for v in row] for row in wide.select(steps).rows()]
+    limit = max((abs(v) for row in z for v in row if v is not None), default=1.0) or 1.0
+    fig = go.Figure(go.Heatmap(
+        x=[int(s) for s in steps], y=[f"rank {r}" for r in wide["rank"]], z=z, zmin=-limit, zmax=limit,
+        colorscale=[[0, theme.SEVERITY_COLOURS["info"]], [0.5, "#ffffff"], [1, theme.SEVERITY_COLOURS["critical"]]],
+        colorbar={"title": {"text": "lateness (µs)"}},
+        hovertemplate="%{y}, step %{x}: %{z:.1f} µs after the median rank<extra></extra>",
+    ))
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, title, "Profiler step", "Rank", height=140 + 28 * wide.height)
+
+
+def straggler_figure(stragglers: pl.DataFrame) -> go.Figure:
+    """Per rank: how often it arrived last, against the share chance would give."""
+    title = "Straggler ranking: share of collectives arriving last"
+    if stragglers.is_empty():
+        return empty_figure(title, "No collectives seen by more than one rank.")
+    frame = stragglers.sort("straggler_order")
+    labels = [f"rank {r}" for r in frame["rank"]]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=(frame["share_last"].fill_null(0) * 100).to_list(), name="arrived last",
+                         marker={"color": [theme.gpu_colour(r) for r in frame["rank"]]},
+                         customdata=list(zip(frame["score"].to_list(), (frame["mean_lateness_ns"].fill_null(0) / 1e3).to_list())),
+                         hovertemplate="%{x}: last at %{y:.0f}% (score %{customdata[0]:.2f}, mean lateness %{customdata[1]:.1f} µs)<extra></extra>"))
+    fig.add_trace(go.Scatter(x=labels, y=(frame["expected_share_last"].fill_null(0) * 100).to_list(), mode="markers", name="by chance",
+                             marker={"symbol": "line-ew", "size": 30, "line": {"width": 3, "color": theme.OTHER_COLOUR}}))
+    fig.update_xaxes(categoryorder="array", categoryarray=labels)
+    return _layout(fig, title, "Rank (most likely straggler first)", "Collectives arriving last (%)")
+
+
+# --- compare -------------------------------------------------------------------------------------
+
+
+def kernel_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str, top: int = 15) -> go.Figure:
+    """The kernels whose time per rank and step changed most from run A to run B."""
+    title = f"Kernel time per rank-step: {run_b} minus {run_a}"
+    if compare.is_empty():
+        return empty_figure(title, "No kernels in either run.")
+    frame = compare.head(top).reverse()
+    frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
+    fig = go.Figure()
+    for category in sorted(frame["category"].drop_nulls().unique().to_list()):
+        part = frame.filter(pl.col("category") == category)
+        fig.add_trace(go.Bar(
+            y=part["label"].to_list(), x=(part["delta_per_step_ns"] / 1e3).to_list(), orientation="h", name=category,
+            marker={"color": theme.CATEGORY_COLOURS.get(category, theme.OTHER_COLOUR)},
+            customdata=list(zip(part["name"].to_list(), (part["per_step_ns_a"].fill_null(0) / 1e3).to_list(),
+                                (part["per_step_ns_b"].fill_null(0) / 1e3).to_list())),
+            hovertemplate="%{customdata[0]}<br>A %{customdata[1]:.1f} µs → B %{customdata[2]:.1f} µs per rank-step<extra></extra>",
+        ))
+    fig.update_yaxes(categoryorder="array", categoryarray=frame["label"].to_list())
+    fig.add_vline(x=0, line={"color": theme.OTHER_COLOUR, "width": 1})
+    return _layout(fig, title, "Change in time per rank and step (µs; positive: slower in B)", "Kernel",
+                   height=140 + 26 * frame.height, legend_title="category")
+
+
+def collective_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str) -> go.Figure:
+    """Bus bandwidth per op and message size in two runs."""
+    title = f"Bus bandwidth: {run_a} vs {run_b}"
+    frame = compare.filter(pl.col("busbw_bytes_per_s_a").is_not_null() | pl.col("busbw_bytes_per_s_b").is_not_null()) if compare.height else compare
+    if frame.is_empty():
+        return empty_figure(title, "No timed collectives in either run.")
+    frame = frame.sort("op", "size_bucket_bytes")
+    labels = [f"{op} {size_label(s)}" for op, s in zip(frame["op"], frame["size_bucket_bytes"])]
+    colours = [theme.collective_colour(op) for op in frame["op"]]
+    fig = go.Figure()
+    for column, run, pattern in (("busbw_bytes_per_s_a", f"A: {run_a}", "/"), ("busbw_bytes_per_s_b", f"B: {run_b}", "")):
+        fig.add_trace(go.Bar(x=labels, y=(frame[column] / GB).to_list(), name=run, showlegend=False, legendgroup=run,
+                             offsetgroup=run,
+                             marker={"color": colours, "pattern": {"shape": pattern, "fgcolor": "#ffffff"}},
+                             hovertemplate=f"%{{x}}: %{{y:.1f}} GB/s<extra>{run}</extra>"))
+        # the legend shows the run's pattern in a neutral colour (the bars are coloured by collective)
+        fig.add_trace(go.Bar(x=[labels[0]], y=[None], name=run, legendgroup=run, offsetgroup=run, hoverinfo="skip",
+                             marker={"color": theme.OTHER_COLOUR, "pattern": {"shape": pattern, "fgcolor": "#ffffff"}}))
+    fig.update_layout(barmode="group")
+    return _layout(fig, title, "Collective and message size", "Bus bandwidth (GB/s)", legend_title="run")

@@ -1,0 +1,163 @@
+"""What every page shares: the dataset, guarded analysis calls, chart output.
+
+Pages get figures from `analysis` through `fetch` (cached on the dataset's
+files, see `dashboard.data`), draw them with `dashboard.charts`, and stop
+with one clear line, never a stack trace, when the dataset is missing or
+holds nothing the page can show.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import plotly.graph_objects as go
+import polars as pl
+import streamlit as st
+
+from collector.errors import GpulensError
+from dashboard import data
+
+# key -> (script relative to dashboard/, title, icon); the order of the menu.
+PAGES: dict[str, tuple[str, str, str]] = {
+    "overview": ("pages/overview.py", "Overview", ":material/dashboard:"),
+    "telemetry": ("pages/telemetry.py", "Telemetry", ":material/monitoring:"),
+    "power": ("pages/power.py", "Power headroom", ":material/bolt:"),
+    "interconnect": ("pages/interconnect.py", "Interconnect", ":material/cable:"),
+    "kernels": ("pages/kernels.py", "Kernels and launches", ":material/memory:"),
+    "communication": ("pages/communication.py", "Communication", ":material/sync_alt:"),
+    "compare": ("pages/compare.py", "Compare", ":material/compare_arrows:"),
+    "live": ("pages/live.py", "Live", ":material/sensors:"),
+}
+# Finding.page values that name a page by another word.
+PAGE_ALIASES = {
+    "launch": "kernels", "launches": "kernels", "time_breakdown": "kernels", "breakdown": "kernels",
+    "power_headroom": "power", "headroom": "power", "comm": "communication", "collectives": "communication",
+}
+WARM_UP_ENV = "GPULENS_WARM_UP"
+PLOTLY_CONFIG = {"displaylogo": False, "scrollZoom": False}
+
+
+def page_key(name: str | None) -> str:
+    name = (name or "overview").lower()
+    name = PAGE_ALIASES.get(name, name)
+    return name if name in PAGES else "overview"
+
+
+def dataset() -> data.Dataset:
+    """The dataset this dashboard shows, as its files are now."""
+    named = os.environ.get(data.DATASET_ENV, "").strip()
+    path = Path(named).expanduser() if named else _default_dataset()
+    return data.current(path)
+
+
+@st.cache_resource(show_spinner="Building the built-in sample dataset (first start only)…")
+def _default_dataset() -> Path:
+    return data.default_dataset()
+
+
+def require_dataset() -> data.Dataset:
+    """The dataset, or a clear message and the end of the page."""
+    ds = dataset()
+    problem = data.problem(ds)
+    if problem is not None:
+        st.error(problem, icon=":material/folder_off:")
+        st.stop()
+    return ds
+
+
+def fetch(ds: data.Dataset, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`func(con, ...)` from `analysis`, cached; a failure is one warning line and None."""
+    try:
+        return data.cached(ds, func, *args, **kwargs)
+    except (GpulensError, duckdb.Error, ImportError, OSError) as error:
+        st.warning(f"{func.__name__} could not be computed: {_one_line(error)}", icon=":material/warning:")
+        return None
+
+
+def frame(ds: data.Dataset, func: Callable[..., Any], *args: Any, **kwargs: Any) -> pl.DataFrame:
+    """`fetch`, with an empty frame for a failure."""
+    result = fetch(ds, func, *args, **kwargs)
+    return result if isinstance(result, pl.DataFrame) else pl.DataFrame()
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def warm_up(ds: data.Dataset) -> None:
+    """Compute what every page shows first, in the background, once per dataset
+    (`GPULENS_WARM_UP=0` turns it off)."""
+    if os.environ.get(WARM_UP_ENV, "1") == "0" or data.problem(ds) is not None:
+        return
+    from analysis import communication, launch, power, time_breakdown, timeline
+    from analysis.dataset import dataset_summary
+    from analysis.findings import all_findings
+
+    # In the order of the menu: what each page asks for with its defaults.
+    data.warm_up(ds, [(func, (), {}) for func in (
+        dataset_summary, timeline.telemetry_coverage, timeline.trace_runs, all_findings,
+        power.power_headroom, timeline.power_histogram, power.node_power, power.interconnect_usage,
+        launch.launch_rank_summary, launch.step_launch_summary, time_breakdown.time_breakdown, timeline.launch_histogram,
+        launch.short_kernels, time_breakdown.kernel_stats, launch.launch_outliers, launch.launch_flip,
+        communication.collective_stats, time_breakdown.comm_overlap, communication.stragglers, timeline.skew_by_step,
+        communication.collective_outliers,
+    )])
+
+
+def counts(ds: data.Dataset) -> dict[str, int]:
+    from analysis.dataset import dataset_summary
+
+    result = fetch(ds, dataset_summary)
+    return result if isinstance(result, dict) else {}
+
+
+def require_tables(ds: data.Dataset, tables: tuple[str, ...], what: str, how: str) -> dict[str, int]:
+    """Stop with an info line unless one of `tables` has rows."""
+    rows = counts(ds)
+    if not any(rows.get(table, 0) for table in tables):
+        st.info(f"This dataset has no {what}. {how}", icon=":material/info:")
+        st.stop()
+    return rows
+
+
+NO_TELEMETRY = "Sample GPUs into it with `gpulens collect --out DATASET`."
+NO_TRACES = "Ingest kernel traces into it with `gpulens ingest TRACES --out DATASET`."
+
+
+def chart(fig: go.Figure, key: str | None = None) -> None:
+    st.plotly_chart(fig, width="stretch", theme=None, config=PLOTLY_CONFIG, key=key)
+
+
+def naive(value: Any) -> Any:
+    """A UTC datetime without its zone (Streamlit widgets want naive ones)."""
+    return value.replace(tzinfo=None) if isinstance(value, datetime) and value.tzinfo else value
+
+
+def fmt_duration_ns(value: float | int | None) -> str:
+    if value is None:
+        return "–"
+    value = float(value)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} ns"
+
+
+def fmt_share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}" if abs(value) >= 0.1 else f"{value:.1%}"
+
+
+def run_picker(runs: pl.DataFrame, label: str = "Run", key: str = "run", index: int = 0) -> str | None:
+    names = runs["run"].to_list() if runs.height else []
+    if not names:
+        return None
+    return st.selectbox(label, names, index=min(index, len(names) - 1), key=key)
+
+
+def caption_dataset(ds: data.Dataset) -> None:
+    st.caption(f"Dataset: `{ds.path}`")

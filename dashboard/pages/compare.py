@@ -1,0 +1,70 @@
+"""Compare: two runs side by side, per kernel and per collective."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from analysis import timeline
+from dashboard import charts
+from dashboard.pages.common import NO_TRACES, caption_dataset, chart, frame, require_dataset, require_tables
+
+st.title("Compare runs")
+ds = require_dataset()
+caption_dataset(ds)
+require_tables(ds, ("kernels",), "kernel traces", NO_TRACES)
+
+runs = frame(ds, timeline.trace_runs)
+names = runs["run"].to_list() if runs.height else []
+if len(names) < 2:
+    st.info(f"The dataset holds {len(names)} run(s); comparing needs two. Ingest another run "
+            "(`gpulens ingest TRACES --out DATASET --run NAME`).", icon=":material/info:")
+    st.stop()
+
+c1, c2 = st.columns(2)
+run_a = c1.selectbox("Run A (before)", names, index=0, key="compare_a")
+run_b = c2.selectbox("Run B (after)", names, index=1, key="compare_b")
+if run_a == run_b:
+    st.info("Pick two different runs.", icon=":material/info:")
+    st.stop()
+
+side = runs.filter(pl.col("run").is_in([run_a, run_b])).select(
+    "run", "ranks", "steps", "kernels", "collectives", "device_name", "hosts",
+    ((pl.col("last_ns") - pl.col("first_ns")) / 1e6).round(2).alias("span_ms"),
+)
+st.dataframe(side, hide_index=True, width="stretch")
+
+st.header("Per kernel")
+kernels = frame(ds, timeline.compare_kernels, run_a, run_b)
+chart(charts.kernel_delta_figure(kernels, run_a, run_b), key="compare_kernels")
+if kernels.height:
+    a_total, b_total = kernels["per_step_ns_a"].sum(), kernels["per_step_ns_b"].sum()
+    m = st.columns(3)
+    m[0].metric(f"Kernel time per rank-step, A", f"{a_total / 1e6:.3f} ms")
+    m[1].metric(f"Kernel time per rank-step, B", f"{b_total / 1e6:.3f} ms",
+                delta=f"{(b_total - a_total) / 1e6:+.3f} ms", delta_color="inverse")
+    m[2].metric("Kernel names in one run only", kernels.filter(pl.col("per_step_ns_a").is_null() | pl.col("per_step_ns_b").is_null()).height)
+    st.dataframe(
+        kernels.select(
+            "name", "category",
+            (pl.col("per_step_ns_a") / 1e3).round(2).alias("A_us_per_rank_step"),
+            (pl.col("per_step_ns_b") / 1e3).round(2).alias("B_us_per_rank_step"),
+            (pl.col("delta_per_step_ns") / 1e3).round(2).alias("delta_us"),
+            pl.col("ratio").round(3), "kernel_count_a", "kernel_count_b",
+        ),
+        hide_index=True, width="stretch",
+    )
+
+st.header("Per collective")
+collectives = frame(ds, timeline.compare_collectives, run_a, run_b)
+chart(charts.collective_delta_figure(collectives, run_a, run_b), key="compare_collectives")
+if collectives.height:
+    st.dataframe(
+        collectives.select(
+            "op", "size_bucket_bytes", "count_a", "count_b",
+            (pl.col("mean_ns_a") / 1e3).round(1).alias("A_mean_us"), (pl.col("mean_ns_b") / 1e3).round(1).alias("B_mean_us"),
+            (pl.col("busbw_bytes_per_s_a") / 1e9).round(1).alias("A_busbw_gb_s"),
+            (pl.col("busbw_bytes_per_s_b") / 1e9).round(1).alias("B_busbw_gb_s"), pl.col("busbw_ratio").round(3),
+        ),
+        hide_index=True, width="stretch",
+    )

@@ -1,0 +1,123 @@
+"""Kernels and launches: CPU- or GPU-bound, TKLQT per step, launch distributions,
+short and top kernels, and a timeline of one step's kernels per stream."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import polars as pl
+import streamlit as st
+
+from analysis import launch, time_breakdown, timeline
+from dashboard import charts
+from dashboard.pages.common import (
+    NO_TRACES, caption_dataset, chart, fetch, fmt_duration_ns, fmt_share, frame, require_dataset, require_tables,
+    run_picker,
+)
+
+VERDICT_WORDS = {"cpu_bound": "CPU-bound", "gpu_bound": "GPU-bound", "balanced": "balanced", "unknown": "undecided"}
+SEVERITY_BADGES = {"critical": "red", "warning": "orange", "info": "blue"}
+
+st.title("Kernels and launches")
+ds = require_dataset()
+caption_dataset(ds)
+require_tables(ds, ("kernels",), "kernel traces", NO_TRACES)
+
+runs = frame(ds, timeline.trace_runs)
+run = run_picker(runs, key="kernels_run")
+if run is None:
+    st.stop()
+
+
+def _of_run(result: pl.DataFrame) -> pl.DataFrame:
+    return result.filter(pl.col("run") == run) if result.height and "run" in result.columns else result
+
+
+# --- the verdict ---------------------------------------------------------------------------
+st.header("CPU-bound or GPU-bound?")
+ranks = _of_run(frame(ds, launch.launch_rank_summary))
+if ranks.height:
+    verdicts = Counter(ranks["verdict"].to_list())
+    verdict, n = verdicts.most_common(1)[0]
+    m = st.columns(4)
+    m[0].metric("Verdict", VERDICT_WORDS.get(verdict, verdict),
+                help="The verdict of most ranks, each rank's being the one that holds for most of its step time. "
+                     "CPU-bound: the GPU idles while launches return quickly; GPU-bound: kernels queue behind "
+                     "each other; undecided: idle time that launch timing does not explain.")
+    m[1].metric("Ranks with that verdict", f"{n} of {ranks.height}")
+    m[2].metric("GPU idle in the steps", fmt_share(ranks["gpu_idle_ns"].sum() / ranks["step_ns"].sum()))
+    m[3].metric("Typical launch delay", fmt_duration_ns(ranks["step_launch_delay_p50_ns"].median()),
+                help="Median over the ranks of each step's median launch delay (call return to kernel start)")
+    with st.expander("Per rank"):
+        st.dataframe(ranks.select(
+            "rank", "verdict", pl.col("verdict_share").round(2), "step_count", "kernel_count",
+            pl.col("tklqt_share").round(2), (pl.col("gpu_idle_share") * 100).round(1).alias("gpu_idle_pct"),
+            (pl.col("step_launch_delay_p50_ns") / 1e3).round(1).alias("launch_delay_p50_us"),
+            "short_kernel_count", "launch_delay_outlier_count",
+        ).sort("rank"), hide_index=True, width="stretch")
+else:
+    st.info("No kernels linked to their launch calls: the trace records no runtime API calls.", icon=":material/info:")
+run_findings = [f for f in fetch(ds, launch.launch_findings) or [] if f.subject.get("run", run) == run]
+if run_findings:
+    with st.expander(f"Launch findings for this run ({len(run_findings)})", expanded=len(run_findings) <= 2):
+        for finding in run_findings:
+            st.markdown(f":{SEVERITY_BADGES[finding.severity]}-badge[{finding.severity}] {finding.title}")
+
+breakdown = _of_run(frame(ds, time_breakdown.time_breakdown))
+chart(charts.time_breakdown_figure(breakdown), key="kernels_breakdown")
+
+# --- launches ------------------------------------------------------------------------------
+st.header("Launches")
+steps = _of_run(frame(ds, launch.step_launch_summary))
+chart(charts.tklqt_figure(steps), key="kernels_tklqt")
+histogram = _of_run(frame(ds, timeline.launch_histogram))
+left, right = st.columns(2)
+with left:
+    chart(charts.launch_histogram_figure(histogram, "launch_delay_ns"), key="kernels_delay")
+with right:
+    chart(charts.launch_histogram_figure(histogram, "launch_call_ns"), key="kernels_call")
+
+st.subheader("Short kernels")
+st.caption("Kernels that run for less time on the GPU than their launch call takes on the CPU: "
+           "candidates for fusion or CUDA graphs.")
+short = _of_run(frame(ds, launch.short_kernels))
+chart(charts.short_kernels_figure(short), key="kernels_short")
+if short.height:
+    st.dataframe(short.select(
+        "rank", "name", "kernel_count", (pl.col("gpu_mean_ns") / 1e3).round(2).alias("gpu_mean_us"),
+        (pl.col("launch_call_total_ns") / pl.col("kernel_count") / 1e3).round(2).alias("launch_call_mean_us"),
+        (pl.col("kernel_share") * 100).round(2).alias("kernel_pct"),
+    ).sort("kernel_count", descending=True).head(500), hide_index=True, width="stretch")
+
+outliers = _of_run(frame(ds, launch.launch_outliers))
+with st.expander(f"Launch outliers ({outliers.height} kernel names)"):
+    if outliers.height:
+        st.dataframe(outliers.select("rank", "outlier_kind", "name", "kernel_count",
+                                     (pl.col("mean_ns") / 1e3).round(1).alias("mean_us"),
+                                     (pl.col("max_ns") / 1e3).round(1).alias("max_us")).head(500),
+                     hide_index=True, width="stretch")
+    else:
+        st.caption("No launch call or launch delay far beyond the usual.")
+flip = frame(ds, launch.launch_flip)
+if flip.height:
+    st.subheader("Batch size where the verdict flips")
+    st.dataframe(flip, hide_index=True, width="stretch")
+
+# --- kernels ---------------------------------------------------------------------------------
+st.header("Kernels")
+stats = _of_run(frame(ds, time_breakdown.kernel_stats))
+chart(charts.top_kernels_figure(stats), key="kernels_top")
+
+st.subheader("Timeline of one step")
+rank_list = sorted(steps["rank"].unique().to_list()) if steps.height else []
+step_numbers = sorted(s for s in steps["step"].unique().to_list() if s is not None) if steps.height else []
+if rank_list and step_numbers:
+    c1, c2 = st.columns(2)
+    rank = c1.selectbox("Rank", rank_list, key="kernels_rank")
+    step = c2.selectbox("Step", step_numbers, index=min(1, len(step_numbers) - 1), key="kernels_step")
+    kernels = frame(ds, timeline.step_kernels, run, int(rank), int(step))
+    if kernels.height and kernels["kernels_in_step"][0] > kernels.height:
+        st.caption(f"Showing the {kernels.height:,} longest of {kernels['kernels_in_step'][0]:,} kernels in this step.")
+    chart(charts.kernel_timeline_figure(kernels), key="kernels_timeline")
+else:
+    st.caption(f"Run {run} has no profiler steps: no step to draw.")

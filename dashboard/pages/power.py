@@ -1,0 +1,98 @@
+"""Power headroom: per-GPU power against limits, node power against its budget,
+and what a power cap would buy (oversubscription what-if)."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from analysis import power, timeline
+from dashboard import charts
+from dashboard.pages.common import (
+    NO_TELEMETRY, caption_dataset, chart, fmt_share, frame, naive, require_dataset, require_tables,
+)
+
+CURVE_POINTS = 8
+
+st.title("Power headroom")
+ds = require_dataset()
+caption_dataset(ds)
+require_tables(ds, ("telemetry",), "telemetry", NO_TELEMETRY)
+
+headroom = frame(ds, power.power_headroom)
+if headroom.is_empty() or headroom["power_samples"].sum() == 0:
+    st.info("The telemetry has no power readings.", icon=":material/info:")
+    st.stop()
+
+st.header("Per GPU")
+left, right = st.columns(2)
+with left:
+    chart(charts.power_percentiles_figure(headroom), key="power_percentiles")
+with right:
+    chart(charts.power_distribution_figure(frame(ds, timeline.power_histogram)), key="power_histogram")
+st.dataframe(
+    headroom.select(
+        "host", "gpu_index", "limit_w", "p50_w", "p99_w", "max_w", "headroom_w", "headroom_pct",
+        (pl.col("power_throttled_share") * 100).round(1).alias("power_throttled_pct"),
+        (pl.col("thermal_throttled_share") * 100).round(1).alias("thermal_throttled_pct"),
+        (pl.col("energy_j") / 3.6e6).round(4).alias("energy_kwh"), "samples",
+    ).with_columns(pl.col(pl.Float64).round(1)),
+    hide_index=True, width="stretch",
+)
+
+st.header("Per node: coincident power against the budget")
+nodes = frame(ds, power.node_power)
+limits = headroom.filter(pl.col("limit_w").is_not_null())
+limit_sum = float(nodes["limit_sum_w"].max() or 0) if nodes.height else 0.0
+gpu_limit = float(limits["limit_w"].max()) if limits.height else float(headroom["max_w"].max())
+cap_floor = float(headroom["limit_min_w"].min() or 0) if "limit_min_w" in headroom.columns else 0.0
+cap_floor = max(50.0, min(cap_floor or gpu_limit * 0.3, gpu_limit * 0.3))
+budget_default = limit_sum or float(nodes["coincident_max_w"].max() or 1000.0)
+
+with st.container(border=True):
+    st.markdown("**What-if**: a per-GPU power cap and the power provisioned per node.")
+    c1, c2 = st.columns(2)
+    cap_w = c1.slider("Per-GPU power cap (W)", min_value=int(cap_floor), max_value=int(round(gpu_limit)),
+                      value=int(round(gpu_limit)), step=5, key="power_cap_w")
+    budget_w = c2.slider("Node power budget (W)", min_value=int(budget_default * 0.3), max_value=int(budget_default * 1.5),
+                         value=int(budget_default), step=50, key="power_budget_w",
+                         help="Power provisioned for each node's GPUs; by default the sum of their enforced limits.")
+
+nodes_budget = frame(ds, power.node_power, node_budget_w=float(budget_w))
+capped_nodes = frame(ds, power.power_cap_whatif_node, power_cap_w=float(cap_w), node_budget_w=float(budget_w))
+if capped_nodes.height:
+    first = capped_nodes.row(0, named=True)
+    several = capped_nodes.height > 1
+    m = st.columns(4)
+    m[0].metric("Coincident p99" + (" (first node)" if several else ""), f"{first['coincident_p99_w']:,.0f} W",
+                help="99th percentile of the sum of the node's GPUs' power at one tick")
+    m[1].metric("Extra nodes at p99, uncapped", f"{first['extra_nodes_at_p99']:+.2f}",
+                help="budget / coincident p99 - 1: how many more such nodes the same budget carries")
+    m[2].metric(f"Extra nodes at p99, capped at {cap_w} W", f"{first['capped_extra_nodes_at_p99']:+.2f}",
+                delta=f"{first['capped_extra_nodes_at_p99'] - first['extra_nodes_at_p99']:+.2f}")
+    m[3].metric("Ticks with a GPU at the cap", fmt_share(first["any_above_cap_share"]),
+                help="How often the cap would have held at least one GPU back")
+    if nodes_budget.height and nodes_budget["fleet_extra_nodes_at_p99"][0] is not None:
+        st.caption(f"Over every node: {nodes_budget['fleet_budget_w'][0]:,.0f} W provisioned carries "
+                   f"{nodes_budget['fleet_extra_nodes_at_p99'][0]} more node(s) at the mean node's p99.")
+
+coverage = frame(ds, timeline.telemetry_coverage)
+if coverage.height:
+    first_ts, last_ts = naive(coverage["first_ts"].min()), naive(coverage["last_ts"].max())
+    interval_s = float(coverage["interval_s"].median() or 1.0)
+    bucket_s = timeline.bucket_seconds(max((last_ts - first_ts).total_seconds(), interval_s), interval_s)
+    node_series = frame(ds, timeline.node_power_timeline, bucket_s=bucket_s, power_cap_w=float(cap_w))
+    chart(charts.node_power_figure(node_series, float(budget_w), float(cap_w)), key="power_node")
+
+curve = frame(ds, timeline.power_cap_curve, cap_floor, gpu_limit, CURVE_POINTS, node_budget_w=float(budget_w))
+if curve.height:
+    curve = curve.group_by("power_cap_w").agg(pl.col("capped_extra_nodes_at_p99").mean(), pl.col("any_above_cap_share").mean())
+chart(charts.cap_curve_figure(curve, float(cap_w)), key="power_cap_curve")
+
+with st.expander(f"Per GPU under a {cap_w} W cap"):
+    whatif = frame(ds, power.power_cap_whatif, power_cap_w=float(cap_w))
+    if whatif.height:
+        st.dataframe(whatif.select("host", "gpu_index", "cap_w", "limit_w", "samples_above_cap",
+                                   (pl.col("above_cap_share") * 100).round(1).alias("above_cap_pct"),
+                                   pl.col("energy_above_cap_j").round(0), "cap_above_limit"),
+                     hide_index=True, width="stretch")

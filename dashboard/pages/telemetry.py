@@ -1,0 +1,66 @@
+"""Telemetry: power, utilisation, clocks, temperature and memory per GPU over time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+import streamlit as st
+
+from analysis import timeline
+from dashboard import charts
+from dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables
+
+DEFAULT_METRICS = ["power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c", "mem_used_bytes"]
+
+st.title("Telemetry")
+ds = require_dataset()
+caption_dataset(ds)
+require_tables(ds, ("telemetry",), "telemetry", NO_TELEMETRY)
+
+coverage = frame(ds, timeline.telemetry_coverage)
+if coverage.is_empty():
+    st.stop()
+hosts_all = sorted(coverage["host"].unique().to_list())
+first, last = naive(coverage["first_ts"].min()), naive(coverage["last_ts"].max())
+interval_s = float(coverage["interval_s"].median() or 1.0)
+
+with st.container(border=True):
+    c1, c2, c3 = st.columns([1, 1, 2])
+    hosts = c1.multiselect("Hosts", hosts_all, default=hosts_all, key="telemetry_hosts")
+    gpu_choices = coverage.filter(pl.col("host").is_in(hosts))
+    labels = {charts.gpu_label(h, g, len(hosts_all)): (h, g) for h, g in gpu_choices.select("host", "gpu_index").iter_rows()}
+    picked = c2.multiselect("GPUs", list(labels), default=list(labels), key="telemetry_gpus")
+    metrics = c3.multiselect(
+        "Metrics", list(charts.TELEMETRY_METRICS), default=DEFAULT_METRICS, key="telemetry_metrics",
+        format_func=lambda m: charts.TELEMETRY_METRICS[m][0],
+    )
+    end_max = last + timedelta(seconds=max(interval_s, 1))
+    if end_max - first > timedelta(seconds=1):
+        step = timedelta(seconds=max(1, round(interval_s)))
+        start, end = st.slider("Time range (UTC)", min_value=first, max_value=end_max, value=(first, end_max),
+                               step=step, format="YYYY-MM-DD HH:mm:ss", key="telemetry_range")
+    else:
+        start, end = first, end_max
+
+if not picked:
+    st.info("Pick at least one GPU.", icon=":material/info:")
+    st.stop()
+span_s = max((end - start).total_seconds(), interval_s)
+bucket_s = timeline.bucket_seconds(span_s, interval_s)
+series = frame(ds, timeline.telemetry_timeline, bucket_s=bucket_s, start=start, end=end)
+keep = pl.DataFrame({"host": [labels[p][0] for p in picked], "gpu_index": [labels[p][1] for p in picked]},
+                    schema={"host": pl.String, "gpu_index": pl.Int32})
+if series.height:
+    series = series.join(keep, on=["host", "gpu_index"], how="semi")
+st.caption(
+    f"{len(picked)} GPU(s), {span_s / 60:.1f} min in buckets of {bucket_s:g} s "
+    f"(sampled every {interval_s:.3g} s): the line is the bucket's mean, the band its min–max "
+    "(with three GPUs or fewer); red shading marks buckets in which a GPU was held back by power or heat."
+)
+if series.is_empty():
+    st.info("No telemetry in this time range.", icon=":material/info:")
+    st.stop()
+for metric in metrics:
+    chart(charts.telemetry_figure(series, metric, bucket_s), key=f"telemetry_{metric}")
+chart(charts.throttle_strip_figure(series), key="telemetry_throttle")

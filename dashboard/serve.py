@@ -1,0 +1,60 @@
+"""`gpulens dashboard [DATASET]`: start the Streamlit app on a dataset.
+
+It runs `python -m streamlit run dashboard/app.py` in place of this process
+(so Ctrl-C and SIGTERM reach Streamlit directly), with the dataset in
+`GPULENS_DATASET`, bound to localhost unless `--address` says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from dashboard.data import DATASET_ENV
+
+APP = Path(__file__).resolve().parent / "app.py"
+
+
+def streamlit_command(port: int, address: str) -> list[str]:
+    """The command line that serves the app."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP),
+        "--server.address", address,
+        "--server.port", str(port),
+        "--server.headless", "true",
+        "--server.fileWatcherType", "none",
+        "--browser.gatherUsageStats", "false",
+    ]
+
+
+@click.command("dashboard")
+@click.argument("dataset", required=False, type=click.Path(path_type=Path))
+@click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535), help="Port to serve on.")
+@click.option("--address", default="127.0.0.1", show_default=True,
+              help="Address to bind; 0.0.0.0 serves every interface (anyone who can reach the port sees the data).")
+def dashboard(dataset: Path | None, port: int, address: str) -> None:
+    """Open the dashboard on DATASET (default: the built-in sample data).
+
+    Pages: overview of the findings, telemetry, power headroom,
+    interconnect, kernels and launches, communication, compare runs, and a
+    live view of a dataset a collector is writing.
+    """
+    env = dict(os.environ)
+    if dataset is None:
+        from dashboard.data import default_dataset
+
+        click.echo("gpulens: no dataset given: opening the built-in sample data", err=True)
+        dataset = default_dataset()
+    elif not dataset.is_dir():
+        click.echo(f"gpulens: warning: {dataset}: no such dataset directory (the dashboard will say so)", err=True)
+    env[DATASET_ENV] = str(dataset.expanduser().resolve())
+    command = streamlit_command(port, address)
+    click.echo(f"gpulens: dashboard on http://{address}:{port} for {env[DATASET_ENV]}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, command, env)
+if __name__ == "__main__":
+    dashboard()

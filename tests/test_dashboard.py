@@ -1,0 +1,394 @@
+"""The dashboard: every page run by Streamlit's AppTest on a sample dataset and
+on empty or missing ones; the chart views of `analysis.timeline`; the data
+layer's cache keys; the `gpulens dashboard` command line.
+
+The sample is built once: a simulated 8-GPU node (GPU 7 held at its power
+limit) sampled around the traces of two simulated 8-rank runs, `training`
+(rank 5 a straggler) and `balanced` (none).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from streamlit.testing.v1 import AppTest
+
+from analysis import communication, power, timeline
+from analysis.dataset import open_dataset
+from conftest import write_telemetry
+from dashboard import data
+
+APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+
+# Page script -> the chart titles (prefixes) it draws on the sample.
+PAGE_CHARTS: dict[str, list[str]] = {
+    "pages/telemetry.py": ["Board power per GPU", "GPU utilisation per GPU", "SM clock per GPU", "GPU temperature per GPU",
+                           "Memory used per GPU", "Throttling: share of samples"],
+    "pages/power.py": ["Power percentiles per GPU", "Power distribution per GPU", "Node coincident power",
+                       "Power-cap what-if"],
+    "pages/interconnect.py": ["NVLink throughput per GPU", "NVLink throughput over time", "PCIe throughput per GPU",
+                              "PCIe throughput over time"],
+    "pages/kernels.py": ["GPU time breakdown per rank", "Kernel launch and queuing time (TKLQT) per step",
+                         "Launch delay (call return to kernel start)", "Launch call CPU time", "Short kernels: top 15",
+                         "Top 15 kernels by GPU time",
+                         "Kernels per stream: balanced, rank 0, step 3"],
+    "pages/communication.py": ["Collective time by op and message size", "Bus bandwidth by message size",
+                               "Communication overlapped with compute", "Arrival skew", "Straggler ranking"],
+    "pages/compare.py": ["Kernel time per rank-step: training minus balanced", "Bus bandwidth: balanced vs training"],
+    "pages/live.py": ["Board power, last 5 min", "GPU utilisation, last 5 min", "SM clock, last 5 min",
+                      "GPU temperature, last 5 min"],
+}
+ALL_PAGES = ["pages/overview.py", *PAGE_CHARTS]
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> Path:
+    return data.build_sample_dataset(
+        tmp_path_factory.mktemp("dashboard") / "data", steps=5, kernels_per_step=60, telemetry_s=300,
+        dense_s=1.0, dense_interval_s=0.02, balanced_run="balanced",
+    )
+
+
+def _run(monkeypatch, dataset: Path | str, page: str = "pages/overview.py") -> AppTest:
+    monkeypatch.setenv(data.DATASET_ENV, str(dataset))
+    monkeypatch.setenv("GPULENS_WARM_UP", "0")  # no background queries competing with the page's
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _charts(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def _titles(at: AppTest) -> list[str]:
+    return [spec["layout"]["title"]["text"] for spec in _charts(at)]
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def _text(at: AppTest) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+# --- every page on the sample ------------------------------------------------------------
+
+
+def test_overview_counts_what_the_dataset_covers(monkeypatch, sample):
+    at = _run(monkeypatch, sample)
+    metrics = _metrics(at)
+    assert metrics["Hosts"] == "1"
+    assert metrics["GPUs"] == "8"
+    assert metrics["Trace runs"] == "2"
+    assert metrics["Kernels"] == f"{2 * 8 * 5 * 60:,}"
+    samples = open_dataset(sample).execute("select count(*) from telemetry").fetchone()[0]
+    assert metrics["Telemetry samples"] == f"{samples:,}"
+    assert "**Telemetry** covers 2026-01-01 00:57:30 to 2026-01-01 01:02:29 UTC" in _text(at)
+
+
+def test_overview_shows_the_findings_with_their_numbers_and_evidence_pages(monkeypatch, sample):
+    at = _run(monkeypatch, sample)
+    text = _text(at)
+    con = open_dataset(sample)
+    capped = power.power_headroom(con).filter(pl.col("gpu_index") == 7).row(0, named=True)
+    assert f"GPU 7 on sim-node-00 was held back by its power limit {capped['power_throttled_share']:.0%} of the time" in text
+    straggler = communication.stragglers(con).filter((pl.col("run") == "training") & (pl.col("rank") == 5)).row(0, named=True)
+    assert f"Rank 5 arrived last at {straggler['share_last']:.0%} of {straggler['decisive_instances']} collectives" in text
+    links = {link.proto.label for link in at.get("page_link")}
+    assert {"Evidence: Power headroom", "Evidence: Communication"} <= links
+
+
+def test_overview_lists_the_most_severe_findings_first(monkeypatch, sample):
+    at = _run(monkeypatch, sample)
+    badges = [m.value for m in at.markdown if m.value.startswith(":") and "-badge[:material/" in m.value]
+    order = {"critical": 0, "warning": 1, "info": 2}
+    severities = [next(s for s in order if f"] {s}]" in b or f" {s}]" in b) for b in badges]
+    assert severities and severities == sorted(severities, key=order.get)
+
+
+@pytest.mark.parametrize("page", list(PAGE_CHARTS))
+def test_page_draws_its_charts_on_the_sample(monkeypatch, sample, page):
+    at = _run(monkeypatch, sample, page)
+    titles = _titles(at)
+    for expected in PAGE_CHARTS[page]:
+        assert any(title.startswith(expected) for title in titles), f"{expected!r} not in {titles}"
+    assert not at.error
+    for spec in _charts(at):
+        # every chart says what its axes measure
+        layout = spec["layout"]
+        if spec["data"] and spec["data"][0].get("type") != "heatmap" and layout.get("xaxis", {}).get("visible", True):
+            assert layout["xaxis"]["title"]["text"]
+            assert layout["yaxis"]["title"]["text"]
+
+
+def test_telemetry_charts_ship_at_most_5000_points_per_series(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/telemetry.py")
+    lengths = [len(trace.get("x") or []) for spec in _charts(at) for trace in spec["data"]]
+    assert max(lengths) <= 5000
+    power_chart = _charts(at)[0]
+    names = [trace.get("name") for trace in power_chart["data"]]
+    assert {"GPU 0", "GPU 7", "power limit", "throttled (power/heat)"} <= set(names)
+
+
+def test_telemetry_for_one_gpu_draws_its_min_max_band(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/telemetry.py")
+    at.multiselect(key="telemetry_gpus").set_value(["GPU 7"]).run()
+    power_chart = _charts(at)[0]
+    assert [t.get("name") for t in power_chart["data"]][:3] == ["GPU 7 max", "GPU 7 min", "GPU 7"]
+    assert power_chart["data"][1]["fill"] == "tonexty"
+
+
+def test_power_whatif_slider_recomputes_the_capped_figures(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/power.py")
+    before = _metrics(at)
+    assert before["Extra nodes at p99, uncapped"] == before["Extra nodes at p99, capped at 700 W"]
+    at.slider(key="power_cap_w").set_value(400).run()
+    after = _metrics(at)
+    node = power.power_cap_whatif_node(open_dataset(sample), power_cap_w=400.0, node_budget_w=5600.0).row(0, named=True)
+    assert after["Extra nodes at p99, capped at 400 W"] == f"{node['capped_extra_nodes_at_p99']:+.2f}"
+    assert float(after["Extra nodes at p99, capped at 400 W"]) > float(after["Extra nodes at p99, uncapped"])
+
+
+def test_communication_names_the_planted_straggler(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/communication.py")
+    at.selectbox(key="communication_run").set_value("training").run()
+    assert _metrics(at)["Most likely straggler"] == "rank 5"
+
+
+def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/kernels.py")
+    assert _metrics(at)["Verdict"] in {"CPU-bound", "GPU-bound", "balanced", "undecided"}
+    at.selectbox(key="kernels_rank").set_value(5).run()
+    at.selectbox(key="kernels_step").set_value(4).run()
+    assert "Kernels per stream: balanced, rank 5, step 4" in _titles(at)
+
+
+def test_compare_puts_two_runs_side_by_side(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/compare.py")
+    metrics = _metrics(at)
+    compared = timeline.compare_kernels(open_dataset(sample), "balanced", "training")
+    assert metrics["Kernel time per rank-step, B"] == f"{compared['per_step_ns_b'].sum() / 1e6:.3f} ms"
+    at.selectbox(key="compare_b").set_value("balanced").run()
+    assert any("Pick two different runs" in i.value for i in at.info)
+
+
+def test_compare_with_one_run_says_it_needs_two(monkeypatch, tmp_path, sample):
+    one = tmp_path / "one"
+    (one / "traces").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(sample / "traces" / "run=training", one / "traces" / "run=training")
+    at = _run(monkeypatch, one, "pages/compare.py")
+    assert any("comparing needs two" in i.value for i in at.info)
+
+
+# --- empty, missing, partial datasets ------------------------------------------------------
+
+
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_page_on_an_empty_dataset_says_so_without_a_stack_trace(monkeypatch, tmp_path, page):
+    at = _run(monkeypatch, tmp_path, page)
+    messages = [e.value for e in at.error] + [i.value for i in at.info]
+    assert any("holds no Parquet files yet" in m for m in messages), messages
+    assert not _charts(at)
+
+
+@pytest.mark.parametrize("page", ["pages/overview.py", "pages/telemetry.py", "pages/kernels.py"])
+def test_page_on_a_missing_path_names_it(monkeypatch, tmp_path, page):
+    missing = tmp_path / "nowhere"
+    at = _run(monkeypatch, missing, page)
+    assert [e.value for e in at.error] == [f"{missing}: no such dataset directory."]
+
+
+def test_trace_pages_on_a_telemetry_only_dataset_ask_for_traces(monkeypatch, tmp_path):
+    write_telemetry(tmp_path, "node-a", [{"ts": T0_US + i * 1_000_000, "gpu_index": 0, "power_w": 300.0} for i in range(5)])
+    for page in ("pages/kernels.py", "pages/communication.py", "pages/compare.py"):
+        at = _run(monkeypatch, tmp_path, page)
+        assert any("has no kernel traces" in i.value for i in at.info), page
+    at = _run(monkeypatch, tmp_path, "pages/interconnect.py")
+    assert any("no NVLink, XGMI or PCIe throughput" in i.value for i in at.info)
+
+
+def test_live_view_waits_for_a_collector_and_then_shows_its_data(monkeypatch, tmp_path):
+    at = _run(monkeypatch, tmp_path, "pages/live.py")
+    assert any("Waiting for data" in i.value for i in at.info)
+    write_telemetry(tmp_path, "node-a", [
+        {"ts": T0_US + i * 1_000_000, "gpu_index": g, "power_w": 100.0 + g, "gpu_util_pct": 50.0}
+        for i in range(30) for g in range(2)
+    ])
+    at.run()
+    assert not at.exception
+    assert _metrics(at) == {"GPU 0": "100 W", "GPU 1": "101 W"}
+    assert "Board power, last 5 min" in _titles(at)
+
+
+# --- the chart views (analysis.timeline) -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    root = tmp_path_factory.mktemp("timeline")
+    # GPU 0: power 100 + i W at 1 s, throttled by power at i = 5..9; GPU 1: 200 W.
+    write_telemetry(root, "node-a", [
+        {"ts": T0_US + i * 1_000_000, "gpu_index": 0, "power_w": 100.0 + i, "power_limit_w": 300.0,
+         "throttle_reasons": ["sw_power_cap"] if 5 <= i < 10 else []}
+        for i in range(20)
+    ] + [{"ts": T0_US + i * 1_000_000, "gpu_index": 1, "power_w": 200.0} for i in range(20)])
+    return open_dataset(root)
+
+
+def test_telemetry_timeline_gives_min_mean_max_per_bucket(known):
+    frame = timeline.telemetry_timeline(known, bucket_s=10).filter(pl.col("gpu_index") == 0).sort("bucket_start")
+    assert frame["samples"].to_list() == [10, 10]
+    assert frame["power_w_min"].to_list() == [100.0, 110.0]
+    assert frame["power_w_mean"].to_list() == [104.5, 114.5]
+    assert frame["power_w_max"].to_list() == [109.0, 119.0]
+    assert frame["power_throttled_share"].to_list() == [0.5, 0.0]
+    assert frame["bucket_start"][1] == datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc)
+
+
+def test_telemetry_timeline_keeps_the_asked_range(known):
+    frame = timeline.telemetry_timeline(known, bucket_s=1, start=datetime(2026, 1, 1, 0, 0, 5),
+                                        end=datetime(2026, 1, 1, 0, 0, 8))
+    assert frame.filter(pl.col("gpu_index") == 0)["power_w_mean"].to_list() == [105.0, 106.0, 107.0]
+
+
+def test_bucket_seconds_keeps_a_day_of_samples_under_the_point_budget():
+    assert timeline.bucket_seconds(86_400, 1.0) == 60
+    assert timeline.bucket_seconds(300, 1.0) == 1
+    assert timeline.bucket_seconds(10, 0.01) == 0.01
+    assert 86_400 * 7 / timeline.bucket_seconds(86_400 * 7, 1.0) <= timeline.MAX_POINTS
+
+
+def test_node_power_timeline_caps_each_gpu(known):
+    frame = timeline.node_power_timeline(known, bucket_s=20, power_cap_w=150).row(0, named=True)
+    assert frame["node_w_max"] == 119.0 + 200.0
+    assert frame["capped_node_w_max"] == 119.0 + 150.0
+
+
+def test_compare_kernels_of_a_run_with_itself_changes_nothing(sample):
+    compared = timeline.compare_kernels(open_dataset(sample), "training", "training")
+    assert compared.height > 10
+    assert compared["delta_per_step_ns"].abs().max() == 0
+
+
+# --- the data layer, the charts module and the command -----------------------------------------
+
+
+def test_fingerprint_changes_when_a_file_is_added(tmp_path):
+    empty = data.fingerprint(tmp_path)
+    assert empty == data.EMPTY_FINGERPRINT
+    write_telemetry(tmp_path, "node-a", [{"ts": T0_US, "gpu_index": 0, "power_w": 1.0}])
+    first = data.fingerprint(tmp_path)
+    assert first != empty
+    write_telemetry(tmp_path, "node-a", [{"ts": T0_US + 1_000_000, "gpu_index": 0, "power_w": 2.0}])
+    assert data.fingerprint(tmp_path) not in (empty, first)
+
+
+def test_cached_calls_see_the_files_a_collector_adds(tmp_path):
+    write_telemetry(tmp_path, "node-a", [{"ts": T0_US, "gpu_index": 0, "power_w": 1.0}])
+    before = data.cached(data.current(tmp_path), timeline.telemetry_coverage)
+    write_telemetry(tmp_path, "node-a", [{"ts": T0_US + 1_000_000, "gpu_index": 0, "power_w": 2.0}])
+    after = data.cached(data.current(tmp_path), timeline.telemetry_coverage)
+    assert (before["samples"][0], after["samples"][0]) == (1, 2)
+
+
+def test_result_cache_computes_each_key_once_for_concurrent_askers():
+    import threading
+    import time
+
+    cache, calls = data.ResultCache(max_entries=2), []
+
+    def slow() -> int:
+        calls.append(1)
+        time.sleep(0.2)
+        return 42
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get("k", slow))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [42] * 4 and len(calls) == 1
+    cache.get("a", lambda: 1)
+    cache.get("b", lambda: 2)
+    assert "k" not in cache and "a" in cache and "b" in cache  # least recently used out
+
+
+def test_warm_up_fills_the_cache_in_the_background_once(sample):
+    ds = data.current(sample)
+    calls = [(power.power_headroom, (), {}), (timeline.trace_runs, (), {})]
+    thread = data.warm_up(ds, calls, idle_s=0)
+    assert thread is not None
+    thread.join(timeout=60)
+    for func, args, kwargs in calls:
+        assert data.cache_key(ds, func, args, kwargs) in data.RESULTS
+    assert data.warm_up(ds, calls) is None
+
+
+def test_cached_refuses_functions_outside_analysis(tmp_path):
+    with pytest.raises(ValueError, match="analysis functions only"):
+        data.cached(data.current(tmp_path), len)
+
+
+def test_charts_build_without_streamlit():
+    code = "import sys, dashboard.charts; assert 'streamlit' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(APP).parents[1])
+
+
+def test_default_dataset_prefers_the_demo_folder_then_builds_one_into_the_cache(monkeypatch, tmp_path):
+    demo = tmp_path / "sample_traces" / "demo-training"
+    monkeypatch.setattr(data, "DEMO_DATASET", demo)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    built = []
+
+    def fake_build(out: Path) -> None:
+        built.append(out)
+        write_telemetry(out, "node-a", [{"ts": T0_US, "gpu_index": 0, "power_w": 1.0}])
+
+    monkeypatch.setattr(data, "_build_demo", fake_build)
+    cached = data.default_dataset()
+    assert cached == tmp_path / "cache" / "gpulens" / "demo-training"
+    assert data.default_dataset() == cached and len(built) == 1  # built once
+    write_telemetry(demo, "node-a", [{"ts": T0_US, "gpu_index": 0, "power_w": 1.0}])
+    assert data.default_dataset() == demo
+
+
+def _serve(monkeypatch, args: list[str]) -> tuple[list[str], dict[str, str]]:
+    from dashboard import serve
+
+    calls = []
+    monkeypatch.setattr(serve.os, "execve", lambda path, argv, env: calls.append((argv, env)))
+    result = CliRunner().invoke(serve.dashboard, args)
+    assert result.exit_code == 0, result.output
+    return calls[0]
+
+
+def test_dashboard_command_binds_localhost_and_names_the_dataset(monkeypatch, sample):
+    argv, env = _serve(monkeypatch, [str(sample), "--port", "8600"])
+    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4].endswith("dashboard/app.py")
+    options = dict(zip(argv[5::2], argv[6::2]))
+    assert options == {
+        "--server.address": "127.0.0.1", "--server.port": "8600", "--server.headless": "true",
+        "--server.fileWatcherType": "none", "--browser.gatherUsageStats": "false",
+    }
+    assert env[data.DATASET_ENV] == str(sample.resolve())
+
+
+def test_dashboard_command_binds_elsewhere_only_when_told(monkeypatch, sample):
+    argv, _ = _serve(monkeypatch, [str(sample), "--address", "0.0.0.0"])
+    assert argv[argv.index("--server.address") + 1] == "0.0.0.0"
+    assert argv[argv.index("--server.port") + 1] == "8501"

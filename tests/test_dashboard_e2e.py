@@ -1,0 +1,160 @@
+"""End to end: `gpulens dashboard` served for real and driven in Chromium.
+
+Starts the command on a small sample dataset, opens every page in Debian's
+`chromium` through Playwright, waits for its charts, checks that no error
+box or exception shows, and saves a screenshot of each page in the test's
+output folder. Skips (with the reason) where /usr/bin/chromium or the
+playwright package is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+# url path -> the chart titles (a prefix of each) the page must draw.
+PAGES: dict[str, list[str]] = {
+    "": ["Findings"],
+    "telemetry": ["Board power per GPU", "Throttling"],
+    "power": ["Power percentiles per GPU", "Node coincident power", "Power-cap what-if"],
+    "interconnect": ["NVLink throughput per GPU", "NVLink throughput over time"],
+    "kernels": ["GPU time breakdown per rank", "Kernel launch and queuing time", "Top 15 kernels", "Kernels per stream"],
+    "communication": ["Collective time by op", "Bus bandwidth by message size", "Arrival skew"],
+    "compare": ["Kernel time per rank-step", "Bus bandwidth:"],
+    "live": ["Board power, last 5 min"],
+}
+
+
+@pytest.fixture(scope="module")
+def sample_dataset(tmp_path_factory) -> Path:
+    from dashboard.data import build_sample_dataset
+
+    return build_sample_dataset(tmp_path_factory.mktemp("dashboard_e2e") / "data", ranks=4, straggler_rank=2, steps=5, kernels_per_step=60,
+                                telemetry_s=180, dense_s=1.0, dense_interval_s=0.05, balanced_run="balanced")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright Python package is not installed")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _gpulens_dashboard_command(dataset: Path, port: int) -> list[str]:
+    """`gpulens dashboard` where the command is wired, else its module directly."""
+    from dashboard.cli import cli
+
+    args = [str(dataset), "--port", str(port)]
+    if "dashboard" in cli.commands:
+        return [sys.executable, "-m", "dashboard.cli", "dashboard", *args]
+    return [sys.executable, "-m", "dashboard.serve", *args]
+
+
+@pytest.fixture(scope="module")
+def server(sample_dataset, tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("dashboard_server") / "server.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(_gpulens_dashboard_command(sample_dataset, port), stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"gpulens dashboard did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_dashboard_binds_localhost_only(server):
+    assert server.startswith("http://127.0.0.1:")
+    port = int(server.rsplit(":", 1)[1])
+    addresses = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)} - {"127.0.0.1"}
+    for address in addresses:
+        with socket.socket() as sock:
+            sock.settimeout(1)
+            assert sock.connect_ex((address, port)) != 0, f"the dashboard answers on {address}"
+
+
+def test_every_page_draws_its_charts_without_errors(browser, server, tmp_path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(server, wait_until="domcontentloaded")
+        page.wait_for_selector('[data-testid="stSidebarNav"]', timeout=30_000)
+        for path, titles in PAGES.items():
+            if path:  # through the menu, as a person would (no reload)
+                page.locator(f'[data-testid="stSidebarNav"] a[href$="/{path}"]').click()
+            for title in titles:
+                page.get_by_text(title, exact=False).first.wait_for(timeout=30_000)
+            _wait_until_rendered(page)
+            assert page.locator('[data-testid="stException"]').count() == 0, f"/{path}: an exception shows"
+            assert page.locator('[data-testid="stAlertContentError"]').count() == 0, f"/{path}: an error box shows"
+            if path:
+                assert page.locator(".js-plotly-plot").count() >= len(titles), f"/{path}: charts missing"
+            _screenshot(page, tmp_path / f"{path or 'overview'}.png")
+    finally:
+        page.close()
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{p or 'overview'}.png" for p in PAGES)
+
+
+def _wait_until_rendered(page, timeout_s: float = 30) -> None:
+    """Until the script has finished (no running indicator) and no element is still loading."""
+    deadline = time.monotonic() + timeout_s
+    busy = '[data-testid="stStatusWidget"], [data-testid="stSkeleton"]'
+    while time.monotonic() < deadline:
+        if page.locator(busy).count() == 0:
+            page.wait_for_timeout(300)
+            if page.locator(busy).count() == 0:
+                return
+        page.wait_for_timeout(200)
+
+
+def _screenshot(page, path: Path) -> None:
+    """The whole page: Streamlit scrolls inside its main block, so the viewport grows to fit it."""
+    height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(int(height) + 50, 12_000)})
+    _wait_until_rendered(page, timeout_s=5)
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": 1400, "height": 1000})
