@@ -69,10 +69,14 @@ def open_dataset(
             # A glob, not a file list: the view sees files a running
             # collector adds later (the live dashboard relies on it).
             pattern = quote_literal(str(root.resolve() / TABLE_GLOBS[table]))
-            con.execute(
-                f"create or replace view {quote_identifier(table)} as "
-                f"select * from read_parquet({pattern}, union_by_name = true, hive_partitioning = false)"
-            )
+            try:
+                con.execute(
+                    f"create or replace view {quote_identifier(table)} as "
+                    f"select * from read_parquet({pattern}, union_by_name = true, hive_partitioning = false)"
+                )
+            except duckdb.Error as error:
+                message = " ".join(str(error).split())
+                raise DatasetError(f"{root / table}: unreadable Parquet ({message})") from error
         else:
             empty_name = f"_empty_{table}"
             con.register(empty_name, schemas[table].empty_table())
@@ -100,4 +104,5 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
 
 def dataset_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """Rows per table, for `gpulens query --tables` and the dashboard."""
-    return {table: con.execute(f"select count(*) from {quote_identifier(table)}").fetchone()[0] for table in TABLES}
+    # fetchall, not fetchone: a half-read result keeps a DuckDB 2 connection busy.
+    return {table: con.execute(f"select count(*) from {quote_identifier(table)}").fetchall()[0][0] for table in TABLES}

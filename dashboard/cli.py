@@ -13,6 +13,9 @@ import click
 
 from analysis.cli import query
 from collector.cli import _IngestFailed, collect, devices, ingest
+from collector.demo import demo
+from dashboard.report.command import report
+from dashboard.serve import dashboard
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -20,8 +23,9 @@ from collector.cli import _IngestFailed, collect, devices, ingest
 def cli() -> None:
     """gpulens: where a multi-GPU job's time, watts and bandwidth go.
 
-    Sample GPUs with `collect`, ingest kernel traces with `ingest`, and ask
-    questions of the dataset with `query`.
+    Sample GPUs with `collect`, ingest kernel traces with `ingest`, ask
+    questions of the dataset with `query`, write findings with `report`,
+    explore it with `dashboard`, and make the built-in sample data with `demo`.
     """
 
 
@@ -29,6 +33,9 @@ cli.add_command(collect)
 cli.add_command(devices)
 cli.add_command(ingest)
 cli.add_command(query)
+cli.add_command(report)
+cli.add_command(demo)
+cli.add_command(dashboard)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,17 @@
+"""Batch reports: `gpulens report` as HTML, Markdown or JSON.
+
+    from dashboard.report import build_report, render_html
+    report = build_report(Path("gpulens-data"))
+    Path("report.html").write_text(render_html(report))
+
+`build` collects the findings and every analysis's tables (from
+`analysis` only), `html` / `markdown` / `jsonout` render them, `compare`
+computes deltas against a baseline, `command` is the click command.
+"""
+
+from dashboard.report.build import Report, build_report
+from dashboard.report.html import render_html
+from dashboard.report.jsonout import render_json, report_to_dict
+from dashboard.report.markdown import render_markdown
+
+__all__ = ["Report", "build_report", "render_html", "render_json", "render_markdown", "report_to_dict"]

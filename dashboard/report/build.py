@@ -1,0 +1,300 @@
+"""Collect a report: findings, then each analysis's tables, and the data's origin.
+
+    report = build_report(Path("gpulens-data"))
+    report.findings          # most severe first (analysis.findings)
+    report.sections          # one per question, its tables as Polars frames
+
+A report is plain data; `html`, `markdown` and `jsonout` render it. Every
+number comes from `analysis` (the SQL views and the findings builders);
+nothing here reads files. An analysis that fails is recorded in
+`report.problems` and its section says so: the rest of the report still
+renders.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import duckdb
+import polars as pl
+
+from analysis import findings as findings_module
+from analysis.findings import Finding, sort_findings
+from analysis.registry import load_analyses, run_analysis
+from collector.errors import DatasetError, GpulensError
+from dashboard.report.sections import SECTIONS, SectionSpec, TableSpec
+
+# Chart series are downsampled to about this many time buckets.
+TIMELINE_BUCKETS = 600
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class TableResult:
+    spec: TableSpec
+    frame: pl.DataFrame
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Section:
+    spec: SectionSpec
+    tables: list[TableResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    # Why the section has nothing to show (no traces, no telemetry).
+    empty_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def title(self) -> str:
+        return self.spec.title
+
+    def table(self, name: str) -> pl.DataFrame | None:
+        return next((t.frame for t in self.tables if t.name == name), None)
+
+
+@dataclass
+class Source:
+    """What a report was made from."""
+
+    inputs: list[str]
+    dataset: str | None  # None: a temporary dataset ingested from `inputs`
+    rows: dict[str, int]
+    hosts: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    trace_files: list[dict[str, Any]]
+
+    @property
+    def has_telemetry(self) -> bool:
+        return self.rows.get("telemetry", 0) > 0
+
+    @property
+    def has_traces(self) -> bool:
+        return self.rows.get("kernels", 0) > 0 or self.rows.get("collectives", 0) > 0
+
+
+@dataclass
+class Report:
+    title: str
+    gpulens_version: str
+    source: Source
+    findings: list[Finding]
+    sections: list[Section]
+    metrics: dict[str, float | None]
+    # Chart-only data (downsampled telemetry); not part of the JSON tables.
+    series: dict[str, pl.DataFrame] = field(default_factory=dict)
+    comparison: Any = None  # dashboard.report.compare.Comparison
+    problems: list[str] = field(default_factory=list)
+
+    def section(self, section_id: str) -> Section | None:
+        return next((s for s in self.sections if s.id == section_id), None)
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {t.name: t.frame for s in self.sections for t in s.tables}
+
+
+def build_report(
+    dataset: Path,
+    compare: Path | None = None,
+    fail_on: dict[str, float] | None = None,
+    inputs: list[str] | None = None,
+    temporary: bool = False,
+    title: str | None = None,
+    progress: Progress | None = None,
+    compare_label: str | None = None,
+) -> Report:
+    """The report of the dataset at `dataset`, compared with `compare` if given.
+
+    `compare` is a baseline dataset, trace files or a JSON report (see
+    `compare`), named `compare_label` in the report if given;
+    `fail_on` maps metric names to the percentage past which a change for
+    the worse counts as a regression. `inputs` are what the user named
+    (trace files ingested into `dataset`, which is `temporary`).
+    Raises DatasetError for a dataset that cannot be read or holds nothing.
+    """
+    from analysis.dataset import open_dataset
+    from dashboard.report import compare as comparing
+
+    step = progress or (lambda label: None)
+    try:
+        con = open_dataset(dataset)
+    except duckdb.Error as error:  # a corrupt Parquet file, say
+        raise DatasetError(f"{dataset}: cannot read the dataset: {_one_line(error)}") from None
+    source = describe_source(con, dataset, inputs or [str(dataset)], temporary)
+    if not source.has_telemetry and not source.has_traces:
+        raise DatasetError(f"{inputs[0] if inputs else dataset}: no telemetry and no trace rows: nothing to report")
+    problems: list[str] = []
+    step("findings")
+    homes: dict[int, str] = {}
+    findings = collect_findings(con, problems, homes)
+    sections = []
+    for spec in SECTIONS:
+        step(spec.title)
+        mine = [f for f in findings if homes.get(id(f)) == spec.id]
+        sections.append(_build_section(con, spec, source, mine, problems))
+    step("charts")
+    series = _series(con, source, problems)
+    whole = {t.name: t.frame for s in sections for t in s.tables if t.spec.where is None and not s.empty_reason}
+    metrics = comparing.compute_metrics(con, whole)
+    report = Report(
+        title=title or _default_title(source),
+        gpulens_version=gpulens_version(),
+        source=source,
+        findings=findings,
+        sections=sections,
+        metrics=metrics,
+        series=series,
+        problems=problems,
+    )
+    if compare is not None:
+        step("baseline")
+        baseline = comparing.load_baseline(compare, label=compare_label)
+        report.comparison = comparing.compare(report, baseline, fail_on or {})
+    elif fail_on:
+        from collector.errors import UsageError
+
+        raise UsageError("--fail-on needs --compare BASELINE")
+    return report
+
+
+# The report section of each question's findings; the power module's go by page.
+_MODULE_SECTIONS = {"analysis.launch": "launch", "analysis.time_breakdown": "time", "analysis.communication": "communication"}
+
+
+def collect_findings(con: duckdb.DuckDBPyConnection, problems: list[str],
+                     homes: dict[int, str] | None = None) -> list[Finding]:
+    """Every question's findings, most severe first; one that fails is a problem, not the end.
+
+    `homes`, if given, is filled with id(finding) → the report section it belongs to.
+    """
+    findings: list[Finding] = []
+    for source in findings_module.finding_sources():
+        try:
+            found = source(con)
+        except (GpulensError, duckdb.Error) as error:
+            problems.append(f"findings of {source.__module__}: {_one_line(error)}")
+            continue
+        findings.extend(found)
+        if homes is not None:
+            for finding in found:
+                home = _MODULE_SECTIONS.get(source.__module__)
+                home = home or next((spec.id for spec in SECTIONS if finding.page in spec.pages), "")
+                homes[id(finding)] = home
+    return sort_findings(findings)
+
+
+def _build_section(con: duckdb.DuckDBPyConnection, spec: SectionSpec, source: Source, findings: list[Finding],
+                   problems: list[str]) -> Section:
+    section = Section(spec, findings=findings)
+    if spec.needs == "traces" and not source.has_traces:
+        section.empty_reason = "No kernel traces in this dataset: ingest PyTorch profiler, Nsight Systems, rocprof or NCCL traces to see this."
+    elif spec.needs == "telemetry" and not source.has_telemetry:
+        section.empty_reason = "No telemetry in this dataset: run `gpulens collect` on the node to see this."
+    elif spec.needs == "both" and not (source.has_traces and source.has_telemetry):
+        section.empty_reason = "Needs both telemetry and kernel traces of the same node and time."
+    analyses = load_analyses()
+    for table in spec.tables:
+        if table.name not in analyses:
+            continue
+        if section.empty_reason:
+            # Every table keeps its key in the JSON, empty.
+            section.tables.append(TableResult(table, pl.DataFrame()))
+            continue
+        try:
+            frame = run_analysis(con, table.name)
+        except GpulensError as error:
+            message = f"{table.name}: {_one_line(error)}"
+            problems.append(message)
+            section.error = message if section.error is None else section.error
+            continue
+        if table.where is not None and not frame.is_empty():
+            frame = frame.filter(table.where)
+        if table.sort and all(c in frame.columns for c in table.sort):
+            frame = frame.sort(table.sort, nulls_last=True, maintain_order=True)
+        section.tables.append(TableResult(table, frame))
+    return section
+
+
+def _series(con: duckdb.DuckDBPyConnection, source: Source, problems: list[str]) -> dict[str, pl.DataFrame]:
+    if not source.has_telemetry:
+        return {}
+    span = _records(con, "select epoch_us(max(ts)) - epoch_us(min(ts)) as span_us from telemetry")[0]["span_us"] or 0
+    bucket_s = max(1, math.ceil(span / 1e6 / TIMELINE_BUCKETS))
+    series: dict[str, pl.DataFrame] = {}
+    analyses = load_analyses()
+    for name in ("telemetry_timeline", "dash_node_power_timeline"):
+        if name not in analyses:
+            continue
+        try:
+            series[name] = run_analysis(con, name, timeline_bucket_s=bucket_s)
+        except GpulensError as error:
+            problems.append(f"{name}: {_one_line(error)}")
+    return series
+
+
+def describe_source(con: duckdb.DuckDBPyConnection, dataset: Path, inputs: list[str], temporary: bool) -> Source:
+    """Rows per table, hosts, runs and trace files of the dataset."""
+    from analysis.dataset import TABLES, quote_identifier
+
+    try:
+        # One query, fully fetched: DuckDB 2 keeps a connection busy while a
+        # result is only partly fetched (fetchone).
+        counts = " union all ".join(
+            f"select {i} as i, count(*) as n from {quote_identifier(t)}" for i, t in enumerate(TABLES)
+        )
+        by_index = {r["i"]: r["n"] for r in _records(con, counts)}
+        rows = {table: int(by_index[i]) for i, table in enumerate(TABLES)}
+        hosts = _records(con, """
+            select host, count(distinct gpu_index) as gpus, count(*) as samples,
+                   epoch_us(min(ts)) as first_ts_us, epoch_us(max(ts)) as last_ts_us
+            from telemetry group by host order by host""")
+        models = {r["host"]: r["models"] for r in _records(con, """
+            select host, string_agg(distinct model, ', ' order by model) as models from devices group by host""")}
+        for host in hosts:
+            host["models"] = models.get(host["host"])
+        runs = _records(con, """
+            select run, count(distinct rank) as ranks, max(world_size) as world_size,
+                   string_agg(distinct source_format, ', ' order by source_format) as formats,
+                   string_agg(distinct host, ', ' order by host) as hosts,
+                   string_agg(distinct device_name, ', ' order by device_name) as devices
+            from runs group by run order by run""")
+        files = _records(con, "select run, rank, source_format, source_path from runs order by run, rank, source_path")
+    except duckdb.Error as error:
+        raise DatasetError(f"{dataset}: cannot read the dataset: {_one_line(error)}") from None
+    return Source(inputs=inputs, dataset=None if temporary else str(dataset), rows=rows, hosts=hosts, runs=runs,
+                  trace_files=files)
+
+
+def _records(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    return pl.from_arrow(con.sql(sql).to_arrow_table()).to_dicts()
+
+
+def _default_title(source: Source) -> str:
+    runs = [r["run"] for r in source.runs]
+    hosts = [h["host"] for h in source.hosts]
+    subject = ", ".join(runs[:3] + hosts[:3]) or "dataset"
+    return f"gpulens report: {subject}"
+
+
+def gpulens_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpulens")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())

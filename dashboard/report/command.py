@@ -1,0 +1,167 @@
+"""`gpulens report`: every analysis of a dataset (or of raw traces) in one file.
+
+Exit codes: 0 written; 1 bad input (missing, empty or corrupt file, a
+dataset that cannot be read or holds nothing) or a --fail-on metric that
+cannot be computed; 2 a bad flag; 3 a metric regressed past its --fail-on
+threshold (the report is still written). Errors are raised as
+`GpulensError`; `dashboard.cli.main` prints them as one line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from collector.errors import DatasetError, UsageError
+
+FORMATS = ("html", "md", "json")
+_SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path), default=None,
+              help="File to write ('-': stdout). Default: report.html for html, stdout for md and json.")
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
+              help="html: one self-contained page with charts; md: findings and key tables; json: everything, "
+                   "machine-readable. Default: from the --output suffix (.html, .md, .json); json for '-'; else html.")
+@click.option("--compare", "baseline", type=click.Path(path_type=Path), default=None,
+              help="Baseline to show deltas against: a dataset, trace files, or a JSON report.")
+@click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:PCT",
+              help="Exit 3 if METRIC got worse than the baseline by more than PCT %% (repeatable). Metrics: "
+                   "step_time, busbw, transfer_busbw, idle_share, exposed_comm_share, tklqt_per_step, "
+                   "energy_per_step, power_throttled_share.")
+@click.option("--dataset", "keep", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="When INPUTS are trace files: ingest them into this dataset and keep it (default: a temporary one).")
+@click.option("--run", "run_name", default=None, help="Run name for ingested trace files (default: from their names).")
+@click.option("--title", default=None, help="Title of the report.")
+def report(inputs: tuple[str, ...], output: Path | None, output_format: str | None, baseline: Path | None,
+           fail_on: tuple[str, ...], keep: Path | None, run_name: str | None, title: str | None) -> None:
+    """Run every analysis on a dataset or on trace files and write a report.
+
+    INPUTS is one dataset folder (with telemetry/ or traces/ in it), or
+    trace files and folders, which are ingested first as one run.
+
+    \b
+        gpulens report gpulens-data -o report.html
+        gpulens report traces/job42/ --format md > findings.md
+        gpulens report new-data --compare baseline.json --fail-on step_time:5 --fail-on busbw:10 -o report.json
+    """
+    from dashboard.report.build import build_report
+    from dashboard.report.compare import RegressionFound, parse_fail_on
+    from dashboard.report.inputs import resolve_inputs
+
+    output_format = output_format or _format_for(output)
+    thresholds = parse_fail_on(fail_on)
+    if thresholds and baseline is None:
+        raise UsageError("--fail-on needs --compare BASELINE")
+    if output is None:
+        output = Path("report.html") if output_format == "html" else Path("-")
+
+    terminal = sys.stderr.isatty()
+    with tempfile.TemporaryDirectory(prefix="gpulens-report-") as scratch:
+        # Ingest first, with ingest's own progress bar: its worker processes
+        # must fork before any progress thread runs.
+        dataset, temporary = resolve_inputs(list(inputs), Path(scratch) / "dataset", keep, run=run_name, progress=terminal)
+        baseline_dataset, label = _resolve_baseline(baseline, Path(scratch) / "baseline")
+        with _Progress(terminal) as progress:
+            built = build_report(dataset, compare=baseline_dataset, fail_on=thresholds, inputs=list(inputs),
+                                 temporary=temporary, title=title, progress=progress, compare_label=label)
+            progress("writing")
+            data = _render(built, output_format)
+    _write(output, data)
+    counts = {s: sum(1 for f in built.findings if f.severity == s) for s in ("critical", "warning", "info")}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
+    if output != Path("-"):
+        click.echo(f"{output}: {output_format} report written; findings: {summary}", err=True)
+    comparison = built.comparison
+    if comparison is not None and comparison.regressions:
+        raise RegressionFound(comparison.failure_message())
+
+
+def _resolve_baseline(baseline: Path | None, scratch: Path) -> tuple[Path | None, str | None]:
+    """The baseline as a dataset or JSON report; trace files are ingested into `scratch`."""
+    from dashboard.report.compare import is_json_report
+    from dashboard.report.inputs import is_dataset, resolve_inputs
+
+    if baseline is None or is_json_report(baseline) or is_dataset(baseline):
+        return baseline, None
+    dataset, _ = resolve_inputs([str(baseline)], scratch, keep=None)
+    return dataset, f"traces {baseline} (ingested)"
+
+
+def _format_for(output: Path | None) -> str:
+    if output is None or output == Path("-"):
+        return "html" if output is None else "json"
+    return _SUFFIX_FORMATS.get(output.suffix.lower(), "html")
+
+
+def _render(built, output_format: str) -> bytes:
+    if output_format == "json":
+        from dashboard.report.jsonout import render_json
+
+        return render_json(built)
+    if output_format == "md":
+        from dashboard.report.markdown import render_markdown
+
+        return render_markdown(built).encode()
+    from dashboard.report.html import render_html
+
+    return render_html(built).encode()
+
+
+def _write(output: Path, data: bytes) -> None:
+    """Write atomically (a reader never sees half a report); '-' is stdout."""
+    if output == Path("-"):
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    folder = output.parent if str(output.parent) else Path(".")
+    temporary = None
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=folder)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, output)
+    except OSError as error:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        raise DatasetError(f"{output}: cannot write the report ({error.strerror or error})") from None
+
+
+class _Progress:
+    """A rich progress bar on a terminal (stderr); elsewhere nothing."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._bar = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            from dashboard.report.sections import SECTIONS
+
+            self._bar = Progress(TextColumn("report: {task.description:<32}"), BarColumn(), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+            # findings, the sections, charts, baseline, writing
+            self._task = self._bar.add_task("", total=len(SECTIONS) + 4)
+
+    def __enter__(self) -> "_Progress":
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def __call__(self, label: str) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, description=label)
+            self._bar.advance(self._task)

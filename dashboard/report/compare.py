@@ -1,0 +1,319 @@
+"""Compare a report with a baseline: metric deltas, new and resolved findings.
+
+The metrics are one number per dataset each, so two runs of the same job
+compare directly. `--fail-on METRIC:PCT` makes `gpulens report` exit 3
+(RegressionFound) where METRIC changed for the worse by more than PCT %
+of the baseline value:
+
+| metric | key (JSON) | better | what |
+|---|---|---|---|
+| step_time | step_time_ns | lower | mean profiler-step duration over ranks, complete steps only |
+| busbw | busbw_bytes_per_s | higher | collective bus bandwidth, as timed (waiting for late ranks included), time-weighted over all calls |
+| transfer_busbw | transfer_busbw_bytes_per_s | higher | the same for the transfers alone (each instance timed by its fastest rank) |
+| idle_share | idle_share | lower | GPU idle time / span, over all ranks |
+| exposed_comm_share | exposed_comm_share | lower | communication not hidden under compute / span |
+| tklqt_per_step | tklqt_per_step_ns | lower | total kernel launch and queuing time per step |
+| energy_per_step | energy_per_step_j | lower | one GPU's energy per complete step, mean over ranks and steps |
+| power_throttled_share | power_throttled_share | lower | share of time GPUs were held back by their power limit |
+
+A change is relative: (current - baseline) / |baseline|. A baseline of 0
+makes any change for the worse a regression. A metric that either side
+cannot compute (no traces, no telemetry) is reported as not comparable;
+naming it in `--fail-on` is then an error (exit 1), since a check that
+cannot run must not pass silently.
+
+The baseline is a dataset, trace files (ingested into a temporary
+dataset), or a JSON report written earlier by `gpulens report --format
+json` (CI keeps that as an artefact).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import polars as pl
+
+from analysis.findings import Finding
+from analysis.registry import load_analyses, run_analysis
+from collector.errors import DatasetError, GpulensError, UsageError
+
+
+class RegressionFound(GpulensError):
+    """A metric named in --fail-on regressed past its threshold (the report is written)."""
+
+    exit_code = 3
+
+
+class NotComparable(GpulensError):
+    """A metric named in --fail-on cannot be computed for one side."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # as --fail-on names it
+    key: str  # the JSON key, with its unit
+    label: str
+    better: str  # lower | higher
+    unit: str
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("step_time", "step_time_ns", "Step time", "lower", "ns"),
+    Metric("busbw", "busbw_bytes_per_s", "Bus bandwidth", "higher", "bytes_per_s"),
+    Metric("transfer_busbw", "transfer_busbw_bytes_per_s", "Transfer bus bandwidth", "higher", "bytes_per_s"),
+    Metric("idle_share", "idle_share", "GPU idle share", "lower", "share"),
+    Metric("exposed_comm_share", "exposed_comm_share", "Exposed communication share", "lower", "share"),
+    Metric("tklqt_per_step", "tklqt_per_step_ns", "Launch and queuing time per step", "lower", "ns"),
+    Metric("energy_per_step", "energy_per_step_j", "Energy per step (one GPU)", "lower", "j"),
+    Metric("power_throttled_share", "power_throttled_share", "Power-throttled share", "lower", "share"),
+)
+_BY_NAME = {m.name: m for m in METRICS} | {m.key: m for m in METRICS}
+
+
+def metric(name: str) -> Metric:
+    found = _BY_NAME.get(name.strip().lower().replace("-", "_"))
+    if found is None:
+        raise UsageError(f"unknown metric {name!r} in --fail-on; known: {', '.join(m.name for m in METRICS)}")
+    return found
+
+
+def parse_fail_on(values: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """`["step_time:5", "busbw:10%"]` → `{"step_time": 5.0, "busbw": 10.0}`."""
+    thresholds: dict[str, float] = {}
+    for value in values:
+        match = re.fullmatch(r"\s*([A-Za-z_\-]+)\s*:\s*([0-9]*\.?[0-9]+)\s*%?\s*", value)
+        if match is None:
+            raise UsageError(f"--fail-on {value!r}: expected METRIC:PCT, e.g. step_time:5")
+        thresholds[metric(match.group(1)).name] = float(match.group(2))
+    return thresholds
+
+
+# --- computing the metrics -------------------------------------------------------------
+
+
+def compute_metrics(con: duckdb.DuckDBPyConnection, known: dict[str, pl.DataFrame] | None = None) -> dict[str, float | None]:
+    """Every metric of the dataset behind `con` (None where it has no data).
+
+    `known`: analysis tables already computed (whole, not filtered), reused.
+    """
+    frames: dict[str, pl.DataFrame] = dict(known or {})
+    analyses = load_analyses()
+
+    def table(name: str) -> pl.DataFrame | None:
+        if name not in frames:
+            try:
+                frames[name] = run_analysis(con, name) if name in analyses else pl.DataFrame()
+            except GpulensError:
+                frames[name] = pl.DataFrame()
+        frame = frames[name]
+        return None if frame.is_empty() else frame
+
+    values: dict[str, float | None] = {}
+    steps = table("step_windows")
+    values["step_time_ns"] = _mean(steps.filter(~pl.col("is_last")), "step_ns") if steps is not None else None
+    stats = table("collective_stats")
+    values["busbw_bytes_per_s"] = _weighted(stats, "busbw_bytes_per_s", "total_ns")
+    values["transfer_busbw_bytes_per_s"] = _weighted(stats, "transfer_busbw_bytes_per_s", "transfer_ns")
+    breakdown = table("time_breakdown")
+    values["idle_share"] = _ratio(breakdown, "idle_ns", "span_ns")
+    overlap = table("comm_overlap")
+    values["exposed_comm_share"] = _ratio(overlap, "exposed_ns", "span_ns")
+    launches = table("step_launch_summary")
+    values["tklqt_per_step_ns"] = _mean(launches.filter(~pl.col("is_last")), "tklqt_ns") if launches is not None else None
+    energy = table("step_energy")
+    values["energy_per_step_j"] = _mean(energy.filter(~pl.col("is_last")), "energy_j") if energy is not None else None
+    headroom = table("power_headroom")
+    values["power_throttled_share"] = _mean(headroom, "power_throttled_share") if headroom is not None else None
+    return {m.key: values.get(m.key) for m in METRICS}
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
+
+
+def _mean(frame: pl.DataFrame, column: str) -> float | None:
+    if frame.is_empty() or column not in frame.columns:
+        return None
+    return _finite(frame[column].drop_nulls().mean()) if frame[column].drop_nulls().len() else None
+
+
+def _weighted(frame: pl.DataFrame | None, column: str, weight: str) -> float | None:
+    if frame is None or column not in frame.columns or weight not in frame.columns:
+        return None
+    known = frame.filter(pl.col(column).is_not_null() & pl.col(weight).is_not_null() & (pl.col(weight) > 0))
+    if known.is_empty():
+        return None
+    return _finite((known[column] * known[weight]).sum() / known[weight].sum())
+
+
+def _ratio(frame: pl.DataFrame | None, numerator: str, denominator: str) -> float | None:
+    if frame is None:
+        return None
+    total = frame[denominator].drop_nulls().sum()
+    return _finite(frame[numerator].drop_nulls().sum() / total) if total else None
+
+
+# --- the baseline ---------------------------------------------------------------------------
+
+
+@dataclass
+class Baseline:
+    description: str
+    metrics: dict[str, float | None]
+    findings: list[dict[str, Any]]
+
+
+def load_baseline(path: Path, label: str | None = None) -> Baseline:
+    """A baseline from a JSON report, a dataset, or trace files (ingested into a scratch dataset)."""
+    path = Path(path)
+    if is_json_report(path):
+        try:
+            data = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as error:
+            raise DatasetError(f"{path}: not a valid JSON report ({error})") from None
+        metrics = data.get("metrics")
+        if not isinstance(metrics, dict) or not isinstance(data.get("findings"), list):
+            raise DatasetError(f"{path}: a JSON report without `metrics` and `findings`: written by an older gpulens?")
+        return Baseline(label or f"JSON report {path}", {m.key: _finite(metrics.get(m.key)) for m in METRICS}, data["findings"])
+    from analysis.dataset import open_dataset
+    from analysis.findings import all_findings
+    from dashboard.report.inputs import resolve_inputs
+
+    with tempfile.TemporaryDirectory(prefix="gpulens-baseline-") as scratch:
+        dataset, temporary = resolve_inputs([str(path)], Path(scratch) / "dataset", keep=None)
+        try:
+            con = open_dataset(dataset)
+            findings = [f.to_dict() for f in all_findings(con)]
+            metrics = compute_metrics(con)
+        except duckdb.Error as error:
+            raise DatasetError(f"{path}: cannot read the baseline dataset: {' '.join(str(error).split())}") from None
+        con.close()
+    description = label or (f"traces {path} (ingested)" if temporary else f"dataset {path}")
+    return Baseline(description, metrics, findings)
+
+
+def is_json_report(path: Path) -> bool:
+    """A file that starts like a gpulens JSON report (with its `report_version` key)."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as handle:
+        head = handle.read(256)
+    return re.match(rb'\s*\{\s*"report_version"\s*:', head) is not None
+
+
+# --- the comparison ----------------------------------------------------------------------------
+
+
+@dataclass
+class MetricDelta:
+    metric: Metric
+    baseline: float | None
+    current: float | None
+    threshold_pct: float | None
+
+    @property
+    def comparable(self) -> bool:
+        return self.baseline is not None and self.current is not None
+
+    @property
+    def delta(self) -> float | None:
+        return self.current - self.baseline if self.comparable else None  # type: ignore[operator]
+
+    @property
+    def delta_pct(self) -> float | None:
+        if not self.comparable or self.baseline == 0:
+            return None
+        return 100.0 * self.delta / abs(self.baseline)  # type: ignore[operator]
+
+    @property
+    def worse_pct(self) -> float | None:
+        """How far the change went the wrong way, in % (negative: it improved)."""
+        if not self.comparable:
+            return None
+        if self.baseline == 0:
+            worse = self.current > 0 if self.metric.better == "lower" else self.current < 0  # type: ignore[operator]
+            return float("inf") if worse else 0.0
+        pct = self.delta_pct or 0.0
+        return pct if self.metric.better == "lower" else -pct
+
+    @property
+    def regressed(self) -> bool:
+        return self.threshold_pct is not None and self.comparable and (self.worse_pct or 0.0) > self.threshold_pct
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric.name,
+            "key": self.metric.key,
+            "better": self.metric.better,
+            "baseline": self.baseline,
+            "current": self.current,
+            "delta": self.delta,
+            "delta_pct": self.delta_pct,
+            "threshold_pct": self.threshold_pct,
+            "regressed": self.regressed,
+        }
+
+
+@dataclass
+class Comparison:
+    baseline: str
+    metrics: list[MetricDelta]
+    new_findings: list[dict[str, Any]] = field(default_factory=list)
+    resolved_findings: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[MetricDelta]:
+        return [m for m in self.metrics if m.regressed]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "metrics": [m.to_dict() for m in self.metrics],
+            "regressions": [m.metric.name for m in self.regressions],
+            "new_findings": self.new_findings,
+            "resolved_findings": self.resolved_findings,
+        }
+
+    def failure_message(self) -> str:
+        parts = [
+            f"{m.metric.name} {'rose' if (m.delta or 0) > 0 else 'fell'} "
+            + (f"{abs(m.delta_pct):.1f} %" if m.delta_pct is not None else "from 0")
+            + f" (limit {m.threshold_pct:g} %)"
+            for m in self.regressions
+        ]
+        return f"regression against {self.baseline}: " + "; ".join(parts)
+
+
+def compare(report: Any, baseline: Baseline, fail_on: dict[str, float]) -> Comparison:
+    """Deltas of `report`'s metrics against `baseline`; findings new and gone.
+
+    Raises NotComparable where a metric named in `fail_on` is missing on a side.
+    """
+    deltas = [MetricDelta(m, baseline.metrics.get(m.key), report.metrics.get(m.key), fail_on.get(m.name)) for m in METRICS]
+    for delta in deltas:
+        if delta.threshold_pct is not None and not delta.comparable:
+            side = "the baseline" if delta.baseline is None else "this report"
+            raise NotComparable(f"--fail-on {delta.metric.name}: {side} has no data for it ({baseline.description})")
+    current = [f.to_dict() if isinstance(f, Finding) else f for f in report.findings]
+    before = {_finding_key(f) for f in baseline.findings}
+    now = {_finding_key(f) for f in current}
+    return Comparison(
+        baseline=baseline.description,
+        metrics=deltas,
+        new_findings=[f for f in current if _finding_key(f) not in before],
+        resolved_findings=[f for f in baseline.findings if _finding_key(f) not in now],
+    )
+
+
+def _finding_key(finding: dict[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    subject = finding.get("subject") or {}
+    return str(finding.get("id")), tuple(sorted((str(k), str(v)) for k, v in subject.items()))

@@ -1,0 +1,74 @@
+"""Numbers for people: a value formatted by the unit its column name carries.
+
+Column names carry units (`_ns`, `_w`, `_j`, `_bytes`, `_bytes_per_s`,
+`_share`, `_pct`), so one function formats every table and every piece
+of evidence the same way in HTML and Markdown. JSON keeps raw values.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from typing import Any
+
+
+def format_value(column: str, value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if isinstance(value, (list, tuple)):
+        return ", ".join(format_value(column, v) for v in value)
+    if isinstance(value, decimal.Decimal):
+        value = int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return "–"
+    if not isinstance(value, (int, float)):
+        return str(value)
+    name = column.lower()
+    if name.endswith("_ts_us"):
+        return dt.datetime.fromtimestamp(value / 1e6, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if name.endswith("_ns") and not name.endswith("_start_ns") and not name.endswith("_end_ns"):
+        return duration(value)
+    if name.endswith("_bytes_per_s"):
+        if abs(value) >= 1e9 or value == 0:
+            return f"{value / 1e9:,.1f} GB/s"
+        return f"{value / 1e6:,.2f} MB/s" if abs(value) >= 1e6 else f"{value / 1e3:,.2f} kB/s"
+    if name.endswith("_bytes"):
+        return size(value)
+    if name.endswith(("_share", "utilisation", "share_last", "share_of_peak")):
+        return f"{value:.1%}"
+    if name.endswith("_pct"):
+        return f"{value:.1f} %"
+    if name.endswith("_w"):
+        return f"{value:,.0f} W"
+    if name.endswith("_j"):
+        return f"{value / 1e3:,.2f} kJ" if abs(value) >= 1e4 else f"{value:,.2f} J"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def duration(ns: float) -> str:
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:,.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:,.2f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:,.1f} µs"
+    return f"{ns:,.0f} ns"
+
+
+def size(nbytes: float) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(nbytes) >= factor:
+            return f"{nbytes / factor:,.1f} {unit}"
+    return f"{nbytes:,.0f} B"
+
+
+def format_subject(subject: dict[str, Any]) -> str:
+    """`{"run": "r1", "rank": 5}` → `run r1, rank 5`."""
+    return ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in subject.items())

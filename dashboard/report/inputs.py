@@ -1,0 +1,55 @@
+"""What `gpulens report` was given: a dataset, or trace files to ingest first.
+
+A directory holding `traces/`, `telemetry/`, `devices/` or `events/` is a
+dataset. Anything else (trace files, folders of them, globs) is ingested
+as one run: into `keep` when given (`--dataset DIR`, kept afterwards), else
+into a scratch folder the caller removes.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+from collector.errors import TraceError, UsageError
+
+DATASET_MARKERS = ("traces", "telemetry", "devices", "events")
+
+
+def is_dataset(path: Path) -> bool:
+    return path.is_dir() and any((path / marker).is_dir() for marker in DATASET_MARKERS)
+
+
+def resolve_inputs(inputs: list[str], scratch: Path, keep: Path | None, run: str | None = None,
+                   progress: bool = False) -> tuple[Path, bool]:
+    """The dataset to report on, and whether it is a temporary one.
+
+    Raises TraceError naming the first input that is missing, corrupt or
+    holds no traces; UsageError for a dataset mixed with other inputs.
+    """
+    if not inputs:
+        raise UsageError("give a dataset folder or trace files to report on")
+    datasets = [p for p in inputs if is_dataset(Path(p))]
+    if datasets:
+        if len(inputs) > 1:
+            raise UsageError(f"{datasets[0]}: a dataset is reported on its own; give one dataset or only trace files")
+        if keep is not None:
+            raise UsageError(f"--dataset is where trace files are ingested; {datasets[0]} is a dataset already")
+        return Path(datasets[0]), False
+    for name in inputs:
+        path = Path(name)
+        if not path.exists() and not glob.has_magic(name):
+            raise TraceError(name, "no such file or directory")
+        if path.is_file() and path.stat().st_size == 0:
+            raise TraceError(name, "empty file")
+    from collector.ingest import ingest_paths
+
+    target = keep if keep is not None else scratch
+    report = ingest_paths(inputs, target, run=run, progress=progress)
+    if report.failures:
+        first = report.failures[0]
+        more = len(report.failures) - 1
+        raise TraceError(first.path, first.problem + (f" ({more} more file(s) failed too)" if more else ""))
+    if not report.results:
+        raise TraceError(", ".join(inputs), "no trace files found (Kineto JSON, nsys SQLite, rocprofv3 CSV, NCCL logs)")
+    return target, keep is None

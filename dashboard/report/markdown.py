@@ -1,0 +1,126 @@
+"""The report as GitHub-flavoured Markdown: findings and the key tables.
+
+Short enough to paste into an issue or a pull request: every finding
+(title, subject, detail), the comparison with the baseline if any, and
+the tables marked `key` in `sections`, each cut to `MAX_MD_ROWS` rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard.report.build import Report
+from dashboard.report.format import format_subject, format_value
+
+MAX_MD_ROWS = 20
+_ICONS = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
+
+
+def render_markdown(report: Report) -> str:
+    lines = [f"# {report.title}", "", _made_from(report), ""]
+    lines += _findings(report)
+    if report.comparison is not None:
+        lines += _comparison(report)
+    else:
+        lines += _metrics(report)
+    for section in report.sections:
+        tables = [t for t in section.tables if t.spec.key]
+        if section.empty_reason or not tables:
+            continue
+        lines += [f"## {section.title}", ""]
+        for table in tables:
+            lines += _table(table.spec.title, table.spec.name, table.frame, list(table.spec.columns))
+    if report.problems:
+        lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in report.problems] + [""]
+    lines.append(f"<sub>gpulens {report.gpulens_version} · `gpulens report --format json` has every table in full.</sub>")
+    return "\n".join(lines) + "\n"
+
+
+def _made_from(report: Report) -> str:
+    source = report.source
+    parts = []
+    if source.hosts:
+        parts.append(f"{sum(h['gpus'] for h in source.hosts)} GPU(s) on {', '.join(str(h['host']) for h in source.hosts)}")
+    for run in source.runs:
+        parts.append(f"run `{run['run']}` ({run['ranks']} rank(s))")
+    inputs = ", ".join(f"`{i}`" for i in source.inputs)
+    return f"Made from {inputs}: " + ("; ".join(parts) or "no data") + "."
+
+
+def _findings(report: Report) -> list[str]:
+    lines = ["## Findings", ""]
+    if not report.findings:
+        return lines + ["No findings: nothing stood out.", ""]
+    explained: set[str] = set()
+    for finding in report.findings:
+        lines += _finding_lines(finding.to_dict(), explained)
+    return lines + [""]
+
+
+def _finding_lines(data: dict[str, Any], explained: set[str] | None = None) -> list[str]:
+    """One list item; the detail only the first time an id appears (`explained`)."""
+    icon = _ICONS.get(data["severity"], "")
+    subject = format_subject(data.get("subject") or {})
+    lines = [f"- {icon} **{data['severity']}** `{data['id']}`: {_cell(data['title'])}" + (f" _({_cell(subject)})_" if subject else "")]
+    if explained is None or data["id"] not in explained:
+        lines.append(f"  {_cell(data['detail'])}")
+    if explained is not None:
+        explained.add(data["id"])
+    return lines
+
+
+def _metrics(report: Report) -> list[str]:
+    from dashboard.report.compare import METRICS
+
+    known = [m for m in METRICS if report.metrics.get(m.key) is not None]
+    if not known:
+        return []
+    lines = ["## Metrics", "", "| metric | value | better |", "|---|---:|---|"]
+    for metric in known:
+        lines.append(f"| {metric.name} | {format_value(metric.key, report.metrics[metric.key])} | {metric.better} |")
+    return lines + [""]
+
+
+def _comparison(report: Report) -> list[str]:
+    comparison = report.comparison
+    lines = ["## Comparison", "", f"Against {_cell(comparison.baseline)}.", "",
+             "| metric | better | baseline | this report | change | fail past | |", "|---|---|---:|---:|---:|---:|---|"]
+    for delta in comparison.metrics:
+        key = delta.metric.key
+        pct = "–" if delta.delta_pct is None else f"{delta.delta_pct:+.1f} %"
+        limit = "–" if delta.threshold_pct is None else f"{delta.threshold_pct:g} %"
+        verdict = "**regressed**" if delta.regressed else ("" if delta.comparable else "not comparable")
+        lines.append(f"| {delta.metric.name} | {delta.metric.better} | {format_value(key, delta.baseline)} | "
+                     f"{format_value(key, delta.current)} | {pct} | {limit} | {verdict} |")
+    lines.append("")
+    if comparison.new_findings:
+        lines += ["New findings:", ""]
+        for finding in comparison.new_findings:
+            lines += _finding_lines(finding)
+        lines.append("")
+    if comparison.resolved_findings:
+        lines += ["Findings no longer seen:", ""]
+        for finding in comparison.resolved_findings:
+            lines += _finding_lines(finding)
+        lines.append("")
+    return lines
+
+
+def _table(title: str, name: str, frame: Any, columns: list[str]) -> list[str]:
+    lines = [f"### {title}", ""]
+    if frame.is_empty():
+        return lines + [f"`{name}`: no rows.", ""]
+    columns = [c for c in columns if c in frame.columns] or list(frame.columns)
+    numeric = {c for c in columns if frame.schema[c].is_numeric()}
+    lines.append("| " + " | ".join(columns) + " |")
+    lines.append("|" + "|".join("---:" if c in numeric else "---" for c in columns) + "|")
+    for row in frame.head(MAX_MD_ROWS).iter_rows(named=True):
+        lines.append("| " + " | ".join(_cell(format_value(c, row[c])) for c in columns) + " |")
+    if frame.height > MAX_MD_ROWS:
+        lines.append(f"\n_{frame.height - MAX_MD_ROWS} more row(s) of `{name}` in the JSON and HTML reports._")
+    return lines + [""]
+
+
+def _cell(text: Any) -> str:
+    """Text safe inside a table cell or a list item: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")

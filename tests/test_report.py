@@ -1,0 +1,354 @@
+"""`gpulens report`: findings first, every analysis, html / md / json, compare and fail-on."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from collector.errors import GpulensError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TRAINING = REPO_ROOT / "sample_traces" / "demo-training"
+INFERENCE = REPO_ROOT / "sample_traces" / "demo-inference"
+SCHEMA = REPO_ROOT / "dashboard" / "report" / "schema" / "report.schema.json"
+
+
+def gpulens(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run `gpulens ARGS` in this process: (exit code, stdout, stderr).
+
+    Through `dashboard.cli.main` where `report` is wired into it, else the
+    same handling of GpulensError (one line on stderr, its exit code).
+    """
+    from dashboard import cli
+
+    capsys.readouterr()
+    if "report" in cli.cli.commands:
+        code = cli.main(list(args))
+    else:
+        import click
+
+        from dashboard.report.command import report
+
+        assert args[0] == "report"
+        try:
+            report.main(args=list(args[1:]), prog_name="gpulens report", standalone_mode=False)
+            code = 0
+        except click.ClickException as error:
+            error.show()
+            code = error.exit_code
+        except GpulensError as error:
+            click.echo(f"gpulens: error: {error}", err=True)
+            code = error.exit_code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def training_report():
+    """The report of the training sample, built once."""
+    if not TRAINING.is_dir():
+        pytest.skip("sample_traces/demo-training is not present")
+    from dashboard.report.build import build_report
+
+    return build_report(TRAINING)
+
+
+@pytest.fixture(scope="module")
+def training_json(training_report) -> dict:
+    from dashboard.report.jsonout import render_json
+
+    return json.loads(render_json(training_report))
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small training demo (1 minute, 4 steps) with rank 4 straggling, for the command-line tests."""
+    from collector.demo import make_demo
+    from collector.sim_trace import MIN_KERNELS_PER_STEP
+
+    return make_demo(tmp_path_factory.mktemp("small") / "demo", straggler_rank=4, capped_gpu=1, minutes=1, steps=4,
+                     kernels_per_step=MIN_KERNELS_PER_STEP)
+
+
+def _findings(report: dict, finding_id: str) -> list[dict]:
+    return [f for f in report["findings"] if f["id"] == finding_id]
+
+
+def test_report_finds_the_planted_straggler_rank(training_json: dict) -> None:
+    stragglers = _findings(training_json, "straggler_rank")
+    assert [f["subject"] for f in stragglers] == [{"run": "demo-training", "rank": 5}]
+    assert stragglers[0]["severity"] == "critical"
+    assert stragglers[0]["evidence"]["share_last"] > 0.5
+
+
+def test_report_finds_the_power_capped_gpu(training_json: dict) -> None:
+    capped = _findings(training_json, "power_capped_gpu")
+    assert [f["subject"] for f in capped] == [{"host": "sim-node-00", "gpu_index": 3}]
+    assert capped[0]["evidence"]["power_throttled_share"] > 0.3
+
+
+def test_report_findings_are_most_severe_first(training_json: dict) -> None:
+    order = {"critical": 0, "warning": 1, "info": 2}
+    severities = [order[f["severity"]] for f in training_json["findings"]]
+    assert severities == sorted(severities)
+    assert training_json["findings"][0]["id"] == "straggler_rank"
+
+
+def test_report_json_validates_against_the_schema(training_json: dict) -> None:
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(training_json)
+
+
+def test_report_json_has_every_analysis_table_and_no_problems(training_json: dict) -> None:
+    assert training_json["problems"] == []
+    for name in ("step_launch_summary", "time_breakdown", "stragglers", "collective_stats", "power_headroom",
+                 "node_power", "interconnect_usage", "step_energy"):
+        assert training_json["tables"][name], name
+    assert training_json["source"]["rows"]["telemetry"] == 8 * 180
+    assert training_json["source"]["runs"][0]["ranks"] == 8
+    assert training_json["metrics"]["step_time_ns"] > 0
+    assert training_json["metrics"]["energy_per_step_j"] > 0
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, floats to 1e-9 relative (DuckDB sums floats in parallel, in no fixed order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-9)
+    return a == b
+
+
+def test_report_json_is_the_same_for_the_same_data(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = []
+    for _ in range(2):
+        code, out, err = gpulens("report", str(small), "--format", "json", capsys=capsys)
+        assert code == 0, err
+        runs.append(json.loads(out))
+    assert list(runs[0]) == list(runs[1])
+    assert _same(runs[0], runs[1])
+
+
+def test_report_markdown_lists_the_findings_and_key_tables(training_report) -> None:
+    from dashboard.report.markdown import render_markdown
+
+    text = render_markdown(training_report)
+    assert text.startswith("# gpulens report")
+    assert "`straggler_rank`: Rank 5 arrived last" in text
+    assert "`power_capped_gpu`: GPU 3 on sim-node-00" in text
+    assert "### Straggler ranking" in text and "### Power per GPU" in text
+    assert "## Metrics" in text
+
+
+def test_report_html_is_self_contained_with_plotly_inlined_once(training_report) -> None:
+    from dashboard.report.html import render_html
+
+    page = render_html(training_report)
+    assert page.count("* plotly.js v") == 1
+    assert page.count("Plotly.newPlot(") >= 8
+    assert "<script src" not in page and "<link" not in page and "@import" not in page
+    assert page.index('id="findings"') < page.index('id="launch"') < page.index('id="data"')
+    assert "Rank 5 arrived last" in page and "GPU 3 on sim-node-00" in page
+    assert 'class="problem"' not in page
+
+
+def test_report_command_writes_html_by_default(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = gpulens("report", str(small), capsys=capsys)
+    assert code == 0, err
+    assert out == ""
+    assert err.startswith("report.html: html report written; findings: ")
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_report_format_follows_the_output_suffix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    code, _, err = gpulens("report", str(INFERENCE), "-o", str(out), capsys=capsys)
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    assert _findings(data, "power_headroom")[0]["subject"] == {"host": "sim-infer-00"}
+    assert data["tables"]["time_breakdown"] == []
+
+
+def test_report_ingests_raw_traces_into_a_temporary_dataset(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = gpulens("report", str(small / "raw" / "kineto"), "--format", "md", capsys=capsys)
+    assert code == 0, err
+    assert "`straggler_rank`: Rank 4 arrived last" in out
+    assert "a temporary dataset" not in out  # md names the inputs
+    assert f"Made from `{small / 'raw' / 'kineto'}`" in out
+
+
+def test_report_keeps_the_ingested_dataset_where_asked(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = sorted((small / "raw" / "kineto").glob("rank-[01].*"))
+    keep = tmp_path / "kept"
+    code, _, err = gpulens("report", *map(str, traces), "--dataset", str(keep), "--run", "two", "-o",
+                           str(tmp_path / "r.md"), capsys=capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in (keep / "traces").iterdir()) == ["run=two"]
+
+
+# --- compare -----------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def baseline_json(tmp_path: Path):
+    """A JSON baseline: a report with some metrics changed."""
+
+    def make(report: dict, **metrics: float) -> Path:
+        data = json.loads(json.dumps(report))
+        data["metrics"].update(metrics)
+        path = tmp_path / "baseline.json"
+        path.write_text(json.dumps(data, indent=2))
+        return path
+
+    return make
+
+
+def test_report_compare_with_itself_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    code, _, err = gpulens("report", str(INFERENCE), "--compare", str(INFERENCE), "--fail-on", "power_throttled_share:1",
+                           "-o", str(out), capsys=capsys)
+    assert code == 0, err
+    comparison = json.loads(out.read_text())["comparison"]
+    assert comparison["regressions"] == []
+    assert comparison["new_findings"] == [] and comparison["resolved_findings"] == []
+    deltas = {m["metric"]: m for m in comparison["metrics"]}
+    assert deltas["power_throttled_share"]["delta"] == 0
+
+
+@pytest.fixture(scope="module")
+def small_json(small: Path) -> dict:
+    from dashboard.report.build import build_report
+    from dashboard.report.jsonout import render_json
+
+    return json.loads(render_json(build_report(small)))
+
+
+def test_report_compare_exits_3_when_a_metric_regressed(small: Path, small_json: dict, baseline_json, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    current = small_json["metrics"]
+    baseline = baseline_json(small_json, step_time_ns=current["step_time_ns"] / 1.25,
+                             busbw_bytes_per_s=current["busbw_bytes_per_s"] * 0.99)
+    out = tmp_path / "r.md"
+    code, _, err = gpulens("report", str(small), "--compare", str(baseline), "--fail-on", "step_time:5",
+                           "--fail-on", "busbw:5%", "-o", str(out), capsys=capsys)
+    assert code == 3
+    lines = [line for line in err.splitlines() if line.startswith("gpulens: error:")]
+    assert len(lines) == 1
+    assert "step_time rose 25.0 % (limit 5 %)" in lines[0] and "busbw" not in lines[0]
+    assert "**regressed**" in out.read_text()  # the report is written all the same
+
+
+def test_report_compare_passes_within_the_threshold(small: Path, small_json: dict, baseline_json,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = baseline_json(small_json, step_time_ns=small_json["metrics"]["step_time_ns"] / 1.02)
+    code, out, err = gpulens("report", str(small), "--compare", str(baseline), "--fail-on", "step_time:5",
+                             "--format", "json", capsys=capsys)
+    assert code == 0, err
+    delta = next(m for m in json.loads(out)["comparison"]["metrics"] if m["metric"] == "step_time")
+    assert delta["delta_pct"] == pytest.approx(2.0)
+    assert delta["regressed"] is False
+
+
+def test_report_compare_against_a_run_without_straggler(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from collector.demo import make_demo
+    from collector.sim_trace import MIN_KERNELS_PER_STEP
+
+    good = make_demo(tmp_path / "good", straggler_rank=None, capped_gpu=1, minutes=1, steps=4,
+                     kernels_per_step=MIN_KERNELS_PER_STEP)
+    out = tmp_path / "r.json"
+    code, _, err = gpulens("report", str(small), "--compare", str(good), "--fail-on", "step_time:3", "-o", str(out),
+                           capsys=capsys)
+    assert code == 3, err
+    comparison = json.loads(out.read_text())["comparison"]
+    assert comparison["regressions"] == ["step_time"]
+    assert [f["subject"]["rank"] for f in comparison["new_findings"] if f["id"] == "straggler_rank"] == [4]
+
+
+def test_report_fail_on_a_metric_the_baseline_lacks_is_an_error(small: Path, small_json: dict, baseline_json, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = baseline_json(small_json, step_time_ns=None)
+    code, _, err = gpulens("report", str(small), "--compare", str(baseline), "--fail-on", "step_time:5",
+                           "-o", str(tmp_path / "r.json"), capsys=capsys)
+    assert code == 1
+    assert err.strip().splitlines() == [err.strip()]
+    assert "step_time" in err and "baseline has no data" in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--fail-on", "step_time:5"], "--fail-on needs --compare"),
+        (["--compare", str(INFERENCE), "--fail-on", "latency:5"], "unknown metric 'latency'"),
+        (["--compare", str(INFERENCE), "--fail-on", "step_time"], "expected METRIC:PCT"),
+    ],
+)
+def test_report_bad_fail_on_exits_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = gpulens("report", str(INFERENCE), *args, capsys=capsys)
+    assert code == 2
+    assert message in err
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+
+def _one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("gpulens: error: ")
+    return lines[0]
+
+
+def test_report_on_a_corrupt_trace_fails_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "rank0.pt.trace.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "name"')[:-6])
+    code, _, err = gpulens("report", str(bad), "-o", str(tmp_path / "r.html"), capsys=capsys)
+    assert code == 1
+    assert str(bad) in _one_line_error(err)
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_on_an_empty_file_fails_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "trace.json"
+    empty.write_bytes(b"")
+    code, _, err = gpulens("report", str(empty), capsys=capsys)
+    assert code == 1
+    assert _one_line_error(err) == f"gpulens: error: {empty}: empty file"
+
+
+def test_report_on_an_empty_folder_fails_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = gpulens("report", str(tmp_path), capsys=capsys)
+    assert code == 1
+    assert "no trace files found" in _one_line_error(err)
+
+
+def test_report_on_a_missing_path_fails_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = gpulens("report", str(tmp_path / "nope"), capsys=capsys)
+    assert code == 1
+    assert _one_line_error(err) == f"gpulens: error: {tmp_path / 'nope'}: no such file or directory"
+
+
+def test_report_on_an_empty_dataset_fails_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "telemetry").mkdir()
+    code, _, err = gpulens("report", str(tmp_path), capsys=capsys)
+    assert code == 1
+    assert "nothing to report" in _one_line_error(err)
+
+
+def test_report_on_a_dataset_with_a_corrupt_file_fails_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset = tmp_path / "data"
+    shutil.copytree(INFERENCE, dataset)
+    victim = next((dataset / "telemetry").rglob("*.parquet"))
+    victim.write_bytes(victim.read_bytes()[:200])
+    code, _, err = gpulens("report", str(dataset), "-o", str(tmp_path / "r.html"), capsys=capsys)
+    assert code == 1
+    assert str(dataset) in _one_line_error(err)
