@@ -6,7 +6,7 @@
 Prints
   (a) the collector's own CPU time per GPU-sample: the process CPU time of
       a real `Collector` run on the `sim` backend, minus the sim model's
-      own cost, measured separately by replaying the same samples;
+      own cost, measured separately around each of its calls;
   (b) bytes on disk per metric value in the telemetry files it wrote
       (Prometheus' TSDB stores about 1.3 bytes per sample);
   (c) driver calls per GPU-sample with the fake NVML (tests/fakes), on a
@@ -40,10 +40,16 @@ class _RecordingSim(SimBackend):
     def __init__(self, **options) -> None:
         super().__init__(**options)
         self.requests: list[tuple[int, int, bool]] = []
+        self.cpu_ns = 0
 
     def sample(self, gpu_index, ts_ns, slow):
+        # The model's own CPU time, measured where it runs (cold caches
+        # between ticks included); the two clock reads count as the model's.
+        started = time.process_time_ns()
         self.requests.append((gpu_index, ts_ns, slow))
-        return super().sample(gpu_index, ts_ns, slow)
+        sample = super().sample(gpu_index, ts_ns, slow)
+        self.cpu_ns += time.process_time_ns() - started
+        return sample
 
 
 def measure_collector(gpus: int, hz: float, seconds: float, out: Path) -> dict[str, float]:
@@ -56,12 +62,14 @@ def measure_collector(gpus: int, hz: float, seconds: float, out: Path) -> dict[s
     summary = collector.run()
     cpu_total_s = time.process_time() - cpu_start
 
-    # The model's own cost: the same sample calls on a fresh backend.
+    cpu_sim_s = backend.cpu_ns / 1e9
+    # Cross-check: the same calls replayed in a tight loop (hot caches, so
+    # lower than in place).
     replay = SimBackend(gpus=gpus)
     cpu_start = time.process_time()
     for gpu_index, ts_ns, slow in backend.requests:
         replay.sample(gpu_index, ts_ns, slow)
-    cpu_sim_s = time.process_time() - cpu_start
+    cpu_replay_s = time.process_time() - cpu_start
 
     files = sorted((out / "telemetry").glob("**/*.parquet"))
     bytes_on_disk = sum(f.stat().st_size for f in files)
@@ -75,6 +83,7 @@ def measure_collector(gpus: int, hz: float, seconds: float, out: Path) -> dict[s
         "ticks_skipped": summary.ticks_skipped,
         "cpu_total_s": cpu_total_s,
         "cpu_sim_s": cpu_sim_s,
+        "cpu_replay_s": cpu_replay_s,
         "us_per_sample": (cpu_total_s - cpu_sim_s) / summary.samples * 1e6,
         "telemetry_bytes": bytes_on_disk,
         "metric_values": values,
@@ -139,7 +148,8 @@ def main() -> int:
     print(f"collector: sim backend, {args.gpus} GPUs at {args.hz:g} Hz for {args.seconds:g} s: "
           f"{m['samples']} GPU-samples over {m['ticks']} ticks ({m['ticks_skipped']} skipped)")
     print(f"(a) collector CPU per GPU-sample: {m['us_per_sample']:.1f} us "
-          f"(process {m['cpu_total_s']:.2f} s CPU minus the sim model's {m['cpu_sim_s']:.2f} s)   target <= 20 us")
+          f"(process {m['cpu_total_s']:.2f} s CPU minus the sim model's {m['cpu_sim_s']:.2f} s measured in place; "
+          f"{m['cpu_replay_s']:.2f} s when replayed hot)   target <= 20 us")
     print(f"(b) telemetry on disk: {m['telemetry_bytes']} bytes for {m['metric_values']} metric values = "
           f"{m['bytes_per_value']:.2f} bytes per value   target <= 1.5 (Prometheus ~1.3)")
     calls = measure_driver_calls()

@@ -250,6 +250,8 @@ class Collector:
         health.retry_at_ns = ts_ns + int(health.retry_delay_s * 1e9)
 
     def _track_throttle(self, device: DeviceInfo, health: _GpuHealth, ts_ns: int, reasons: list[str] | None) -> None:
+        if not reasons and not health.limiting:
+            return  # the common case: nothing held back, before or now
         limiting = frozenset(reasons or ()) & LIMITING_REASONS
         if limiting == health.limiting:
             return

@@ -17,6 +17,7 @@ rows buffered for the next try and raises `DatasetError` naming the file.
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import itertools
 import os
@@ -32,6 +33,8 @@ from collector.errors import DatasetError
 from collector.schema import NODE_SCHEMAS, SCHEMA_VERSION
 
 STAGING_DIR = ".staging"
+_US_PER_DAY = 86_400_000_000.0
+_EPOCH_DAY = dt.date(1970, 1, 1)
 ZSTD_LEVEL = 3
 
 
@@ -193,11 +196,14 @@ class DatasetWriter:
         if name == "devices":
             return [write_parquet_atomic(table, host_dir / self._file_name(table), staging)]
         written = []
-        days = pc.cast(table["ts"], pa.timestamp("us", tz="UTC"))
-        day_keys = pc.strftime(days, format="%Y-%m-%d")
-        for day in sorted(set(day_keys.to_pylist())):
-            part = table.filter(pc.equal(day_keys, day))
-            destination = host_dir / f"date={day}" / self._file_name(part)
+        # UTC day numbers by integer division: formatting every timestamp
+        # as a date string cost ~1 us a row.
+        ts_us = pc.cast(table["ts"], pa.int64())
+        day_numbers = pc.floor(pc.divide(pc.cast(ts_us, pa.float64()), _US_PER_DAY))
+        for day_number in sorted(set(pc.unique(day_numbers).to_pylist())):
+            part = table.filter(pc.equal(day_numbers, day_number))
+            day = _EPOCH_DAY + dt.timedelta(days=int(day_number))
+            destination = host_dir / f"date={day.isoformat()}" / self._file_name(part)
             written.append(write_parquet_atomic(part, destination, staging))
         return written
 
