@@ -285,16 +285,11 @@ class Collector:
             self.writer.add("devices", row)
 
     def _event(self, ts_ns: int, kind: str, device: DeviceInfo | None, detail: str, value: int | None = None) -> None:
-        self.writer.add(
-            "events",
-            {
-                "ts": ts_ns // 1000,
-                "gpu_index": None if device is None else device.gpu_index,
-                "gpu_uuid": None if device is None else device.gpu_uuid,
-                "kind": kind,
-                "detail": detail,
-                "value": value,
-            },
+        self.writer.add_event(
+            ts_ns, kind, detail,
+            gpu_index=None if device is None else device.gpu_index,
+            gpu_uuid=None if device is None else device.gpu_uuid,
+            value=value,
         )
 
     def _flush_or_log(self) -> None:

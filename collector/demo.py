@@ -169,14 +169,11 @@ def _write_node(out_dir: Path, backend: SimBackend, host: str, ticks: int) -> No
 
 
 def _event(writer: DatasetWriter, ts_ns: int, kind: str, device: Any, detail: str) -> None:
-    writer.add("events", {
-        "ts": ts_ns // 1000,
-        "gpu_index": None if device is None else device.gpu_index,
-        "gpu_uuid": None if device is None else device.gpu_uuid,
-        "kind": kind,
-        "detail": detail,
-        "value": None,
-    })
+    writer.add_event(
+        ts_ns, kind, detail,
+        gpu_index=None if device is None else device.gpu_index,
+        gpu_uuid=None if device is None else device.gpu_uuid,
+    )
 
 
 # --- the traces: raw Kineto files, ingested ---------------------------------------------

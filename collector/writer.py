@@ -166,6 +166,21 @@ class DatasetWriter:
         row["host"] = self.host
         self._buffers[table].append(row)
 
+    def add_event(
+        self,
+        ts_ns: int,
+        kind: str,
+        detail: str,
+        gpu_index: int | None = None,
+        gpu_uuid: str | None = None,
+        value: int | None = None,
+    ) -> None:
+        """Buffer one `events` row (see EVENTS_SCHEMA for the kinds)."""
+        self.add(
+            "events",
+            {"ts": ts_ns // 1000, "gpu_index": gpu_index, "gpu_uuid": gpu_uuid, "kind": kind, "detail": detail, "value": value},
+        )
+
     def add_many(self, table: str, rows: Iterable[dict[str, Any]]) -> None:
         for row in rows:
             self.add(table, row)
