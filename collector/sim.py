@@ -7,7 +7,9 @@ temperature lag, counters), so the same seed and the same tick times give
 the same rows, bit for bit.
 
 Workload profiles
-- `training`: a periodic step: a compute phase (GPU busy, power near the
+- `training`: a periodic step (2.35 s by default: a period that is no
+  multiple of common sampling intervals, so 1 Hz samples land in every
+  phase rather than always the same two) of a compute phase (GPU busy, power near the
   limit, NVLink quiet) then a communication phase (all-reduce: NVLink busy,
   lower power). One GPU (`capped_gpu`, default the last) draws more than its
   limit: it sits at the limit, with lowered SM clocks and the `sw_power_cap`
@@ -87,7 +89,7 @@ class SimBackend:
         profile: str = "training",
         seed: int = 0,
         capped_gpu: int | None = None,
-        step_s: float = 2.0,
+        step_s: float = 2.35,
         model: SimGpuModel | None = None,
     ) -> None:
         if gpus < 1:
