@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from analysis.findings import Finding
+from analysis.findings import Finding, format_duration_ns
 from analysis.registry import run_analysis
 from collector.errors import UsageError
 from collector.hardware import NETWORK_KINDS, network_peak_bytes_per_s
@@ -127,8 +127,8 @@ def straggler_findings(
                 ),
                 detail=(
                     "Every collective waits for its last rank, so the other ranks idle in NCCL while this one "
-                    f"catches up: {_duration(row['wait_caused_ns'])} in all for the typical rank, "
-                    f"{_duration(row['mean_lateness_ns'])} late on average. Look at what this rank does "
+                    f"catches up: {format_duration_ns(row['wait_caused_ns'])} in all for the typical rank, "
+                    f"{format_duration_ns(row['mean_lateness_ns'])} late on average. Look at what this rank does "
                     "before its collectives: more data or compute than its peers, a slow data loader, host "
                     "contention, or a GPU held back by power or thermal limits."
                     + _partial_group_note(row["ranks_seen"], row["group_size"])
@@ -151,14 +151,6 @@ def straggler_findings(
             )
         )
     return findings
-
-
-def _duration(ns: float) -> str:
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    return f"{ns / 1e3:.1f} µs"
 
 
 def _partial_group_note(ranks_seen: int, group_size: int | None) -> str:
@@ -287,7 +279,7 @@ def outlier_findings(
                 severity=severity,
                 title=(
                     f"{row['outliers']} {row['op']} call(s) took up to {row['worst_ratio_to_median']:.1f}x their "
-                    f"usual time ({_duration(row['excess_ns'])} lost)"
+                    f"usual time ({format_duration_ns(row['excess_ns'])} lost)"
                 ),
                 detail=(
                     (

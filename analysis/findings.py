@@ -49,6 +49,17 @@ class Finding:
         return asdict(self)
 
 
+def format_duration_ns(ns: float | None) -> str:
+    """A duration for a finding's sentence: 1.23 s, 38.2 ms or 388.2 µs."""
+    if ns is None:
+        return "an unknown time"
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e3:.1f} µs"
+
+
 FindingSource = Callable[[duckdb.DuckDBPyConnection], list[Finding]]
 
 

@@ -27,12 +27,11 @@ a busy trace), every time here keeps its nanoseconds.
 
 from __future__ import annotations
 
-from typing import Any
 
 import duckdb
 import polars as pl
 
-from analysis.findings import Finding
+from analysis.findings import Finding, format_duration_ns
 from analysis.registry import run_analysis
 
 KERNEL_WAIT_MAX_GAP_NS = 30_000
@@ -115,8 +114,8 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
                     f"mostly {phrase} ({shares[cause]:.0%} of the idle time)"
                 ),
                 detail=(
-                    f"Over {_duration(row['span_ns'])} from the first kernel to the last (complete profiler "
-                    f"steps only), no kernel ran for {_duration(row['idle_ns'])}. " + advice
+                    f"Over {format_duration_ns(row['span_ns'])} from the first kernel to the last (complete profiler "
+                    f"steps only), no kernel ran for {format_duration_ns(row['idle_ns'])}. " + advice
                 ),
                 subject={"run": row["run"], "rank": row["rank"]},
                 evidence={
@@ -155,8 +154,8 @@ def exposed_communication_findings(
                     f"{row['exposed_share']:.0%} of its GPU time ({overlap:.0%} of its communication overlaps compute)"
                 ),
                 detail=(
-                    f"Communication kernels ran for {_duration(row['comm_ns'])}, of which "
-                    f"{_duration(row['exposed_ns'])} with no compute kernel beside them: the GPU only "
+                    f"Communication kernels ran for {format_duration_ns(row['comm_ns'])}, of which "
+                    f"{format_duration_ns(row['exposed_ns'])} with no compute kernel beside them: the GPU only "
                     "communicated. Overlap gradient communication with the backward pass (DDP/FSDP bucketing, "
                     "a bucket size that lets the first all-reduce start early), prefetch FSDP all-gathers, and "
                     "check for stragglers, whose late arrival makes every other rank wait inside NCCL."
@@ -185,12 +184,3 @@ def breakdown_findings(
     return gpu_idle_findings(con, idle_share_max) + exposed_communication_findings(con, exposed_share_max)
 
 
-def _duration(ns: Any) -> str:
-    if ns is None:
-        return "an unknown time"
-    seconds = ns / 1e9
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.1f} µs"
