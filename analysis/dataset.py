@@ -81,6 +81,7 @@ def open_dataset(
             empty_name = f"_empty_{table}"
             con.register(empty_name, schemas[table].empty_table())
             con.execute(f"create or replace view {quote_identifier(table)} as select * from {quote_identifier(empty_name)}")
+    _check_derived_columns(con, root)
     if with_analyses:
         from analysis.peaks import register_hardware_peaks
         from analysis.registry import register_analysis_views
@@ -88,6 +89,31 @@ def open_dataset(
         register_hardware_peaks(con)
         register_analysis_views(con)
     return con
+
+
+def _check_derived_columns(con: duckdb.DuckDBPyConnection, root: Path) -> None:
+    """Kernel files without the columns ingest derives (collector.derive)
+    would make the analyses silently count nothing: name the first one."""
+    if not table_files(root, "kernels"):
+        return
+    pattern = quote_literal(str(root.resolve() / TABLE_GLOBS["kernels"]))
+    try:
+        columns = {row[0] for row in con.execute("describe kernels").fetchall()}
+        if "scoped" not in columns:
+            stale = [(str(table_files(root, "kernels")[0]),)]
+        else:
+            stale = con.execute(
+            f"select filename from read_parquet({pattern}, union_by_name = true, filename = true, "
+                "hive_partitioning = false) where scoped is null limit 1"
+            ).fetchall()
+    except duckdb.Error as error:
+        message = " ".join(str(error).split())
+        raise DatasetError(f"{root / 'traces'}: unreadable kernels Parquet ({message})") from error
+    if stale:
+        raise DatasetError(
+            f"{stale[0][0]}: kernels written by an older gpulens, without the derived columns "
+            "(kernels.scoped, ...); run `gpulens ingest` on its trace files again"
+        )
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TS_TYPE = pa.timestamp("us", tz="UTC")
 
@@ -171,6 +171,21 @@ KERNELS_SCHEMA = _schema(
         ("grid", pa.string()),
         ("block", pa.string()),
         ("bytes", pa.int64()),
+        # Derived when the file is written (collector.derive), from the same
+        # file's api_calls and profiler steps: the launching runtime call,
+        # the step, whether per-rank aggregates count the kernel, and what
+        # the idle gap it ends on its rank and on its stream.
+        ("launch_call_name", pa.string()),
+        ("launch_call_start_ns", pa.int64()),
+        ("launch_call_ns", pa.int64()),
+        ("launch_delay_ns", pa.int64()),
+        ("launch_queue_ns", pa.int64()),
+        ("step", pa.int64()),
+        ("scoped", pa.bool_()),
+        ("rank_gap_ns", pa.int64()),
+        ("rank_gap_host_wait", pa.bool_()),
+        ("stream_gap_ns", pa.int64()),
+        ("stream_gap_host_wait", pa.bool_()),
     ],
     "kernels",
 )
@@ -202,8 +217,45 @@ ANNOTATIONS_SCHEMA = _schema(
         # N of "ProfilerStep#N"; NULL for other annotations.
         ("step", pa.int64()),
     ]
-    + _INTERVAL,
+    + _INTERVAL
+    # Derived (collector.derive), profiler-step rows only: the time some
+    # kernel of the rank ran within the step.
+    + [("gpu_busy_ns", pa.int64())],
     "annotations",
+)
+
+# Derived (collector.derive): when each GPU of a rank ran compute (any
+# compute kernel), else communication, else memory activities; idle time is
+# the gaps between segments.
+GPU_PHASES_SCHEMA = _schema(
+    _RUN_RANK + [("device", pa.int32()), ("phase", pa.string())] + _INTERVAL,
+    "gpu_phases",
+)
+
+# Derived (collector.derive): one row per rank of a source file. Over the
+# kernels of its complete profiler steps (kernels.scoped), all streams:
+# their span, the lengths of the unions of all of them (busy) and of each
+# category's, and the idle gaps between; and the device most kernels ran on.
+RANK_SUMMARY_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("scoped_kernel_count", pa.int64()),
+        ("span_start_ns", pa.int64()),
+        ("span_end_ns", pa.int64()),
+        ("busy_ns", pa.int64()),
+        ("compute_union_ns", pa.int64()),
+        ("comm_union_ns", pa.int64()),
+        ("memory_union_ns", pa.int64()),
+        ("compute_comm_union_ns", pa.int64()),
+        ("idle_gap_count", pa.int64()),
+        ("idle_ns", pa.int64()),
+        ("idle_host_wait_ns", pa.int64()),
+        ("first_launch_call_start_ns", pa.int64()),
+        ("main_device", pa.int32()),
+        ("main_device_start_ns", pa.int64()),
+        ("main_device_end_ns", pa.int64()),
+    ],
+    "rank_summary",
 )
 
 COLLECTIVES_SCHEMA = _schema(
@@ -281,6 +333,8 @@ TRACE_SCHEMAS: dict[str, pa.Schema] = {
     "collectives": COLLECTIVES_SCHEMA,
     "nccl_topology": NCCL_TOPOLOGY_SCHEMA,
     "runs": RUNS_SCHEMA,
+    "gpu_phases": GPU_PHASES_SCHEMA,
+    "rank_summary": RANK_SUMMARY_SCHEMA,
 }
 
 NODE_SCHEMAS: dict[str, pa.Schema] = {

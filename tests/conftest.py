@@ -19,15 +19,25 @@ def shared_traces() -> Path:
 
 
 def write_trace_table(root: Path, run: str, table: str, columns: dict, source: str = "test") -> Path:
-    """Write one trace table of `run` into the dataset at `root`, as ingest lays it out."""
+    """Write one trace table of `run` into the dataset at `root`, as ingest
+    lays it out, then derive the source's columns again (collector.derive),
+    as ingest does from all of a source's tables at once."""
     import pyarrow.parquet as pq
 
+    from collector.derive import derive_trace_tables
     from collector.ingest.base import build_table
 
-    folder = root / "traces" / f"run={run}" / table
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{source}.parquet"
+    run_folder = root / "traces" / f"run={run}"
+    path = run_folder / table / f"{source}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(build_table(table, columns), path)
+    inputs = {name: pq.read_table(run_folder / name / f"{source}.parquet")
+              for name in ("kernels", "api_calls", "annotations")
+              if (run_folder / name / f"{source}.parquet").exists()}
+    for name, derived in derive_trace_tables(inputs).items():
+        if name in ("kernels", "annotations", "gpu_phases", "rank_summary") and derived.num_rows:
+            (run_folder / name).mkdir(exist_ok=True)
+            pq.write_table(derived, run_folder / name / f"{source}.parquet")
     return path
 
 

@@ -7,13 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from analysis.dataset import TABLES, open_dataset
-from collector.ingest.base import build_table
 from collector.schema import TRACE_SCHEMAS, TELEMETRY_SCHEMA
 from collector.writer import DatasetWriter
+from conftest import write_trace_table
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,14 +30,11 @@ def dataset(tmp_path: Path) -> Path:
                                      "vendor": "sim", "power_w": 300.0 + 100 * gpu + k})
     writer.flush()
     for rank in (0, 3):
-        kernels = build_table("kernels", {
+        write_trace_table(tmp_path, "job-1", "kernels", {
             "run": ["job-1", "job-1"], "rank": [rank, rank], "name": ["gemm", "ncclDevKernel_AllReduce"],
             "category": ["compute", "communication"], "kind": ["kernel", "kernel"],
             "start_ns": [0, 100], "end_ns": [50, 400], "dur_ns": [50, 300],
-        })
-        folder = tmp_path / "traces" / "run=job-1" / "kernels"
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(kernels, folder / f"rank{rank}.parquet")
+        }, source=f"rank{rank}")
     return tmp_path
 
 

@@ -1,7 +1,7 @@
 -- Why each stream of a rank sits idle between its kernels: waiting on the
 -- host, waiting on the previous kernel, or other. HTA's idle-time breakdown
 -- (get_idle_time_breakdown), one row per stream.
--- requires: scoped_kernels, api_calls
+-- requires: scoped_kernels
 -- param: breakdown_kernel_wait_max_gap_ns = 30000
 --
 -- Kernels of the complete profiler steps (scoped_kernels), per stream,
@@ -25,92 +25,41 @@
 -- negative "gap" of an overlap as idle time). Gaps on one stream can be
 -- covered by kernels on another: time_breakdown splits the idle time of the
 -- whole rank instead.
-with reaches as (
+--
+-- The per-stream sweep is done when the trace file is ingested
+-- (collector/derive.py): kernels.stream_gap_ns is the gap a kernel ends,
+-- kernels.stream_gap_host_wait whether its launch call came after the gap
+-- began. Here they are summed.
+with per_stream as (
     select
         run,
         rank,
         stream,
-        correlation_id,
-        start_ns,
-        max(end_ns) over (
-            partition by run, rank, stream
-            order by start_ns, correlation_id
-            rows between unbounded preceding and 1 preceding
-        ) as reach_ns
+        count(*) as kernel_count,
+        count(stream_gap_ns) as idle_gap_count,
+        coalesce(sum(stream_gap_ns), 0)::bigint as idle_ns,
+        coalesce(sum(stream_gap_ns) filter (where stream_gap_host_wait), 0)::bigint as idle_host_wait_ns,
+        coalesce(sum(stream_gap_ns) filter (
+            where not stream_gap_host_wait and stream_gap_ns < getvariable('breakdown_kernel_wait_max_gap_ns')
+        ), 0)::bigint as idle_kernel_wait_ns
     from scoped_kernels
     where start_ns is not null
         and end_ns >= start_ns
-),
-
-stream_kernels as (
-    select run, rank, stream, count(*) as kernel_count
-    from reaches
-    group by run, rank, stream
-),
-
-gaps as (
-    select
-        run,
-        rank,
-        stream,
-        correlation_id,
-        reach_ns as gap_start_ns,
-        start_ns - reach_ns as gap_ns
-    from reaches
-    where start_ns > reach_ns
-),
-
-classified_gaps as (
-    select
-        g.run,
-        g.rank,
-        g.stream,
-        g.gap_ns,
-        case
-            when exists (
-                select 1
-                from api_calls as a
-                where a.run = g.run
-                    and a.rank = g.rank
-                    and a.correlation_id = g.correlation_id
-                    and a.start_ns > g.gap_start_ns
-            ) then 'host_wait'
-            when g.gap_ns < getvariable('breakdown_kernel_wait_max_gap_ns') then 'kernel_wait'
-            else 'other'
-        end as cause
-    from gaps as g
-),
-
-idle_by_cause as (
-    select
-        run,
-        rank,
-        stream,
-        count(*) as idle_gap_count,
-        sum(gap_ns)::bigint as idle_ns,
-        coalesce(sum(gap_ns) filter (where cause = 'host_wait'), 0)::bigint as idle_host_wait_ns,
-        coalesce(sum(gap_ns) filter (where cause = 'kernel_wait'), 0)::bigint as idle_kernel_wait_ns,
-        coalesce(sum(gap_ns) filter (where cause = 'other'), 0)::bigint as idle_other_ns
-    from classified_gaps
     group by run, rank, stream
 )
 
 select
-    s.run,
-    s.rank,
-    s.stream,
-    s.kernel_count,
-    coalesce(i.idle_gap_count, 0) as idle_gap_count,
-    coalesce(i.idle_ns, 0) as idle_ns,
-    coalesce(i.idle_host_wait_ns, 0) as idle_host_wait_ns,
-    coalesce(i.idle_kernel_wait_ns, 0) as idle_kernel_wait_ns,
-    coalesce(i.idle_other_ns, 0) as idle_other_ns,
-    i.idle_host_wait_ns / nullif(i.idle_ns, 0) as idle_host_wait_share,
-    i.idle_kernel_wait_ns / nullif(i.idle_ns, 0) as idle_kernel_wait_share,
-    i.idle_other_ns / nullif(i.idle_ns, 0) as idle_other_share
-from stream_kernels as s
-left join idle_by_cause as i
-    on i.run = s.run
-    and i.rank = s.rank
-    and i.stream = s.stream
-order by s.run, s.rank, s.stream
+    run,
+    rank,
+    stream,
+    kernel_count,
+    idle_gap_count,
+    idle_ns,
+    idle_host_wait_ns,
+    idle_kernel_wait_ns,
+    idle_ns - idle_host_wait_ns - idle_kernel_wait_ns as idle_other_ns,
+    idle_host_wait_ns / nullif(idle_ns, 0) as idle_host_wait_share,
+    idle_kernel_wait_ns / nullif(idle_ns, 0) as idle_kernel_wait_share,
+    (idle_ns - idle_host_wait_ns - idle_kernel_wait_ns) / nullif(idle_ns, 0) as idle_other_share
+from per_stream
+order by run, rank, stream

@@ -14,7 +14,7 @@
 --     that host and GPU; telemetry_covers: it covers the whole window;
 --   unmatched_reason: why the rank cannot be joined to telemetry, NULL when
 --     it can. Trace times must be on the epoch (runs.time_base = 'epoch').
--- requires: step_windows
+-- requires: step_windows, rank_summary
 with telemetry_gpus as (
     select
         host,
@@ -35,19 +35,18 @@ rank_runs as (
     group by run, rank
 ),
 rank_devices as (
-    select run, rank, mode(device) as gpu_index
-    from kernels
-    where device is not null
+    -- the device most of the rank's kernels ran on, and their span there
+    -- (rank_summary, found at ingest; a rank traced in several files takes
+    -- the lowest such device)
+    select
+        run,
+        rank,
+        min(main_device) as gpu_index,
+        min(main_device_start_ns) as start_ns,
+        max(main_device_end_ns) as end_ns
+    from rank_summary
+    where main_device is not null
     group by run, rank
-),
-kernel_spans as (
-    select kernels.run, kernels.rank, min(kernels.start_ns) as start_ns, max(kernels.end_ns) as end_ns
-    from kernels
-    join rank_devices
-        on kernels.run = rank_devices.run
-        and kernels.rank = rank_devices.rank
-        and kernels.device = rank_devices.gpu_index
-    group by kernels.run, kernels.rank
 ),
 step_spans as (
     select run, rank, min(start_ns) as start_ns, max(end_ns) as end_ns
@@ -62,12 +61,11 @@ matched as (
         coalesce(rank_runs.host, single_host.host) as host,
         rank_runs.host is null and single_host.host is not null as host_inferred,
         rank_devices.gpu_index,
-        least(kernel_spans.start_ns, step_spans.start_ns) as window_start_ns,
-        greatest(kernel_spans.end_ns, step_spans.end_ns) as window_end_ns
+        least(rank_devices.start_ns, step_spans.start_ns) as window_start_ns,
+        greatest(rank_devices.end_ns, step_spans.end_ns) as window_end_ns
     from rank_runs
     cross join single_host
     left join rank_devices using (run, rank)
-    left join kernel_spans using (run, rank)
     left join step_spans using (run, rank)
 )
 select

@@ -2,7 +2,8 @@
 -- the base of step_energy and phase_energy.
 --
 -- For each rank joined to a telemetry GPU (power_trace_gpus), its window is
--- cut at every kernel start and end on that GPU, every profiler step start
+-- cut at every phase change on that GPU (gpu_phases: the kernels' phases,
+-- merged when the trace file was ingested), every profiler step start
 -- and end, and every telemetry sample time. Within a segment:
 --   phase: what the GPU was doing: 'compute' if any compute kernel ran (a
 --     kernel of no known category counts as compute), else 'communication'
@@ -27,7 +28,7 @@
 -- match DuckDB's ASOF JOIN would make, without its nested-loop plan, which
 -- it picks when it under-estimates one side and which takes minutes on
 -- traces of a million kernels.
--- requires: power_trace_gpus, step_windows
+-- requires: power_trace_gpus, step_windows, gpu_phases
 -- param: power_max_gap_s = 60
 with gpus as (
     select run, rank, host, gpu_index, window_start_ns, window_end_ns
@@ -35,22 +36,19 @@ with gpus as (
     where unmatched_reason is null
 ),
 kernel_phases as (
+    -- the GPU's phase segments (gpu_phases, found at ingest), disjoint in
+    -- time; idle time is the gaps between them
     select
-        kernels.run,
-        kernels.rank,
-        kernels.start_ns,
-        kernels.end_ns,
-        case kernels.category
-            when 'communication' then 'communication'
-            when 'memory' then 'memory'
-            else 'compute'
-        end as kind
-    from kernels
+        gpu_phases.run,
+        gpu_phases.rank,
+        gpu_phases.start_ns,
+        gpu_phases.end_ns,
+        gpu_phases.phase as kind
+    from gpu_phases
     join gpus
-        on kernels.run = gpus.run
-        and kernels.rank = gpus.rank
-        and kernels.device = gpus.gpu_index
-    where kernels.end_ns > kernels.start_ns
+        on gpu_phases.run = gpus.run
+        and gpu_phases.rank = gpus.rank
+        and gpu_phases.device = gpus.gpu_index
 ),
 near_telemetry as (
     -- the GPU's samples around the window only (a sample inside it can

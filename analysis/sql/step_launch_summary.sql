@@ -1,6 +1,6 @@
 -- Launch and queuing time per profiler step and rank, and whether the step
 -- was CPU-bound (the GPU waits for launches) or GPU-bound (kernels queue up).
--- requires: kernel_launches, step_windows, kernels
+-- requires: kernel_launches, step_windows, rank_summary
 -- param: short_kernel_max_call_ns = 50000
 -- param: launch_delay_outlier_ns = 100000
 -- param: launch_cpu_bound_min_idle_share = 0.2
@@ -31,16 +31,11 @@
 --                       launch_flip) count the step: all but the last, which
 --                       the profiler cuts short, unless it is the only one
 -- A rank without profiler steps has one window, step NULL, from its first
--- launch call to the end of its last launched kernel.
+-- launch call or kernel start to the end of its last kernel.
 --
--- GPU busy time in [s, e) is B(e) - B(s), where B(t) is the busy time before
--- t. One sort of the rank's kernels by start, with the window bounds sorted
--- in as markers, gives each kernel the furthest end of the kernels before it
--- (prev_reach_ns: its new coverage is what lies beyond it) and the segment
--- between two bounds it starts in. Per segment: covered_ns, the union length
--- of its kernels not covered before, and reach_ns, their furthest end. With
--- both summed (and maxed) over the segments before a bound t,
--- B(t) = covered_ns - max(reach_ns - t, 0).
+-- GPU busy time within a step comes with the step (step_windows.gpu_busy_ns,
+-- found at ingest); a rank without steps is busy for the union of all its
+-- kernels (rank_summary.busy_ns: all its kernels count).
 with launch_stats as (
     select
         run,
@@ -57,86 +52,33 @@ with launch_stats as (
         ) as short_kernel_count,
         count(*) filter (
             where launch_delay_ns > getvariable('launch_delay_outlier_ns')
-        ) as launch_delay_outlier_count,
-        min(launch_call_start_ns) as first_call_start_ns,
-        max(start_ns + dur_ns) as last_kernel_end_ns
+        ) as launch_delay_outlier_count
     from kernel_launches
     group by run, rank, step
 ),
 
+unstepped_ranks as (
+    -- ranks without profiler steps: one window over all their kernels,
+    -- all of which count (rank_summary, found at ingest)
+    select
+        r.run,
+        r.rank,
+        least(min(r.span_start_ns), min(r.first_launch_call_start_ns)) as start_ns,
+        max(r.span_end_ns) as end_ns,
+        sum(r.busy_ns)::bigint as gpu_busy_ns
+    from rank_summary as r
+    anti join (select distinct run, rank from step_windows) as w
+        on w.run = r.run
+        and w.rank = r.rank
+    group by r.run, r.rank
+),
+
 windows as (
-    select run, rank, step, start_ns, end_ns, is_last
+    select run, rank, step, start_ns, end_ns, is_last, coalesce(gpu_busy_ns, 0) as gpu_busy_ns
     from step_windows
     union all
-    select s.run, s.rank, null, s.first_call_start_ns, s.last_kernel_end_ns, false
-    from launch_stats as s
-    where s.step is null
-        and not exists (
-            select 1 from step_windows as w where w.run = s.run and w.rank = s.rank
-        )
-),
-
-bounds as (
-    select hash(run, rank) as rank_key, start_ns as t from windows
-    union
-    select hash(run, rank) as rank_key, end_ns as t from windows
-),
-
-swept as (
-    -- sort_key orders by start time, a bound before the kernels starting
-    -- with it: 2 * start + 1 for a kernel, 2 * t for a bound (so the key
-    -- alone says which a row is, and its time).
-    select
-        rank_key,
-        sort_key,
-        end_ns,
-        max(end_ns) over before_row as prev_reach_ns,
-        sum(1 - (sort_key & 1)) over through_row as segment
-    from (
-        select hash(run, rank) as rank_key, start_ns * 2 + 1 as sort_key, end_ns
-        from kernels
-        union all
-        select rank_key, t * 2, null
-        from bounds
-    )
-    window
-        before_row as (
-            partition by rank_key order by sort_key
-            rows between unbounded preceding and 1 preceding
-        ),
-        through_row as (
-            partition by rank_key order by sort_key
-            rows between unbounded preceding and current row
-        )
-),
-
-segments as (
-    select
-        rank_key,
-        segment,
-        sum(greatest(end_ns - greatest(sort_key >> 1, coalesce(prev_reach_ns, sort_key >> 1)), 0))::bigint
-            as covered_ns,
-        max(end_ns) as reach_ns
-    from swept
-    where sort_key & 1 = 1
-    group by rank_key, segment
-),
-
-busy_before as (
-    -- B(t) at each bound t, the k-th of its rank: segments 0 .. k-1 lie before it
-    select
-        b.rank_key,
-        b.t,
-        coalesce(sum(s.covered_ns) over upto, 0)
-            - greatest(coalesce(max(s.reach_ns) over upto, b.t) - b.t, 0) as busy_before_ns
-    from (
-        select rank_key, t, row_number() over (partition by rank_key order by t) as k
-        from bounds
-    ) as b
-    left join segments as s
-        on s.rank_key = b.rank_key
-        and s.segment = b.k - 1
-    window upto as (partition by b.rank_key order by b.k)
+    select run, rank, null, start_ns, end_ns, false, gpu_busy_ns
+    from unstepped_ranks
 ),
 
 measured as (
@@ -158,12 +100,8 @@ measured as (
         s.launch_delay_quantiles_ns[2] as launch_delay_p95_ns,
         coalesce(s.short_kernel_count, 0) as short_kernel_count,
         coalesce(s.launch_delay_outlier_count, 0) as launch_delay_outlier_count,
-        e.busy_before_ns - b.busy_before_ns as gpu_busy_ns
+        w.gpu_busy_ns
     from windows as w
-    join busy_before as b
-        on b.rank_key = hash(w.run, w.rank) and b.t = w.start_ns
-    join busy_before as e
-        on e.rank_key = hash(w.run, w.rank) and e.t = w.end_ns
     left join launch_stats as s
         on s.run = w.run
         and s.rank = w.rank

@@ -40,6 +40,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collector.derive import derive_trace_tables
 from collector.errors import DatasetError
 from collector.schema import TRACE_SCHEMAS
 
@@ -71,9 +72,12 @@ def table_path(out: Path, run: str, table: str, source: str) -> Path:
 def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) -> dict[str, int]:
     """Replace the rows of one source with `tables`; row counts written.
 
-    Empty tables get no file (and lose the one an earlier ingest wrote).
-    Raises DatasetError naming the file that could not be written.
+    The derived columns and table (collector.derive) are computed here,
+    so every writer of trace tables stores them. Empty tables get no file
+    (and lose the one an earlier ingest wrote). Raises DatasetError naming
+    the file that could not be written.
     """
+    tables = derive_trace_tables(tables)
     out.mkdir(parents=True, exist_ok=True)
     staging_root = out / STAGING_DIR
     staging_root.mkdir(exist_ok=True)

@@ -1,0 +1,169 @@
+"""collector.derive: the per-kernel facts ingest stores beside each trace file.
+
+Small hand-made ranks (times in µs from T0) with every derived value
+worked out by hand; the analyses built on them are pinned in
+test_time_breakdown, test_launch and test_power.
+"""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.dataset import open_dataset
+from collector.derive import derive_trace_tables
+from collector.errors import DatasetError
+from collector.ingest.base import build_table
+
+US = 1_000
+T0 = 1_700_000_000_000_000_000
+
+
+def _tables(kernels: list[tuple], calls: list[tuple] = (), steps: list[tuple] = (), rank: int = 0) -> dict:
+    """kernels: (correlation_id, category, stream, start_us, end_us[, device]);
+    calls: (correlation_id, name, start_us, dur_us); steps: (step, start_us, end_us)."""
+    n = len(kernels)
+    return {
+        "kernels": build_table("kernels", {
+            "run": ["r"] * n, "rank": [rank] * n, "device": [k[5] if len(k) > 5 else 0 for k in kernels],
+            "stream": [k[2] for k in kernels], "name": [f"k{k[0]}" for k in kernels],
+            "category": [k[1] for k in kernels], "kind": ["kernel"] * n,
+            "start_ns": [T0 + k[3] * US for k in kernels], "end_ns": [T0 + k[4] * US for k in kernels],
+            "dur_ns": [(k[4] - k[3]) * US for k in kernels], "correlation_id": [k[0] for k in kernels],
+        }),
+        "api_calls": build_table("api_calls", {
+            "run": ["r"] * len(calls), "rank": [rank] * len(calls), "name": [c[1] for c in calls],
+            "start_ns": [T0 + c[2] * US for c in calls], "end_ns": [T0 + (c[2] + c[3]) * US for c in calls],
+            "dur_ns": [c[3] * US for c in calls], "correlation_id": [c[0] for c in calls],
+        }),
+        "annotations": build_table("annotations", {
+            "run": ["r"] * len(steps), "rank": [rank] * len(steps), "name": [f"ProfilerStep#{s[0]}" for s in steps],
+            "kind": ["profiler_step"] * len(steps), "step": [s[0] for s in steps],
+            "start_ns": [T0 + s[1] * US for s in steps], "end_ns": [T0 + s[2] * US for s in steps],
+        }),
+    }
+
+
+def _column(table, name: str) -> list:
+    return table.column(name).to_pylist()
+
+
+def _us(values: list) -> list:
+    return [None if v is None else v / US for v in values]
+
+
+def test_each_kernel_gets_the_earliest_runtime_call_with_its_correlation_id():
+    derived = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 100, 110), (2, "compute", 7, 120, 130), (3, "compute", 7, 140, 150)],
+        calls=[(1, "cudaLaunchKernel", 10, 4), (2, "cudaGraphLaunch", 30, 5), (2, "cudaLaunchKernel", 20, 6)],
+    ))["kernels"]
+    assert _column(derived, "launch_call_name") == ["cudaLaunchKernel", "cudaLaunchKernel", None]
+    assert _us(_column(derived, "launch_call_start_ns")) == [T0 / US + 10, T0 / US + 20, None]
+    assert _us(_column(derived, "launch_call_ns")) == [4, 6, None]
+    # delay: start - call end; queue: start - call start
+    assert _us(_column(derived, "launch_delay_ns")) == [86, 94, None]
+    assert _us(_column(derived, "launch_queue_ns")) == [90, 100, None]
+
+
+def test_the_step_is_the_disjoint_step_window_holding_the_launch_call():
+    # Step 1 [0, 100) overlaps step 2 [80, 200): step 1 is cut at 80.
+    derived = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 300, 310), (2, "compute", 7, 300, 310), (3, "compute", 7, 300, 310)],
+        calls=[(1, "cudaLaunchKernel", 50, 1), (2, "cudaLaunchKernel", 90, 1), (3, "cudaLaunchKernel", 250, 1)],
+        steps=[(1, 0, 100), (2, 80, 200)],
+    ))["kernels"]
+    assert _column(derived, "step") == [1, 2, None]
+
+
+def test_kernels_launched_in_the_last_step_are_out_of_scope():
+    # The last step starts at 100. Kernel 2 starts after it but was launched
+    # before; kernel 3 was launched after; kernel 4 has no call.
+    derived = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 10, 20), (2, "compute", 7, 120, 130), (3, "compute", 7, 140, 150),
+                 (4, "compute", 7, 160, 170)],
+        calls=[(1, "cudaLaunchKernel", 5, 1), (2, "cudaLaunchKernel", 90, 1), (3, "cudaLaunchKernel", 110, 1)],
+        steps=[(1, 0, 100), (2, 100, 200)],
+    ))["kernels"]
+    assert _column(derived, "scoped") == [True, True, False, False]
+
+
+def test_a_rank_with_one_step_counts_whole():
+    derived = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 120, 130)], calls=[(1, "cudaLaunchKernel", 110, 1)], steps=[(1, 100, 200)],
+    ))["kernels"]
+    assert _column(derived, "scoped") == [True]
+
+
+# compute A [0,100] on stream 7, communication C [50,200] on 24, compute
+# B [150,250] on 7, memcpy M [300,340] on 9 (launched at 280, inside the gap
+# [250,300]: host wait), compute D [400,500] launched at 0.
+SWEEP = dict(
+    kernels=[(1, "compute", 7, 0, 100), (2, "communication", 24, 50, 200), (3, "compute", 7, 150, 250),
+             (4, "memory", 9, 300, 340), (5, "compute", 7, 400, 500)],
+    calls=[(1, "cudaLaunchKernel", -5, 1), (2, "ncclLaunch", 40, 1), (3, "cudaLaunchKernel", 20, 1),
+           (4, "cudaMemcpyAsync", 280, 1), (5, "cudaLaunchKernel", 0, 1)],
+)
+
+
+def test_the_rank_summary_holds_each_union_and_the_idle_gaps():
+    summary = derive_trace_tables(_tables(**SWEEP))["rank_summary"].to_pylist()
+    assert len(summary) == 1
+    in_us = {k: v / US for k, v in summary[0].items() if k.endswith("_ns") and not k.startswith(("span", "first", "main"))}
+    # busy [0,250] [300,340] [400,500]; compute [0,100] [150,250] [400,500];
+    # communication [50,200]; compute or communication [0,250] [400,500]
+    assert in_us == {"busy_ns": 390, "compute_union_ns": 300, "comm_union_ns": 150, "memory_union_ns": 40,
+                     "compute_comm_union_ns": 350, "idle_ns": 110, "idle_host_wait_ns": 50}
+    assert (summary[0]["scoped_kernel_count"], summary[0]["idle_gap_count"], summary[0]["main_device"]) == (5, 2, 0)
+    assert ((summary[0]["span_start_ns"] - T0) / US, (summary[0]["span_end_ns"] - T0) / US) == (0, 500)
+
+
+def test_each_kernel_carries_the_idle_gap_it_ends_and_its_cause():
+    derived = derive_trace_tables(_tables(**SWEEP))["kernels"]
+    assert _us(_column(derived, "rank_gap_ns")) == [None, None, None, 50, 60]
+    assert _column(derived, "rank_gap_host_wait") == [None, None, None, True, False]
+    # per stream: B waits on stream 7 for [100,150] (launched at 20: not host
+    # wait), D for [250,400]
+    assert _us(_column(derived, "stream_gap_ns")) == [None, None, 50, None, 150]
+    assert _column(derived, "stream_gap_host_wait") == [None, None, False, None, False]
+
+
+def test_profiler_steps_carry_the_gpu_busy_time_inside_them():
+    # Kernels [0,100] and [50,200] (union [0,200]) and [300,340]; step 1
+    # [0,150), step 2 [150,400): 150 and 50 + 40.
+    derived = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 0, 100), (2, "communication", 24, 50, 200), (3, "compute", 7, 300, 340)],
+        steps=[(1, 0, 150), (2, 150, 400)],
+    ))["annotations"]
+    assert _us(_column(derived, "gpu_busy_ns")) == [150, 90]
+
+
+def test_gpu_phases_give_compute_precedence_and_merge_touching_segments():
+    # compute [0,100] and [100,150], communication [50,200], memory [180,300]
+    # on device 0; compute [0,10] on device 1.
+    phases = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 0, 100), (2, "compute", 7, 100, 150), (3, "communication", 24, 50, 200),
+                 (4, "memory", 9, 180, 300), (5, "compute", 7, 0, 10, 1)],
+    ))["gpu_phases"]
+    rows = [(r["device"], r["phase"], (r["start_ns"] - T0) // US, (r["end_ns"] - T0) // US) for r in phases.to_pylist()]
+    assert sorted(rows) == [(0, "communication", 150, 200), (0, "compute", 0, 150), (0, "memory", 200, 300),
+                            (1, "compute", 0, 10)]
+
+
+def test_ranks_of_one_file_are_derived_apart():
+    # An nsys export can hold several ranks: their kernels never share a sweep.
+    rank0 = _tables(kernels=[(1, "compute", 7, 0, 100)], calls=[(1, "cudaLaunchKernel", -10, 1)])
+    rank1 = _tables(kernels=[(1, "compute", 7, 50, 60)], calls=[(1, "cudaLaunchKernel", 40, 1)], rank=1)
+    import pyarrow as pa
+    both = {name: pa.concat_tables([rank0[name], rank1[name]]) for name in rank0}
+    derived = derive_trace_tables(both)
+    assert [r["busy_ns"] / US for r in derived["rank_summary"].to_pylist()] == [100, 10]
+    assert _us(_column(derived["kernels"], "launch_call_start_ns")) == [T0 / US - 10, T0 / US + 40]
+
+
+def test_a_kernels_file_without_the_derived_columns_is_named_on_open(tmp_path):
+    old = _tables(kernels=[(1, "compute", 7, 0, 100)])["kernels"].drop_columns(["scoped", "rank_gap_ns"])
+    path = tmp_path / "traces" / "run=r" / "kernels" / "old.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(old, path)
+    with pytest.raises(DatasetError, match=r"old\.parquet: kernels written by an older gpulens"):
+        open_dataset(tmp_path)
