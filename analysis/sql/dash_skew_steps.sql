@@ -4,7 +4,10 @@
 -- One row per (run, rank, step) with collectives in collective_skew. A
 -- collective instance belongs to the step whose window (step_windows of
 -- rank 0's clock would do; each rank's own is used) holds the rank's
--- arrival; arrivals outside every step have step NULL.
+-- arrival; arrivals outside every step have step NULL. Where step windows
+-- overlap, the step that started last holds it (an as-of join: each
+-- instance counted once, and no range join of every collective against
+-- every step).
 --   collectives: the rank's collective instances in the step;
 --   mean_lateness_ns: the mean of lateness_ns (arrival - the instance's
 --     median arrival; positive: later than most);
@@ -14,16 +17,15 @@
 select
     s.run,
     s.rank,
-    w.step,
+    case when s.start_ns < w.end_ns then w.step end as step,
     count(*) as collectives,
     avg(s.lateness_ns) as mean_lateness_ns,
     sum(s.arrival_skew_ns)::bigint as waited_ns,
     count(*) filter (where s.is_last) as last_count
 from collective_skew s
-left join step_windows w
+asof left join step_windows w
     on w.run = s.run
     and w.rank = s.rank
     and s.start_ns >= w.start_ns
-    and s.start_ns < w.end_ns
-group by s.run, s.rank, w.step
-order by s.run, w.step, s.rank
+group by all
+order by s.run, step, s.rank
