@@ -188,3 +188,24 @@ def ingest(paths, out, run_name, jobs):
 
 class _IngestFailed(Exception):
     """Raised after the per-file lines are printed; main prints its summary."""
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+def compact(dataset):
+    """Merge the telemetry, events and processes files of DATASET into one
+    file per host and day.
+
+    The collector merges its files as it writes (an hour's flushes into one
+    file); this does the same for a whole dataset at once, for datasets an
+    older gpulens or a killed collector left as many small files. Safe to
+    run while a collector writes, and to run again.
+    """
+    from collector.compact import compact_dataset, finish_interrupted
+    from collector.errors import DatasetError
+
+    if not dataset.is_dir():
+        raise DatasetError(f"{dataset}: no such dataset directory")
+    finish_interrupted(dataset)
+    before, after = compact_dataset(dataset)
+    click.echo(f"{dataset}: {before} node-table files merged into {after}")

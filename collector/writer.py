@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from collector.errors import DatasetError
+from collector.compact import finish_interrupted, maybe_compact
 from collector.schema import NODE_SCHEMAS, SCHEMA_VERSION
 
 STAGING_DIR = ".staging"
@@ -157,6 +158,7 @@ class DatasetWriter:
         self.host = host
         check_writable(self.root)
         sweep_staging(self.root)
+        finish_interrupted(self.root)
         self._buffers = {name: TableBuffer(schema) for name, schema in NODE_SCHEMAS.items()}
         self._sequence = itertools.count()
         self.files_written: list[Path] = []
@@ -220,6 +222,8 @@ class DatasetWriter:
             day = _EPOCH_DAY + dt.timedelta(days=int(day_number))
             destination = host_dir / f"date={day.isoformat()}" / self._file_name(part)
             written.append(write_parquet_atomic(part, destination, staging))
+            # Few big files, not a file a flush: see collector/compact.py.
+            written.extend(maybe_compact(destination.parent, staging))
         return written
 
     def _file_name(self, table: pa.Table) -> str:

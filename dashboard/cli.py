@@ -12,7 +12,7 @@ import sys
 import click
 
 from analysis.cli import query
-from collector.cli import _IngestFailed, collect, devices, ingest
+from collector.cli import _IngestFailed, collect, compact, devices, ingest
 from collector.demo import demo
 from dashboard.report.command import report
 from dashboard.serve import dashboard
@@ -32,6 +32,7 @@ def cli() -> None:
 cli.add_command(collect)
 cli.add_command(devices)
 cli.add_command(ingest)
+cli.add_command(compact)
 cli.add_command(query)
 cli.add_command(report)
 cli.add_command(demo)

@@ -1,0 +1,100 @@
+"""collector.compact: a partition's flush files merged into few big ones."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from analysis.dataset import open_dataset
+from collector.compact import finish_interrupted, maybe_compact
+from collector.writer import DatasetWriter
+
+T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+PARTITION = Path("telemetry") / "host=node-a" / "date=2026-01-01"
+
+
+def _flushes(root: Path, count: int, gpus: int = 2) -> DatasetWriter:
+    """`count` flushes of one sample per GPU, a second apart."""
+    writer = DatasetWriter(root, "node-a")
+    for second in range(count):
+        for gpu in range(gpus):
+            writer.add("telemetry", {"ts": T0_US + second * 1_000_000, "gpu_index": gpu, "gpu_uuid": f"GPU-{gpu}",
+                                     "vendor": "sim", "power_w": 100.0 * gpu + second})
+        writer.flush()
+    return writer
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / PARTITION).glob("*.parquet"))
+
+
+def _power_rows(root: Path) -> list[tuple]:
+    con = open_dataset(root, with_analyses=False)
+    return con.execute("select gpu_index, epoch_us(ts), power_w from telemetry order by 1, 2").fetchall()
+
+
+def test_fifty_nine_flushes_stay_as_written(tmp_path):
+    _flushes(tmp_path, 59)
+    assert len(_files(tmp_path)) == 59
+
+
+def test_the_sixtieth_flush_merges_the_partition_into_one_file_with_every_row(tmp_path):
+    _flushes(tmp_path, 60)
+    files = _files(tmp_path)
+    assert len(files) == 1 and "-merged-" in files[0]
+    rows = _power_rows(tmp_path)
+    assert len(rows) == 120
+    assert rows[:2] == [(0, T0_US, 0.0), (0, T0_US + 1_000_000, 1.0)]
+    assert rows[-1] == (1, T0_US + 59_000_000, 159.0)
+
+
+def test_merged_rows_are_sorted_by_gpu_then_time(tmp_path):
+    _flushes(tmp_path, 60)
+    table = pq.read_table(tmp_path / PARTITION / _files(tmp_path)[0])
+    keys = list(zip(table.column("gpu_index").to_pylist(), table.column("ts").to_pylist()))
+    assert keys == sorted(keys)
+
+
+def test_merged_files_are_merged_again_when_their_tier_fills(tmp_path):
+    writer = _flushes(tmp_path, 4)
+    folder, staging = tmp_path / PARTITION, tmp_path / ".staging"
+    maybe_compact(folder, staging, parts_at=2, merged_at=2)
+    assert len(_files(tmp_path)) == 1
+    del writer
+    _flushes(tmp_path, 2)
+    maybe_compact(folder, staging, parts_at=2, merged_at=2)
+    assert len(_files(tmp_path)) == 1
+    assert len(_power_rows(tmp_path)) == 12
+
+
+def test_files_a_crash_left_beside_their_merged_file_are_removed_on_the_next_start(tmp_path):
+    _flushes(tmp_path, 3)
+    backup = tmp_path / "backup"
+    shutil.copytree(tmp_path / PARTITION, backup)
+    maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    for part in backup.iterdir():  # as if the crash came before the removals
+        shutil.copy(part, tmp_path / PARTITION / part.name)
+    assert len(_files(tmp_path)) == 4
+    assert finish_interrupted(tmp_path) == 3
+    assert len(_power_rows(tmp_path)) == 6
+
+
+def test_gpulens_compact_merges_a_whole_dataset_and_keeps_its_rows(tmp_path):
+    _flushes(tmp_path, 30)
+    before = _power_rows(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "compact", str(tmp_path)],
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert "30 node-table files merged into 1" in result.stdout
+    assert len(_files(tmp_path)) == 1
+    assert _power_rows(tmp_path) == before
+
+
+def test_gpulens_compact_on_a_missing_folder_is_one_line_and_exit_1(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "compact", str(tmp_path / "nope")],
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert (result.returncode, result.stderr.strip()) == (1, f"gpulens: error: {tmp_path / 'nope'}: no such dataset directory")
