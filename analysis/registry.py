@@ -133,12 +133,42 @@ def _strip_trailing_semicolon(sql: str) -> str:
     return re.sub(r";\s*$", "", sql.strip())
 
 
+# Results kept per connection for callers that know when the dataset
+# changes (the dashboard: a page's tables and its findings read the same
+# views, and each costs a scan of every kernel on big runs).
+_REMEMBERED: dict[int, dict[tuple[Any, ...], pl.DataFrame]] = {}
+
+
+def remember_results(con: duckdb.DuckDBPyConnection, state: str) -> None:
+    """Keep each analysis' result on `con` while the dataset stays in
+    `state` (any string that changes with its files); a new state forgets."""
+    memo = _REMEMBERED.get(id(con))
+    if memo is None or memo.get(("state",)) != state:
+        _REMEMBERED[id(con)] = {("state",): state}  # type: ignore[dict-item]
+
+
+def forget_results(con: duckdb.DuckDBPyConnection) -> None:
+    _REMEMBERED.pop(id(con), None)
+
+
 def run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl.DataFrame:
     """The analysis `name` as a Polars frame, with thresholds overridden.
 
     Unknown parameter names are a UsageError (a typo must not be ignored).
-    The connection's defaults are restored afterwards.
+    The connection's defaults are restored afterwards. Where the caller
+    asked (`remember_results`), a result already computed is reused.
     """
+    memo = _REMEMBERED.get(id(con))
+    key = (name, tuple(sorted(params.items())))
+    if memo is not None and key in memo:
+        return memo[key]
+    result = _run_analysis(con, name, **params)
+    if memo is not None:
+        memo[key] = result
+    return result
+
+
+def _run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl.DataFrame:
     analyses = load_analyses()
     if name not in analyses:
         raise UsageError(f"unknown analysis {name!r}; known: {', '.join(analyses)}")

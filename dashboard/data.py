@@ -257,9 +257,22 @@ class Connection:
         self.con = open_dataset(path, connection=con)
         self.lock = threading.Lock()
 
-    def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def run(self, func: Callable[..., Any], *args: Any, fingerprint: str = "", **kwargs: Any) -> Any:
+        """`func(con, ...)`; analyses it runs twice on one state of the
+        dataset's files (a table and a finding built on it) run once."""
+        from analysis.registry import remember_results
+
         with self.lock:
+            remember_results(self.con, fingerprint)
             return func(self.con, *args, **kwargs)
+
+    def __del__(self) -> None:
+        try:
+            from analysis.registry import forget_results
+
+            forget_results(self.con)
+        except Exception:  # at interpreter exit the import machinery is gone
+            pass
 
 
 _CONNECTIONS: dict[tuple[str, str], Connection] = {}
@@ -309,7 +322,7 @@ def problem(dataset: Dataset) -> str | None:
 
 def call(dataset: Dataset, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`func(con, *args, **kwargs)` on the dataset's connection, uncached."""
-    return connection(dataset).run(func, *args, **kwargs)
+    return connection(dataset).run(func, *args, fingerprint=dataset.fingerprint, **kwargs)
 
 
 class ResultCache:
