@@ -42,6 +42,11 @@ rank_summary, a new table, one row per rank: from the same sweep, what
 the kernels add to the unions of those before them summed (busy time, and
 per category), the span and the idle gaps; the device most kernels ran on.
 
+step_launches, a new table, one row per profiler step of a rank (and one,
+step NULL, for the kernels launched outside every step): the launched
+kernels' count, summed launch-and-queue time, call time and delay, and
+the delay's median and 95th percentile.
+
 gpu_phases, a new table: per (run, rank, device), the time the GPU ran
 something cut into segments of one phase: 'compute' when any compute
 kernel runs, else 'communication', else 'memory'. Idle time is the gaps.
@@ -49,11 +54,12 @@ kernel runs, else 'communication', else 'memory'. Idle time is the gaps.
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.schema import GPU_PHASES_SCHEMA, RANK_SUMMARY_SCHEMA, TRACE_SCHEMAS
+from collector.schema import GPU_PHASES_SCHEMA, RANK_SUMMARY_SCHEMA, STEP_LAUNCHES_SCHEMA, TRACE_SCHEMAS
 
 _MIN = np.iinfo(np.int64).min
 _MAX = np.iinfo(np.int64).max
@@ -89,6 +95,7 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     busy_ns = np.full(annotations.num_rows, _MIN, dtype=np.int64)
     phases: list[pa.Table] = []
     summaries: list[dict] = []
+    step_launch_tables: list[pa.Table] = []
     kernel_cols = _Columns(kernels, ("start_ns", "end_ns", "correlation_id", "stream", "device"))
     categories = _category_codes(kernels)
     call_cols = _Columns(api_calls, ("start_ns", "dur_ns", "correlation_id"))
@@ -104,6 +111,11 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
         if len(k_idx):
             summary = _derive_rank(rank, call_cols, api_calls, c_idx, steps, out)
             summaries.append({"run": key[0], "rank": key[1], **summary})
+            launches = out.step_launches.pop()
+            if launches:
+                rows_n = len(launches["step"])
+                step_launch_tables.append(pa.Table.from_pydict(
+                    {"run": [key[0]] * rows_n, "rank": [key[1]] * rows_n, **launches}, schema=STEP_LAUNCHES_SCHEMA))
             phases.extend(_phases(rank, key))
         if len(s_idx):
             merged_busy = rank.busy_between(steps.merged_start, steps.merged_end)
@@ -117,6 +129,8 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
         derived["annotations"] = _set_column(annotations, "gpu_busy_ns", busy)
     derived["gpu_phases"] = pa.concat_tables(phases) if phases else GPU_PHASES_SCHEMA.empty_table()
     derived["rank_summary"] = pa.Table.from_pylist(summaries, schema=RANK_SUMMARY_SCHEMA)
+    derived["step_launches"] = (pa.concat_tables(step_launch_tables) if step_launch_tables
+                                else STEP_LAUNCHES_SCHEMA.empty_table())
     return derived
 
 
@@ -307,6 +321,7 @@ class _KernelColumns:
         self.stream_gap_valid = np.zeros(n, dtype=bool)
         self.stream_gap_host_wait = np.zeros(n, dtype=bool)
         self.call_source: pa.Table | None = None
+        self.step_launches: list[dict[str, list]] = []
 
     def attach(self, kernels: pa.Table) -> pa.Table:
         has_call = self.call_row >= 0
@@ -386,6 +401,9 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, c
     step, in_step = steps.step_at(call_start)
     out.step[rows] = step
     out.step_valid[rows] = has_call & in_step
+    call_dur_valid = has_call & (call_cols.valid["dur_ns"][safe_call] if len(call_cols["dur_ns"]) else False)
+    out.step_launches.append(_step_launches(
+        rank, has_call, np.where(in_step, step, _MIN), call_start, out.call_dur[rows], call_dur_valid))
 
     # Scope: the complete profiler steps.
     if steps.count >= 2:
@@ -395,7 +413,12 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, c
         scoped = np.ones(n, dtype=bool)
     out.scoped[rows] = scoped
 
+    starts = rank.start[rank.start_valid]
+    ends = rank.end[rank.end_valid]
     summary = {
+        "kernel_count": n,
+        "first_kernel_start_ns": int(starts.min()) if len(starts) else None,
+        "last_kernel_end_ns": int(ends.max()) if len(ends) else None,
         "scoped_kernel_count": 0, "span_start_ns": None, "span_end_ns": None, "busy_ns": 0,
         "compute_union_ns": 0, "comm_union_ns": 0, "memory_union_ns": 0, "compute_comm_union_ns": 0,
         "idle_gap_count": 0, "idle_ns": 0, "idle_host_wait_ns": 0,
@@ -456,6 +479,50 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, c
     out.stream_gap_valid[target] = stream_gap
     out.stream_gap_host_wait[target] = stream_gap & has_call[order] & (call_start[order] > reach_in_order)
     return summary
+
+
+def _step_launches(rank: _RankKernels, has_call: np.ndarray, step_key: np.ndarray, call_start: np.ndarray,
+                   call_ns: np.ndarray, call_ns_valid: np.ndarray) -> dict[str, list]:
+    """Per step (step_key _MIN: outside every step), over the kernels whose
+    launch call it holds: what step_launch_summary reports that no
+    threshold changes. Aggregated by DuckDB, so the quantiles are exactly
+    the `quantile_cont` the analyses would compute."""
+    launched = has_call & rank.start_valid
+    if not launched.any():
+        return {}
+    start, call, dur, dur_valid = rank.start[launched], call_start[launched], call_ns[launched], call_ns_valid[launched]
+    kernels = pa.table({
+        "step": pa.array(step_key[launched], mask=step_key[launched] == _MIN),
+        "queue_ns": pa.array(start - call),
+        "call_ns": pa.array(dur, mask=~dur_valid),
+        "delay_ns": pa.array(np.maximum(start - (call + dur), 0), mask=~dur_valid),
+    })
+    con = duckdb.connect()
+    try:
+        con.register("launched", kernels)
+        result = con.execute("""
+            select
+                step,
+                count(*) as kernel_count,
+                sum(queue_ns)::bigint as tklqt_ns,
+                coalesce(sum(call_ns), 0)::bigint as launch_call_total_ns,
+                coalesce(sum(delay_ns), 0)::bigint as launch_delay_total_ns,
+                quantile_cont(delay_ns, [0.5, 0.95]) as quantiles
+            from launched
+            group by step
+            order by step nulls last
+        """).fetchall()
+    finally:
+        con.close()
+    return {
+        "step": [row[0] for row in result],
+        "kernel_count": [row[1] for row in result],
+        "tklqt_ns": [row[2] for row in result],
+        "launch_call_total_ns": [row[3] for row in result],
+        "launch_delay_total_ns": [row[4] for row in result],
+        "launch_delay_p50_ns": [row[5][0] if row[5] else None for row in result],
+        "launch_delay_p95_ns": [row[5][1] if row[5] else None for row in result],
+    }
 
 
 def _main_device(rank: _RankKernels) -> dict:

@@ -239,6 +239,9 @@ GPU_PHASES_SCHEMA = _schema(
 RANK_SUMMARY_SCHEMA = _schema(
     _RUN_RANK
     + [
+        ("kernel_count", pa.int64()),
+        ("first_kernel_start_ns", pa.int64()),
+        ("last_kernel_end_ns", pa.int64()),
         ("scoped_kernel_count", pa.int64()),
         ("span_start_ns", pa.int64()),
         ("span_end_ns", pa.int64()),
@@ -256,6 +259,23 @@ RANK_SUMMARY_SCHEMA = _schema(
         ("main_device_end_ns", pa.int64()),
     ],
     "rank_summary",
+)
+
+# Derived (collector.derive): per profiler step of a rank (step NULL: the
+# kernels launched outside every step), over the kernels whose launch call
+# starts in it: the parts of step_launch_summary no threshold changes.
+STEP_LAUNCHES_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("step", pa.int64()),
+        ("kernel_count", pa.int64()),
+        ("tklqt_ns", pa.int64()),
+        ("launch_call_total_ns", pa.int64()),
+        ("launch_delay_total_ns", pa.int64()),
+        ("launch_delay_p50_ns", pa.float64()),
+        ("launch_delay_p95_ns", pa.float64()),
+    ],
+    "step_launches",
 )
 
 COLLECTIVES_SCHEMA = _schema(
@@ -335,6 +355,7 @@ TRACE_SCHEMAS: dict[str, pa.Schema] = {
     "runs": RUNS_SCHEMA,
     "gpu_phases": GPU_PHASES_SCHEMA,
     "rank_summary": RANK_SUMMARY_SCHEMA,
+    "step_launches": STEP_LAUNCHES_SCHEMA,
 }
 
 NODE_SCHEMAS: dict[str, pa.Schema] = {

@@ -108,7 +108,7 @@ SWEEP = dict(
 def test_the_rank_summary_holds_each_union_and_the_idle_gaps():
     summary = derive_trace_tables(_tables(**SWEEP))["rank_summary"].to_pylist()
     assert len(summary) == 1
-    in_us = {k: v / US for k, v in summary[0].items() if k.endswith("_ns") and not k.startswith(("span", "first", "main"))}
+    in_us = {k: v / US for k, v in summary[0].items() if k.endswith("_ns") and not k.startswith(("span", "first", "last", "main"))}
     # busy [0,250] [300,340] [400,500]; compute [0,100] [150,250] [400,500];
     # communication [50,200]; compute or communication [0,250] [400,500]
     assert in_us == {"busy_ns": 390, "compute_union_ns": 300, "comm_union_ns": 150, "memory_union_ns": 40,
@@ -167,3 +167,23 @@ def test_a_kernels_file_without_the_derived_columns_is_named_on_open(tmp_path):
     pq.write_table(old, path)
     with pytest.raises(DatasetError, match=r"old\.parquet: kernels written by an older gpulens"):
         open_dataset(tmp_path)
+
+
+def test_step_launches_sum_each_steps_launches_and_take_its_delay_quantiles():
+    # Step 1 [0,100) launches kernels 1-3 (delays 10, 20, 40 µs: calls of
+    # 1 µs); kernel 4 is launched outside every step.
+    derived = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 11, 12), (2, "compute", 7, 41, 42), (3, "compute", 7, 81, 82),
+                 (4, "compute", 7, 300, 310)],
+        calls=[(1, "cudaLaunchKernel", 0, 1), (2, "cudaLaunchKernel", 20, 1), (3, "cudaLaunchKernel", 40, 1),
+               (4, "cudaLaunchKernel", 250, 1)],
+        steps=[(1, 0, 100)],
+    ))["step_launches"]
+    rows = {r["step"]: r for r in derived.to_pylist()}
+    assert sorted(rows, key=lambda s: (s is None, s)) == [1, None]
+    one = rows[1]
+    assert (one["kernel_count"], one["tklqt_ns"] / US, one["launch_call_total_ns"] / US,
+            one["launch_delay_total_ns"] / US) == (3, 11 + 21 + 41, 3, 70)
+    # quantile_cont over (10, 20, 40) µs: the median 20, p95 at 1.9 → 38
+    assert (one["launch_delay_p50_ns"] / US, round(one["launch_delay_p95_ns"] / US, 6)) == (20, 38)
+    assert (rows[None]["kernel_count"], rows[None]["launch_delay_total_ns"] / US) == (1, 49)

@@ -5,7 +5,7 @@
 --   first_ns, last_ns: the run's first kernel start and last kernel end
 --     (epoch ns where time_base = 'epoch', else trace-relative);
 --   steps: distinct profiler steps over its ranks.
--- requires: runs, kernels, step_windows, collectives
+-- requires: runs, rank_summary, step_windows, collectives
 with run_info as (
     select
         run,
@@ -19,8 +19,13 @@ with run_info as (
     group by run
 ),
 kernel_info as (
-    select run, count(*) as kernels, min(start_ns) as first_ns, max(end_ns) as last_ns
-    from kernels
+    -- counted at ingest (rank_summary), not by a scan of every kernel
+    select
+        run,
+        sum(kernel_count)::bigint as kernels,
+        min(first_kernel_start_ns) as first_ns,
+        max(last_kernel_end_ns) as last_ns
+    from rank_summary
     group by run
 ),
 step_info as (

@@ -1,6 +1,6 @@
 -- Launch and queuing time per profiler step and rank, and whether the step
 -- was CPU-bound (the GPU waits for launches) or GPU-bound (kernels queue up).
--- requires: kernel_launches, step_windows, rank_summary
+-- requires: kernel_launches, step_windows, rank_summary, step_launches
 -- param: short_kernel_max_call_ns = 50000
 -- param: launch_delay_outlier_ns = 100000
 -- param: launch_cpu_bound_min_idle_share = 0.2
@@ -37,15 +37,27 @@
 -- found at ingest); a rank without steps is busy for the union of all its
 -- kernels (rank_summary.busy_ns: all its kernels count).
 with launch_stats as (
+    -- what no threshold changes, per step, found at ingest (step_launches;
+    -- a step traced in several files: sums add, its quantiles are unknown)
     select
         run,
         rank,
         step,
-        count(*) as kernel_count,
-        sum(launch_queue_ns)::bigint as tklqt_ns,
-        sum(launch_call_ns)::bigint as launch_call_total_ns,
-        sum(launch_delay_ns)::bigint as launch_delay_total_ns,
-        quantile_cont(launch_delay_ns, [0.5, 0.95]) as launch_delay_quantiles_ns,
+        sum(kernel_count)::bigint as kernel_count,
+        sum(tklqt_ns)::bigint as tklqt_ns,
+        sum(launch_call_total_ns)::bigint as launch_call_total_ns,
+        sum(launch_delay_total_ns)::bigint as launch_delay_total_ns,
+        case when count(*) = 1 then any_value(launch_delay_p50_ns) end as launch_delay_p50_ns,
+        case when count(*) = 1 then any_value(launch_delay_p95_ns) end as launch_delay_p95_ns
+    from step_launches
+    group by run, rank, step
+),
+
+threshold_counts as (
+    select
+        run,
+        rank,
+        step,
         count(*) filter (
             where dur_ns < launch_call_ns
             and launch_call_ns <= getvariable('short_kernel_max_call_ns')
@@ -54,6 +66,8 @@ with launch_stats as (
             where launch_delay_ns > getvariable('launch_delay_outlier_ns')
         ) as launch_delay_outlier_count
     from kernel_launches
+    where (dur_ns < launch_call_ns and launch_call_ns <= getvariable('short_kernel_max_call_ns'))
+        or launch_delay_ns > getvariable('launch_delay_outlier_ns')
     group by run, rank, step
 ),
 
@@ -96,16 +110,20 @@ measured as (
         coalesce(s.launch_call_total_ns, 0) as launch_call_total_ns,
         coalesce(s.launch_delay_total_ns, 0) as launch_delay_total_ns,
         s.launch_delay_total_ns / s.kernel_count as launch_delay_mean_ns,
-        s.launch_delay_quantiles_ns[1] as launch_delay_p50_ns,
-        s.launch_delay_quantiles_ns[2] as launch_delay_p95_ns,
-        coalesce(s.short_kernel_count, 0) as short_kernel_count,
-        coalesce(s.launch_delay_outlier_count, 0) as launch_delay_outlier_count,
+        s.launch_delay_p50_ns,
+        s.launch_delay_p95_ns,
+        coalesce(t.short_kernel_count, 0) as short_kernel_count,
+        coalesce(t.launch_delay_outlier_count, 0) as launch_delay_outlier_count,
         w.gpu_busy_ns
     from windows as w
     left join launch_stats as s
         on s.run = w.run
         and s.rank = w.rank
         and s.step is not distinct from w.step
+    left join threshold_counts as t
+        on t.run = w.run
+        and t.rank = w.rank
+        and t.step is not distinct from w.step
 )
 
 select
