@@ -42,6 +42,10 @@ rank_summary, a new table, one row per rank: from the same sweep, what
 the kernels add to the unions of those before them summed (busy time, and
 per category), the span and the idle gaps; the device most kernels ran on.
 
+kernel_names, a new table, one row per kernel name of a rank: the
+count, total and spread of the scoped kernels' durations (kernel_stats),
+and the launched kernels' count, GPU time and launch-call time.
+
 step_launches, a new table, one row per profiler step of a rank (and one,
 step NULL, for the kernels launched outside every step): the launched
 kernels' count, summed launch-and-queue time, call time and delay, and
@@ -59,7 +63,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.schema import GPU_PHASES_SCHEMA, RANK_SUMMARY_SCHEMA, STEP_LAUNCHES_SCHEMA, TRACE_SCHEMAS
+from collector.schema import (
+    GPU_PHASES_SCHEMA,
+    KERNEL_NAMES_SCHEMA,
+    RANK_SUMMARY_SCHEMA,
+    STEP_LAUNCHES_SCHEMA,
+    TRACE_SCHEMAS,
+)
 
 _MIN = np.iinfo(np.int64).min
 _MAX = np.iinfo(np.int64).max
@@ -124,6 +134,9 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
 
     if n:
         derived["kernels"] = out.attach(kernels)
+        derived["kernel_names"] = _kernel_names(derived["kernels"])
+    else:
+        derived["kernel_names"] = KERNEL_NAMES_SCHEMA.empty_table()
     if annotations.num_rows:
         busy = pa.array(busy_ns, mask=busy_ns == _MIN, type=pa.int64())
         derived["annotations"] = _set_column(annotations, "gpu_busy_ns", busy)
@@ -479,6 +492,43 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, c
     out.stream_gap_valid[target] = stream_gap
     out.stream_gap_host_wait[target] = stream_gap & has_call[order] & (call_start[order] > reach_in_order)
     return summary
+
+
+def _kernel_names(kernels: pa.Table) -> pa.Table:
+    """Per (run, rank, name): kernel_stats over the scoped kernels, and the
+    launched kernels' totals short_kernels and launch_outliers start from."""
+    con = duckdb.connect()
+    try:
+        con.register("kernels", kernels.select(["run", "rank", "name", "category", "kind", "dur_ns", "scoped",
+                                                 "launch_call_ns", "launch_queue_ns"]))
+        table = con.execute("""
+            select
+                run,
+                rank,
+                name,
+                coalesce(min(category) filter (where counted), min(category)) as category,
+                coalesce(min(kind) filter (where counted), min(kind)) as kind,
+                count(*) filter (where counted) as kernel_count,
+                sum(dur_ns) filter (where counted)::bigint as total_ns,
+                min(dur_ns) filter (where counted) as min_ns,
+                max(dur_ns) filter (where counted) as max_ns,
+                quantile_cont(dur_ns, [0.5, 0.95]) filter (where counted) as quantiles_ns,
+                count(*) filter (where launched) as launched_count,
+                sum(dur_ns) filter (where launched)::bigint as launched_gpu_ns,
+                sum(launch_call_ns) filter (where launched)::bigint as launch_call_total_ns
+            from (
+                select *, scoped and dur_ns >= 0 as counted, launch_queue_ns is not null as launched
+                from kernels
+            )
+            group by run, rank, name
+            order by run, rank, name
+        """).to_arrow_table()
+    finally:
+        con.close()
+    quantiles = table.column("quantiles_ns")
+    table = table.drop_columns(["quantiles_ns"])
+    table = table.append_column("p50_ns", pc.list_element(quantiles, 0)).append_column("p95_ns", pc.list_element(quantiles, 1))
+    return table.select(KERNEL_NAMES_SCHEMA.names).cast(KERNEL_NAMES_SCHEMA)
 
 
 def _step_launches(rank: _RankKernels, has_call: np.ndarray, step_key: np.ndarray, call_start: np.ndarray,

@@ -261,6 +261,29 @@ RANK_SUMMARY_SCHEMA = _schema(
     "rank_summary",
 )
 
+# Derived (collector.derive): per kernel name of a rank. Over its scoped
+# kernels (kernels.scoped, dur_ns >= 0): how many, their total, extremes and
+# quantiles (quantile_cont); over its launched kernels (with a launch call):
+# how many, their GPU time and their launch calls' time.
+KERNEL_NAMES_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("name", pa.string()),
+        ("category", pa.string()),
+        ("kind", pa.string()),
+        ("kernel_count", pa.int64()),
+        ("total_ns", pa.int64()),
+        ("min_ns", pa.int64()),
+        ("max_ns", pa.int64()),
+        ("p50_ns", pa.float64()),
+        ("p95_ns", pa.float64()),
+        ("launched_count", pa.int64()),
+        ("launched_gpu_ns", pa.int64()),
+        ("launch_call_total_ns", pa.int64()),
+    ],
+    "kernel_names",
+)
+
 # Derived (collector.derive): per profiler step of a rank (step NULL: the
 # kernels launched outside every step), over the kernels whose launch call
 # starts in it: the parts of step_launch_summary no threshold changes.
@@ -356,6 +379,7 @@ TRACE_SCHEMAS: dict[str, pa.Schema] = {
     "gpu_phases": GPU_PHASES_SCHEMA,
     "rank_summary": RANK_SUMMARY_SCHEMA,
     "step_launches": STEP_LAUNCHES_SCHEMA,
+    "kernel_names": KERNEL_NAMES_SCHEMA,
 }
 
 NODE_SCHEMAS: dict[str, pa.Schema] = {

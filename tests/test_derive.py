@@ -187,3 +187,19 @@ def test_step_launches_sum_each_steps_launches_and_take_its_delay_quantiles():
     # quantile_cont over (10, 20, 40) µs: the median 20, p95 at 1.9 → 38
     assert (one["launch_delay_p50_ns"] / US, round(one["launch_delay_p95_ns"] / US, 6)) == (20, 38)
     assert (rows[None]["kernel_count"], rows[None]["launch_delay_total_ns"] / US) == (1, 49)
+
+
+def test_kernel_names_count_scoped_kernels_and_launched_ones_apart():
+    # Two steps, the last starting at 100: g at 10 and 30 (launched), g at
+    # 150 launched in the last step (out of scope); m at 50 without a call.
+    derived = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 10, 20), (2, "compute", 7, 30, 60), (3, "compute", 7, 150, 160),
+                 (4, "memory", 9, 50, 54)],
+        calls=[(1, "cudaLaunchKernel", 5, 2), (2, "cudaLaunchKernel", 25, 2), (3, "cudaLaunchKernel", 120, 2)],
+        steps=[(1, 0, 100), (2, 100, 200)],
+    ))["kernel_names"]
+    rows = {r["name"]: r for r in derived.to_pylist()}
+    one = rows["k1"]  # names are k<correlation id>: one kernel each
+    assert (one["kernel_count"], one["total_ns"] / US, one["launched_count"], one["launch_call_total_ns"] / US) == (1, 10, 1, 2)
+    assert (rows["k3"]["kernel_count"], rows["k3"]["launched_count"]) == (0, 1)
+    assert (rows["k4"]["kernel_count"], rows["k4"]["launched_count"], rows["k4"]["p50_ns"] / US) == (1, 0, 4)

@@ -143,7 +143,7 @@ def test_ingest_layout_run_table_source_id(tmp_path: Path) -> None:
     out = tmp_path / "out"
     ingest_paths([trace], out, run="exp/1", jobs=1)
     assert [p.relative_to(out).as_posix() for p in dataset_files(out)] == [
-        f"traces/run=exp_1/{table}/{source_id(trace)}.parquet" for table in ("cpu_ops", "gpu_phases", "kernels", "rank_summary", "runs")]
+        f"traces/run=exp_1/{table}/{source_id(trace)}.parquet" for table in ("cpu_ops", "gpu_phases", "kernel_names", "kernels", "rank_summary", "runs")]
 
 
 def test_ingest_stores_run_and_rank_columns(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_ingest_same_file_twice_is_idempotent(tmp_path: Path) -> None:
     out = tmp_path / "out"
     ingest_paths([trace], out, run="r", jobs=1)
     ingest_paths([trace], out, run="r", jobs=1)
-    assert (len(rows_in(out, "kernels")), len(rows_in(out, "runs")), len(dataset_files(out))) == (5, 1, 5)
+    assert (len(rows_in(out, "kernels")), len(rows_in(out, "runs")), len(dataset_files(out))) == (5, 1, 6)
 
 
 def test_ingest_changed_file_replaces_its_rows(tmp_path: Path) -> None:
@@ -252,8 +252,8 @@ def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:
     trace = write(tmp_path / "t.json", kineto_json(kernels=4))
     report = ingest_paths([trace], tmp_path / "out", run="r", jobs=1)
     # 1 cpu op + 4 kernels + 1 run, and derived: the 4 kernels' compute
-    # phases (0.5 µs each, 0.5 µs apart) and the rank's summary
-    assert (report.events, report.rows("kernels"), report.rows("gpu_phases"), report.rows()) == (5, 4, 4, 11)
+    # phases (0.5 µs each, 0.5 µs apart), their 4 names and the rank's summary
+    assert (report.events, report.rows("kernels"), report.rows("gpu_phases"), report.rows()) == (5, 4, 4, 15)
 
 
 @needs_traces

@@ -1,6 +1,6 @@
 -- Launch outliers, per kernel name and rank: kernels that started long after
 -- their launch call returned, and launch calls that took long themselves.
--- requires: kernel_launches
+-- requires: kernel_launches, kernel_names
 -- param: launch_delay_outlier_ns = 100000
 -- param: launch_call_outlier_ns = 50000
 --
@@ -15,12 +15,12 @@
 --   total_ns, max_ns       their delay (or call time), summed and largest
 --   kernel_share           outliers / all launched kernels of the rank
 --   rank_outlier_count     outliers of that kind on the rank
-with per_name as (
+with outlier_counts as (
+    -- a scan of the outliers only (the thresholds are parameters)
     select
         run,
         rank,
         name,
-        count(*) as all_kernel_count,
         count(*) filter (where launch_delay_ns > getvariable('launch_delay_outlier_ns')) as delay_count,
         sum(launch_delay_ns) filter (where launch_delay_ns > getvariable('launch_delay_outlier_ns')) as delay_ns,
         max(launch_delay_ns) filter (where launch_delay_ns > getvariable('launch_delay_outlier_ns')) as delay_max_ns,
@@ -28,7 +28,34 @@ with per_name as (
         sum(launch_call_ns) filter (where launch_call_ns > getvariable('launch_call_outlier_ns')) as call_ns,
         max(launch_call_ns) filter (where launch_call_ns > getvariable('launch_call_outlier_ns')) as call_max_ns
     from kernel_launches
+    where launch_delay_ns > getvariable('launch_delay_outlier_ns')
+        or launch_call_ns > getvariable('launch_call_outlier_ns')
     group by run, rank, name
+),
+
+per_name as (
+    -- launched kernels per name, counted at ingest (kernel_names)
+    select
+        n.run,
+        n.rank,
+        n.name,
+        n.all_kernel_count,
+        coalesce(o.delay_count, 0) as delay_count,
+        o.delay_ns,
+        o.delay_max_ns,
+        coalesce(o.call_count, 0) as call_count,
+        o.call_ns,
+        o.call_max_ns
+    from (
+        select run, rank, name, sum(launched_count) as all_kernel_count
+        from kernel_names
+        where launched_count > 0
+        group by run, rank, name
+    ) as n
+    left join outlier_counts as o
+        on o.run = n.run
+        and o.rank = n.rank
+        and o.name = n.name
 ),
 
 with_totals as (

@@ -1,6 +1,6 @@
 -- Short kernels: GPU work that takes less time than launching it, per
 -- kernel name and rank: candidates for fusion or CUDA graphs.
--- requires: kernel_launches
+-- requires: kernel_launches, kernel_names
 -- param: short_kernel_max_call_ns = 50000
 --
 -- A short kernel runs for less time on the GPU (dur_ns) than its launch call
@@ -13,29 +13,49 @@
 --   gpu_time_share     their GPU time / the GPU time of all launched kernels
 --   launch_call_share  their launch-call time / all launch-call time
 --   rank_short_*       the same over every short kernel of the rank
-with per_name as (
+with short_counts as (
+    -- the one threshold-dependent part: a scan of the short kernels only
     select
         run,
         rank,
         name,
-        count(*) as all_kernel_count,
-        sum(dur_ns) as all_gpu_ns,
-        sum(launch_call_ns) as all_launch_call_ns,
-        count(*) filter (where is_short) as kernel_count,
-        sum(dur_ns) filter (where is_short) as gpu_ns,
-        sum(launch_call_ns) filter (where is_short) as launch_call_total_ns
+        count(*) as kernel_count,
+        sum(dur_ns) as gpu_ns,
+        sum(launch_call_ns) as launch_call_total_ns
+    from kernel_launches
+    where dur_ns < launch_call_ns
+        and launch_call_ns <= getvariable('short_kernel_max_call_ns')
+    group by run, rank, name
+),
+
+per_name as (
+    -- every launched kernel's totals per name, found at ingest (kernel_names)
+    select
+        n.run,
+        n.rank,
+        n.name,
+        n.all_kernel_count,
+        n.all_gpu_ns,
+        n.all_launch_call_ns,
+        coalesce(s.kernel_count, 0) as kernel_count,
+        s.gpu_ns,
+        s.launch_call_total_ns
     from (
         select
             run,
             rank,
             name,
-            dur_ns,
-            launch_call_ns,
-            dur_ns < launch_call_ns
-                and launch_call_ns <= getvariable('short_kernel_max_call_ns') as is_short
-        from kernel_launches
-    )
-    group by run, rank, name
+            sum(launched_count) as all_kernel_count,
+            sum(launched_gpu_ns) as all_gpu_ns,
+            sum(launch_call_total_ns) as all_launch_call_ns
+        from kernel_names
+        where launched_count > 0
+        group by run, rank, name
+    ) as n
+    left join short_counts as s
+        on s.run = n.run
+        and s.rank = n.rank
+        and s.name = n.name
 ),
 
 per_rank as (
