@@ -30,6 +30,8 @@ TABLE_GLOBS: dict[str, str] = {
     **{name: f"traces/*/{name}/*.parquet" for name in TRACE_SCHEMAS},
 }
 TABLES: tuple[str, ...] = tuple(TABLE_GLOBS)
+# Written by collector.derive beside the parsed trace tables.
+DERIVED_TABLES: tuple[str, ...] = ("gpu_phases", "rank_summary", "step_launches", "kernel_names")
 
 
 def quote_identifier(name: str) -> str:
@@ -114,6 +116,17 @@ def _check_derived_columns(con: duckdb.DuckDBPyConnection, root: Path) -> None:
             f"{stale[0][0]}: kernels written by an older gpulens, without the derived columns "
             "(kernels.scoped, ...); run `gpulens ingest` on its trace files again"
         )
+    for table in DERIVED_TABLES:
+        files = table_files(root, table)
+        if not files:
+            continue
+        columns = {row[0] for row in con.execute(f"describe {quote_identifier(table)}").fetchall()}
+        missing = [name for name in TRACE_SCHEMAS[table].names if name not in columns]
+        if missing:
+            raise DatasetError(
+                f"{files[0]}: {table} written by an older gpulens (no {', '.join(missing)}); "
+                "run `gpulens ingest` on its trace files again"
+            )
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:

@@ -501,7 +501,7 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
     try:
         con.register("kernels", kernels.select(["run", "rank", "name", "category", "kind", "dur_ns", "scoped",
                                                  "launch_call_ns", "launch_queue_ns"]))
-        table = con.execute("""
+        table = con.sql("""
             select
                 run,
                 rank,

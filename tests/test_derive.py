@@ -203,3 +203,14 @@ def test_kernel_names_count_scoped_kernels_and_launched_ones_apart():
     assert (one["kernel_count"], one["total_ns"] / US, one["launched_count"], one["launch_call_total_ns"] / US) == (1, 10, 1, 2)
     assert (rows["k3"]["kernel_count"], rows["k3"]["launched_count"]) == (0, 1)
     assert (rows["k4"]["kernel_count"], rows["k4"]["launched_count"], rows["k4"]["p50_ns"] / US) == (1, 0, 4)
+
+
+def test_a_derived_table_missing_columns_is_named_on_open(tmp_path):
+    tables = derive_trace_tables(_tables(kernels=[(1, "compute", 7, 0, 100)]))
+    for name in ("kernels", "rank_summary"):
+        table = tables[name] if name == "kernels" else tables[name].drop_columns(["kernel_count"])
+        path = tmp_path / "traces" / "run=r" / name / "a.parquet"
+        path.parent.mkdir(parents=True)
+        pq.write_table(table, path)
+    with pytest.raises(DatasetError, match=r"rank_summary/a\.parquet: rank_summary written by an older gpulens \(no kernel_count\)"):
+        open_dataset(tmp_path)

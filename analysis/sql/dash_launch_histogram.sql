@@ -11,19 +11,25 @@
 --   kernels: how many kernels fall in it; share: of the run's kernels with
 --     that metric.
 -- requires: kernel_launches
-with values_ as (
-    unpivot (select run, launch_delay_ns, launch_call_ns from kernel_launches)
-    on launch_delay_ns, launch_call_ns
-    into name metric value value_ns
-),
-binned as (
+with joint as (
+    -- one pass: both bins of each kernel at once, a few thousand groups
     select
         run,
-        metric,
-        case when value_ns < 1 then -1 else floor(log10(value_ns) * 10)::int end as bin,
+        case when launch_delay_ns < 1 then -1 else floor(log10(launch_delay_ns) * 10)::int end as delay_bin,
+        case when launch_call_ns < 1 then -1 else floor(log10(launch_call_ns) * 10)::int end as call_bin,
         count(*) as kernels
-    from values_
-    where value_ns is not null
+    from kernel_launches
+    group by all
+),
+binned as (
+    select run, 'launch_delay_ns' as metric, delay_bin as bin, sum(kernels)::bigint as kernels
+    from joint
+    where delay_bin is not null
+    group by all
+    union all
+    select run, 'launch_call_ns', call_bin, sum(kernels)::bigint
+    from joint
+    where call_bin is not null
     group by all
 )
 select
