@@ -1,6 +1,6 @@
 -- Per rank, the lengths of the interval unions that time_breakdown and
 -- comm_overlap are made of, and the rank's idle gaps by cause.
--- requires: rank_summary, kernels
+-- requires: rank_unions, kernels
 -- param: breakdown_kernel_wait_max_gap_ns = 30000
 --
 -- Kernels of the complete profiler steps (scoped_kernels), all streams
@@ -30,28 +30,7 @@
 --                launching back-to-back kernels
 --   other        otherwise (e.g. a kernel waiting on an event)
 -- A kernel without a known launch call is never host wait (as in HTA).
-with ranks as (
-    -- a rank traced in several files: its files' sweeps add up
-    select
-        run,
-        rank,
-        sum(scoped_kernel_count)::bigint as kernel_count,
-        min(span_start_ns) as span_start_ns,
-        max(span_end_ns) as span_end_ns,
-        sum(busy_ns)::bigint as busy_ns,
-        sum(compute_union_ns)::bigint as compute_union_ns,
-        sum(comm_union_ns)::bigint as comm_union_ns,
-        sum(memory_union_ns)::bigint as memory_union_ns,
-        sum(compute_comm_union_ns)::bigint as compute_comm_union_ns,
-        sum(idle_gap_count)::bigint as idle_gap_count,
-        sum(idle_ns)::bigint as gap_total_ns,
-        sum(idle_host_wait_ns)::bigint as host_wait_ns
-    from rank_summary
-    where scoped_kernel_count > 0
-    group by run, rank
-),
-
-kernel_wait as (
+with kernel_wait as (
     -- the one part that depends on a threshold, so it is summed here
     select
         run,
@@ -76,10 +55,10 @@ select
     r.memory_union_ns,
     r.compute_comm_union_ns,
     r.idle_gap_count,
-    r.host_wait_ns as idle_host_wait_ns,
+    r.idle_host_wait_ns,
     coalesce(w.kernel_wait_ns, 0) as idle_kernel_wait_ns,
-    r.gap_total_ns - r.host_wait_ns - coalesce(w.kernel_wait_ns, 0) as idle_other_ns
-from ranks as r
+    r.idle_ns - r.idle_host_wait_ns - coalesce(w.kernel_wait_ns, 0) as idle_other_ns
+from rank_unions as r
 left join kernel_wait as w
     on w.run = r.run
     and w.rank = r.rank

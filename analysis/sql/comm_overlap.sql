@@ -1,6 +1,6 @@
 -- How much of each rank's communication runs under computation, and how
 -- much is exposed (the GPU communicates with nothing to compute).
--- requires: rank_summary
+-- requires: rank_unions
 --
 -- C and K: the merged intervals of the rank's communication and compute
 -- kernels (all streams, complete profiler steps only: scoped_kernels).
@@ -12,29 +12,14 @@
 --                    overlap); NULL for a rank without communication
 --   exposed_share    exposed_ns / span_ns, the part of the rank's span lost
 --                    to communication nothing hides
-with ranks as (
-    -- the unions found at ingest (rank_summary), as breakdown_totals sums
-    -- them; read here directly, without its threshold scan
-    select
-        run,
-        rank,
-        max(span_end_ns) - min(span_start_ns) as span_ns,
-        sum(comm_union_ns)::bigint as comm_union_ns,
-        sum(compute_union_ns)::bigint as compute_union_ns,
-        sum(compute_comm_union_ns)::bigint as compute_comm_union_ns
-    from rank_summary
-    where scoped_kernel_count > 0
-    group by run, rank
-)
-
 select
     run,
     rank,
-    span_ns,
+    span_end_ns - span_start_ns as span_ns,
     comm_union_ns as comm_ns,
     comm_union_ns + compute_union_ns - compute_comm_union_ns as overlapped_ns,
     compute_comm_union_ns - compute_union_ns as exposed_ns,
     (comm_union_ns + compute_union_ns - compute_comm_union_ns) / nullif(comm_union_ns, 0) as overlap_share,
-    (compute_comm_union_ns - compute_union_ns) / nullif(span_ns, 0) as exposed_share
-from ranks
+    (compute_comm_union_ns - compute_union_ns) / nullif(span_end_ns - span_start_ns, 0) as exposed_share
+from rank_unions
 order by run, rank

@@ -1,6 +1,6 @@
 -- Launch outliers, per kernel name and rank: kernels that started long after
 -- their launch call returned, and launch calls that took long themselves.
--- requires: kernel_launches, kernel_names
+-- requires: kernel_launches, launched_names
 -- param: launch_delay_outlier_ns = 100000
 -- param: launch_call_outlier_ns = 50000
 --
@@ -46,12 +46,7 @@ per_name as (
         coalesce(o.call_count, 0) as call_count,
         o.call_ns,
         o.call_max_ns
-    from (
-        select run, rank, name, sum(launched_count) as all_kernel_count
-        from kernel_names
-        where launched_count > 0
-        group by run, rank, name
-    ) as n
+    from launched_names as n
     left join outlier_counts as o
         on o.run = n.run
         and o.rank = n.rank

@@ -1,6 +1,6 @@
 -- Short kernels: GPU work that takes less time than launching it, per
 -- kernel name and rank: candidates for fusion or CUDA graphs.
--- requires: kernel_launches, kernel_names
+-- requires: kernel_launches, launched_names
 -- param: short_kernel_max_call_ns = 50000
 --
 -- A short kernel runs for less time on the GPU (dur_ns) than its launch call
@@ -40,18 +40,7 @@ per_name as (
         coalesce(s.kernel_count, 0) as kernel_count,
         s.gpu_ns,
         s.launch_call_total_ns
-    from (
-        select
-            run,
-            rank,
-            name,
-            sum(launched_count) as all_kernel_count,
-            sum(launched_gpu_ns) as all_gpu_ns,
-            sum(launch_call_total_ns) as all_launch_call_ns
-        from kernel_names
-        where launched_count > 0
-        group by run, rank, name
-    ) as n
+    from launched_names as n
     left join short_counts as s
         on s.run = n.run
         and s.rank = n.rank
