@@ -1,7 +1,7 @@
 -- Why each stream of a rank sits idle between its kernels: waiting on the
 -- host, waiting on the previous kernel, or other. HTA's idle-time breakdown
 -- (get_idle_time_breakdown), one row per stream.
--- requires: scoped_kernels
+-- requires: kernels
 -- param: breakdown_kernel_wait_max_gap_ns = 30000
 --
 -- Kernels of the complete profiler steps (scoped_kernels), per stream,
@@ -42,8 +42,9 @@ with per_stream as (
         coalesce(sum(stream_gap_ns) filter (
             where not stream_gap_host_wait and stream_gap_ns < getvariable('breakdown_kernel_wait_max_gap_ns')
         ), 0)::bigint as idle_kernel_wait_ns
-    from scoped_kernels
-    where start_ns is not null
+    from kernels
+    where scoped
+        and start_ns is not null
         and end_ns >= start_ns
     group by run, rank, stream
 )

@@ -13,7 +13,23 @@
 -- whole (HTA also filters only when the trace has two steps or more).
 --
 -- The rule is applied when a trace file is ingested (collector/derive.py),
--- per source file, and stored as kernels.scoped; this view is a filter.
-select *
+-- per source file, and stored as kernels.scoped; this view is a filter,
+-- with the columns the trace gave (the derived ones stay in kernels).
+select
+    run,
+    rank,
+    device,
+    stream,
+    name,
+    category,
+    kind,
+    start_ns,
+    end_ns,
+    dur_ns,
+    correlation_id,
+    external_id,
+    grid,
+    block,
+    bytes
 from kernels
 where scoped
