@@ -51,9 +51,11 @@ step NULL, for the kernels launched outside every step): the launched
 kernels' count, summed launch-and-queue time, call time and delay, and
 the delay's median and 95th percentile.
 
-gpu_phases, a new table: per (run, rank, device), the time the GPU ran
-something cut into segments of one phase: 'compute' when any compute
-kernel runs, else 'communication', else 'memory'. Idle time is the gaps.
+gpu_phases, a new table: per (run, rank, device), its time tiled into rows
+of one phase: 'compute' when any compute kernel runs, else
+'communication', else 'memory', else 'idle'; rows are cut at multiples of
+PHASE_BUCKET_NS (their `bucket`) and carry the time of each phase before
+them, so the time of a phase up to any instant is one lookup.
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     step_table = annotations.take(step_rows) if len(step_rows) else None
     step_cols = _Columns(step_table, ("start_ns", "end_ns", "step")) if step_table is not None else None
 
-    for key in set(kernel_groups) | set(step_groups):
+    # In (run, rank) order: the derived rows must not depend on hash order.
+    keys = sorted(set(kernel_groups) | set(step_groups), key=lambda k: (k[0] is None, k[0] or "", k[1] is None, k[1] or 0))
+    for key in keys:
         k_idx = kernel_groups.get(key, np.empty(0, dtype=np.int64))
         c_idx = call_groups.get(key, np.empty(0, dtype=np.int64))
         s_idx = step_groups.get(key, np.empty(0, dtype=np.int64))
@@ -126,7 +130,7 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
                 rows_n = len(launches["step"])
                 step_launch_tables.append(pa.Table.from_pydict(
                     {"run": [key[0]] * rows_n, "rank": [key[1]] * rows_n, **launches}, schema=STEP_LAUNCHES_SCHEMA))
-            phases.extend(_phases(rank, key))
+            phases.extend(_phases(rank, key, summary, steps))
         if len(s_idx):
             merged_busy = rank.busy_between(steps.merged_start, steps.merged_end)
             has_window = steps.row_window >= 0
@@ -609,15 +613,26 @@ def _reach_before(ends: np.ndarray) -> np.ndarray:
     return reach
 
 
-def _phases(rank: _RankKernels, key: tuple[str | None, int | None]) -> list[pa.Table]:
-    """Phase segments per device of the rank: a sweep over kernel edges."""
+# Phase rows are cut at every multiple of this (2^24 ns, about 17 ms), so a
+# time's row is found by an equality join on its bucket, not a sort.
+PHASE_BUCKET_NS = 1 << 24
+_IDLE = 3
+
+
+def _phases(rank: _RankKernels, key: tuple[str | None, int | None], summary: dict,
+            steps: _StepWindows) -> list[pa.Table]:
+    """Per device of the rank, its time tiled by phase: a sweep over kernel
+    edges, idle gaps filled in, cut at bucket bounds, with the time of each
+    phase before each row. The rank's main device is tiled over the window
+    energy analyses use (its kernels and the profiler steps)."""
     tables = []
     keep = rank.valid & (rank.end > rank.start) & rank.device_valid
-    if not keep.any():
-        return tables
-    devices = rank.device[keep]
-    for device in np.unique(devices):
-        on = np.flatnonzero(keep)[devices == device]
+    devices = np.unique(rank.device[keep]) if keep.any() else np.empty(0, dtype=np.int64)
+    main = summary.get("main_device")
+    if main is not None and main not in devices:
+        devices = np.append(devices, main)
+    for device in devices:
+        on = np.flatnonzero(keep & (rank.device == device))
         s, e, code = rank.start[on], rank.end[on], rank.category[on].astype(np.int64)
         times = np.concatenate((s, e))
         # in-flight counts packed in one number, 20 bits per kind
@@ -627,27 +642,63 @@ def _phases(rank: _RankKernels, key: tuple[str | None, int | None]) -> list[pa.T
         times, running = times[order], np.cumsum(delta[order])
         phase = np.where(running & 0xFFFFF, COMPUTE,
                          np.where((running >> 20) & 0xFFFFF, COMMUNICATION,
-                                  np.where(running >> 40, MEMORY, -1)))
+                                  np.where(running >> 40, MEMORY, _IDLE)))
         # Segment i runs from edge i to edge i+1; the last edge at an instant
         # has the full counts, the others give empty segments.
         seg_start, seg_end, seg_phase = times[:-1], times[1:], phase[:-1]
-        real = (seg_end > seg_start) & (seg_phase >= 0)
+        real = seg_end > seg_start
         seg_start, seg_end, seg_phase = seg_start[real], seg_end[real], seg_phase[real]
-        if len(seg_start) == 0:
+        low = int(seg_start[0]) if len(seg_start) else None
+        high = int(seg_end[-1]) if len(seg_end) else None
+        if device == main:
+            bounds = [v for v in (summary.get("main_device_start_ns"), summary.get("main_device_end_ns")) if v is not None]
+            if len(steps.merged_start):
+                bounds += [int(steps.merged_start.min()), int(steps.merged_end.max())]
+            if bounds:
+                low = min(bounds + ([low] if low is not None else []))
+                high = max(bounds + ([high] if high is not None else []))
+        if low is None or high is None or high <= low:
             continue
+        # Idle before the first kernel and after the last, where the window is wider.
+        if len(seg_start):
+            seg_start, seg_end = (np.concatenate(([low], seg_start, [seg_end[-1]])),
+                                  np.concatenate(([seg_start[0]], seg_end, [high])))
+            seg_phase = np.concatenate(([_IDLE], seg_phase, [_IDLE]))
+        else:
+            seg_start, seg_end, seg_phase = np.array([low]), np.array([high]), np.array([_IDLE])
+        real = seg_end > seg_start
+        seg_start, seg_end, seg_phase = seg_start[real], seg_end[real], seg_phase[real]
+        # Merge touching rows of one phase, then cut them at bucket bounds.
         opens = np.ones(len(seg_start), dtype=bool)
         opens[1:] = (seg_start[1:] != seg_end[:-1]) | (seg_phase[1:] != seg_phase[:-1])
         first = np.flatnonzero(opens)
         last = np.append(first[1:] - 1, len(seg_start) - 1)
-        start_ns, end_ns = seg_start[first], seg_end[last]
-        count = len(first)
+        start_ns, end_ns, phase_code = seg_start[first], seg_end[last], seg_phase[first]
+        first_bucket = start_ns // PHASE_BUCKET_NS
+        pieces = (end_ns - 1) // PHASE_BUCKET_NS - first_bucket + 1
+        row = np.repeat(np.arange(len(start_ns)), pieces)
+        bucket = first_bucket[row] + (np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces))
+        piece_start = np.maximum(start_ns[row], bucket * PHASE_BUCKET_NS)
+        piece_end = np.minimum(end_ns[row], (bucket + 1) * PHASE_BUCKET_NS)
+        piece_phase = phase_code[row]
+        length = piece_end - piece_start
+        before = {}
+        for name, code_value in (("compute_before_ns", COMPUTE), ("communication_before_ns", COMMUNICATION),
+                                 ("memory_before_ns", MEMORY)):
+            of_phase = np.where(piece_phase == code_value, length, 0)
+            before[name] = np.cumsum(of_phase) - of_phase
+        count = len(piece_start)
         tables.append(pa.Table.from_arrays([
             pa.array([key[0]] * count, pa.string()),
             pa.array([key[1]] * count, pa.int32()),
             pa.array(np.full(count, device), pa.int32()),
-            pa.array(np.array(PHASE_NAMES, dtype=object)[seg_phase[first]], pa.string()),
-            pa.array(start_ns, pa.int64()),
-            pa.array(end_ns, pa.int64()),
-            pa.array(end_ns - start_ns, pa.int64()),
+            pa.array(np.array(PHASE_NAMES + ("idle",), dtype=object)[piece_phase], pa.string()),
+            pa.array(piece_start, pa.int64()),
+            pa.array(piece_end, pa.int64()),
+            pa.array(length, pa.int64()),
+            pa.array(bucket, pa.int64()),
+            pa.array(before["compute_before_ns"], pa.int64()),
+            pa.array(before["communication_before_ns"], pa.int64()),
+            pa.array(before["memory_before_ns"], pa.int64()),
         ], schema=GPU_PHASES_SCHEMA))
     return tables

@@ -224,11 +224,21 @@ ANNOTATIONS_SCHEMA = _schema(
     "annotations",
 )
 
-# Derived (collector.derive): when each GPU of a rank ran compute (any
-# compute kernel), else communication, else memory activities; idle time is
-# the gaps between segments.
+# Derived (collector.derive): each GPU's time of a rank tiled by phase:
+# compute (any compute kernel runs), else communication, else memory, else
+# idle; the main device's tiles span the rank's kernels there and its
+# profiler steps. Tiles are cut at multiples of 2^24 ns (`bucket` = start
+# // 2^24) and carry each phase's time before them on that device.
 GPU_PHASES_SCHEMA = _schema(
-    _RUN_RANK + [("device", pa.int32()), ("phase", pa.string())] + _INTERVAL,
+    _RUN_RANK
+    + [("device", pa.int32()), ("phase", pa.string())]
+    + _INTERVAL
+    + [
+        ("bucket", pa.int64()),
+        ("compute_before_ns", pa.int64()),
+        ("communication_before_ns", pa.int64()),
+        ("memory_before_ns", pa.int64()),
+    ],
     "gpu_phases",
 )
 

@@ -214,3 +214,25 @@ def test_a_derived_table_missing_columns_is_named_on_open(tmp_path):
         pq.write_table(table, path)
     with pytest.raises(DatasetError, match=r"rank_summary/a\.parquet: rank_summary written by an older gpulens \(no kernel_count\)"):
         open_dataset(tmp_path)
+
+
+def test_gpu_phases_tile_the_main_devices_window_with_running_totals():
+    # compute [0,100], a gap, communication [300,350]; steps span [-50,500].
+    phases = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 0, 100), (2, "communication", 24, 300, 350)],
+        steps=[(1, -50, 200), (2, 200, 500)],
+    ))["gpu_phases"].to_pylist()
+    rows = [(r["phase"], (r["start_ns"] - T0) // US, (r["end_ns"] - T0) // US,
+             r["compute_before_ns"] // US, r["communication_before_ns"] // US) for r in phases]
+    assert rows == [("idle", -50, 0, 0, 0), ("compute", 0, 100, 0, 0), ("idle", 100, 300, 100, 0),
+                    ("communication", 300, 350, 100, 0), ("idle", 350, 500, 100, 50)]
+
+
+def test_gpu_phases_are_cut_at_bucket_bounds():
+    from collector.derive import PHASE_BUCKET_NS
+
+    # one 40 ms kernel spans three 16.8 ms buckets
+    phases = derive_trace_tables(_tables(kernels=[(1, "compute", 7, 0, 40_000)]))["gpu_phases"].to_pylist()
+    assert [r["bucket"] for r in phases] == [r["start_ns"] // PHASE_BUCKET_NS for r in phases]
+    assert len(phases) == 3 and sum(r["dur_ns"] for r in phases) == 40_000 * US
+    assert [r["compute_before_ns"] for r in phases] == [0, phases[0]["dur_ns"], phases[0]["dur_ns"] + phases[1]["dur_ns"]]

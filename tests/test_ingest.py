@@ -251,9 +251,10 @@ def test_ingest_parallel_same_rows_as_serial(tmp_path: Path) -> None:
 def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:
     trace = write(tmp_path / "t.json", kineto_json(kernels=4))
     report = ingest_paths([trace], tmp_path / "out", run="r", jobs=1)
-    # 1 cpu op + 4 kernels + 1 run, and derived: the 4 kernels' compute
-    # phases (0.5 µs each, 0.5 µs apart), their 4 names and the rank's summary
-    assert (report.events, report.rows("kernels"), report.rows("gpu_phases"), report.rows()) == (5, 4, 4, 15)
+    # 1 cpu op + 4 kernels + 1 run, and derived: the GPU's 7 phase tiles
+    # (4 kernels of 0.5 µs, 0.5 µs of idle between), their 4 names and the
+    # rank's summary
+    assert (report.events, report.rows("kernels"), report.rows("gpu_phases"), report.rows()) == (5, 4, 7, 18)
 
 
 @needs_traces

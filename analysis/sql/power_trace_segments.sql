@@ -1,54 +1,43 @@
--- Trace time cut into segments of constant phase, step and power sample:
--- the base of step_energy and phase_energy.
+-- Trace time cut into cells of one step and one power sample, with the
+-- time of each GPU phase in each: the base of step_energy and phase_energy.
 --
 -- For each rank joined to a telemetry GPU (power_trace_gpus), its window is
--- cut at every phase change on that GPU (gpu_phases: the kernels' phases,
--- merged when the trace file was ingested), every profiler step start
--- and end, and every telemetry sample time. Within a segment:
+-- cut at every profiler step start and end and every telemetry sample
+-- time. One row per cell and phase the GPU was in during it:
 --   phase: what the GPU was doing: 'compute' if any compute kernel ran (a
 --     kernel of no known category counts as compute), else 'communication'
 --     if a communication kernel ran, else 'memory' (copies, sets), else
 --     'idle'. Compute wins over overlapped communication because it drives
 --     the power;
---   step: the profiler step the segment lies in, NULL outside steps;
+--   start_ns, end_ns: the cell; dur_ns: the time of the phase within it;
+--   step: the profiler step the cell lies in, NULL outside steps;
 --   power_w: the power of the telemetry sample whose interval (previous ts,
---     ts] holds the segment: an as-of match, the first sample at or after
---     the segment's end. NULL where no sample interval covers it (before the
---     GPU's first sample, across a gap longer than power_max_gap_s, or a
---     sample without power); energy_j = power_w × the segment's duration.
+--     ts] holds the cell: an as-of match, the first sample at or after the
+--     cell's end. NULL where no sample interval covers it (before the GPU's
+--     first sample, across a gap longer than power_max_gap_s, or a sample
+--     without power); energy_j = power_w × dur_ns.
 -- So a sample interval's energy is split over the phases and steps in it by
 -- their time (time-weighted shares): at 1 Hz telemetry and millisecond
 -- kernels, the power of one phase is not told apart from the others of the
 -- same second; only phases that last seconds show their own power.
 --
--- How: one sweep over the boundaries in time order keeps running counts of
--- the kernels of each kind in flight, of the sample times passed and of
--- the steps started; the segment's sample is then the next sample by number
--- and its step the last one started (equality joins). This is the as-of
--- match DuckDB's ASOF JOIN would make, without its nested-loop plan, which
--- it picks when it under-estimates one side and which takes minutes on
--- traces of a million kernels.
+-- How: the phases come tiled and with running totals from ingest
+-- (gpu_phases: each tile carries the time of each phase before it, and
+-- tiles are cut at multiples of 2^24 ns, collector.derive.PHASE_BUCKET_NS).
+-- The time of a phase up to an instant t is then one equality join on t's
+-- bucket, and a cell's phase times are the differences at its two ends, so
+-- the work grows with the steps and samples, not with the kernels. The
+-- cells come from one sweep over the step and sample bounds in time order,
+-- counting the samples passed and the steps started: a cell's sample is
+-- the next one by number and its step the last one started (equality
+-- joins; DuckDB's ASOF JOIN picks a nested-loop plan when it
+-- under-estimates a side).
 -- requires: power_trace_gpus, step_windows, gpu_phases
 -- param: power_max_gap_s = 60
 with gpus as (
     select run, rank, host, gpu_index, window_start_ns, window_end_ns
     from power_trace_gpus
     where unmatched_reason is null
-),
-kernel_phases as (
-    -- the GPU's phase segments (gpu_phases, found at ingest), disjoint in
-    -- time; idle time is the gaps between them
-    select
-        gpu_phases.run,
-        gpu_phases.rank,
-        gpu_phases.start_ns,
-        gpu_phases.end_ns,
-        gpu_phases.phase as kind
-    from gpu_phases
-    join gpus
-        on gpu_phases.run = gpus.run
-        and gpu_phases.rank = gpus.rank
-        and gpu_phases.device = gpus.gpu_index
 ),
 near_telemetry as (
     -- the GPU's samples around the window only (a sample inside it can
@@ -101,59 +90,110 @@ numbered_steps as (
     semi join gpus using (run, rank)
 ),
 edges as (
-    -- d_kernels counts kernels in flight, three kinds packed in one number
-    -- (compute in bits 0-19, communication in 20-39, memory in 40-59): one
-    -- running sum instead of three, each window aggregate being a pass
-    select
-        run, rank, start_ns as t,
-        case kind when 'compute' then 1 when 'communication' then 1048576 else 1099511627776 end as d_kernels,
-        0 as d_samples,
-        0 as d_steps
-    from kernel_phases
+    select run, rank, window_start_ns as t, 0 as d_samples, 0 as d_steps
+    from gpus
     union all
-    select run, rank, end_ns, case kind when 'compute' then -1 when 'communication' then -1048576 else -1099511627776 end, 0, 0
-    from kernel_phases
+    select run, rank, window_end_ns, 0, 0
+    from gpus
     union all
-    select run, rank, start_ns, 0, 0, 1
+    select run, rank, start_ns, 0, 1
     from numbered_steps
     union all
-    select run, rank, end_ns, 0, 0, 0
+    select run, rank, end_ns, 0, 0
     from numbered_steps
     union all
-    select run, rank, ts_ns, 0, 1, 0
+    select run, rank, ts_ns, 1, 0
     from trace_samples
     where is_boundary
 ),
 sweep as (
     -- edges at one instant may come in any order: only the last of them
-    -- has the full running counts, and the others end empty segments
+    -- has the full running counts, and the others end empty cells
     select
         run,
         rank,
         t as start_ns,
         lead(t) over w as end_ns,
-        (sum(d_kernels) over w)::bigint as kernels_in_flight,
         (sum(d_samples) over w)::bigint + 1 as sample_no,
         (sum(d_steps) over w)::bigint as step_no
     from edges
     window w as (partition by run, rank order by t rows between unbounded preceding and current row)
 ),
-segments as (
-    select
-        sweep.run,
-        sweep.rank,
-        sweep.start_ns,
-        sweep.end_ns,
-        case
-            when (sweep.kernels_in_flight & 1048575) > 0 then 'compute'
-            when ((sweep.kernels_in_flight >> 20) & 1048575) > 0 then 'communication'
-            when (sweep.kernels_in_flight >> 40) > 0 then 'memory'
-            else 'idle'
-        end as phase,
-        sweep.sample_no,
-        sweep.step_no
+cells as (
+    select *
     from sweep
-    where sweep.end_ns > sweep.start_ns
+    where end_ns > start_ns
+),
+cut_buckets as (
+    -- each cell bound, with the bucket it starts and the one it ends (a
+    -- bound on a bucket's edge is the end of the tile before it)
+    select distinct
+        cuts.run,
+        cuts.rank,
+        gpus.gpu_index,
+        cuts.t,
+        unnest([cuts.t // 16777216, (cuts.t - 1) // 16777216]) as bucket
+    from (
+        select run, rank, start_ns as t from cells
+        union
+        select run, rank, end_ns from cells
+    ) as cuts
+    join gpus using (run, rank)
+),
+phase_time_at as (
+    -- each phase's time up to t: the tile holding t (two tiles meeting at
+    -- t agree), its total before it plus its own part up to t
+    select
+        c.run,
+        c.rank,
+        c.t,
+        max(p.compute_before_ns + case when p.phase = 'compute' then c.t - p.start_ns else 0 end) as compute_ns,
+        max(p.communication_before_ns + case when p.phase = 'communication' then c.t - p.start_ns else 0 end)
+            as communication_ns,
+        max(p.memory_before_ns + case when p.phase = 'memory' then c.t - p.start_ns else 0 end) as memory_ns
+    from cut_buckets as c
+    join gpu_phases as p
+        on p.run = c.run
+        and p.rank = c.rank
+        and p.device = c.gpu_index
+        and p.bucket = c.bucket
+        and c.t between p.start_ns and p.end_ns
+    group by c.run, c.rank, c.t
+),
+cell_phases as (
+    select
+        cells.run,
+        cells.rank,
+        cells.start_ns,
+        cells.end_ns,
+        cells.sample_no,
+        cells.step_no,
+        coalesce(e.compute_ns - s.compute_ns, 0) as compute_ns,
+        coalesce(e.communication_ns - s.communication_ns, 0) as communication_ns,
+        coalesce(e.memory_ns - s.memory_ns, 0) as memory_ns
+    from cells
+    left join phase_time_at as s
+        on s.run = cells.run
+        and s.rank = cells.rank
+        and s.t = cells.start_ns
+    left join phase_time_at as e
+        on e.run = cells.run
+        and e.rank = cells.rank
+        and e.t = cells.end_ns
+),
+segments as (
+    select run, rank, start_ns, end_ns, sample_no, step_no, 'compute' as phase, compute_ns as dur_ns
+    from cell_phases
+    union all
+    select run, rank, start_ns, end_ns, sample_no, step_no, 'communication', communication_ns
+    from cell_phases
+    union all
+    select run, rank, start_ns, end_ns, sample_no, step_no, 'memory', memory_ns
+    from cell_phases
+    union all
+    select run, rank, start_ns, end_ns, sample_no, step_no, 'idle',
+        (end_ns - start_ns) - compute_ns - communication_ns - memory_ns
+    from cell_phases
 )
 select
     segments.run,
@@ -164,12 +204,13 @@ select
     segments.phase,
     segments.start_ns,
     segments.end_ns,
-    segments.end_ns - segments.start_ns as dur_ns,
+    segments.dur_ns,
     trace_samples.ts_ns as sample_ts_ns,
     case when trace_samples.prev_ts_ns <= segments.start_ns then trace_samples.power_w end as power_w,
     case when trace_samples.prev_ts_ns <= segments.start_ns then trace_samples.power_w end
-        * (segments.end_ns - segments.start_ns) / 1e9 as energy_j
+        * segments.dur_ns / 1e9 as energy_j
 from segments
 join gpus using (run, rank)
 left join trace_samples using (run, rank, sample_no)
 left join numbered_steps using (run, rank, step_no)
+where segments.dur_ns > 0
