@@ -38,6 +38,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from analysis.dataset import open_dataset  # noqa: E402
 from analysis.registry import load_analyses, run_analysis  # noqa: E402
 from collector.derive import derive_trace_tables  # noqa: E402
+from collector.ingest.store import trace_parquet_options  # noqa: E402
 from collector.schema import TRACE_SCHEMAS, TELEMETRY_SCHEMA  # noqa: E402
 from collector.writer import parquet_options  # noqa: E402
 
@@ -147,7 +148,9 @@ def synthesise_rank(root: Path, rank: int, kernels: int, steps: int, rng: np.ran
     derive_s = time.perf_counter() - derive_started
     for name, table in tables.items():
         if table.num_rows:
-            _write(table, folder / name / f"rank{rank}.parquet")
+            path = folder / name / f"rank{rank}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, path, **trace_parquet_options(table.schema))  # as ingest writes them
     return derive_s
 
 
