@@ -28,18 +28,24 @@ gpus as (
     where power_w is not null
     group by host
 ),
+tick_powers as (
+    -- each node tick's GPU powers once, then every cap applied to the list
+    -- (a cross join of the ticks, not of every sample, with the caps)
+    select host, ts, list(power_w) as powers_w
+    from telemetry
+    where power_w is not null
+    group by host, ts
+),
 ticks as (
     select
         t.host,
         caps.cap_w,
         t.ts,
-        count(*) as gpus_reporting,
-        sum(least(t.power_w, caps.cap_w)) as capped_node_w,
-        count(*) filter (where t.power_w >= caps.cap_w) as gpus_at_cap
-    from telemetry t
+        len(t.powers_w) as gpus_reporting,
+        list_sum(list_transform(t.powers_w, lambda p: least(p, caps.cap_w))) as capped_node_w,
+        len(list_filter(t.powers_w, lambda p: p >= caps.cap_w)) as gpus_at_cap
+    from tick_powers t
     cross join caps
-    where t.power_w is not null
-    group by t.host, caps.cap_w, t.ts
 ),
 per_cap as (
     select
