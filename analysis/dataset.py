@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from collector.derive import DERIVED_TABLES
 from collector.errors import DatasetError, QueryError
 from collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
 
@@ -30,8 +31,6 @@ TABLE_GLOBS: dict[str, str] = {
     **{name: f"traces/*/{name}/*.parquet" for name in TRACE_SCHEMAS},
 }
 TABLES: tuple[str, ...] = tuple(TABLE_GLOBS)
-# Written by collector.derive beside the parsed trace tables.
-DERIVED_TABLES: tuple[str, ...] = ("gpu_phases", "rank_summary", "step_launches", "kernel_names")
 
 
 def quote_identifier(name: str) -> str:

@@ -78,6 +78,9 @@ _MAX = np.iinfo(np.int64).max
 COMPUTE, COMMUNICATION, MEMORY = 0, 1, 2
 PHASE_NAMES = ("compute", "communication", "memory")
 
+# The tables derive_trace_tables adds beside the parsed ones.
+DERIVED_TABLES = ("gpu_phases", "rank_summary", "step_launches", "kernel_names")
+
 KERNEL_DERIVED_COLUMNS = (
     "launch_call_name", "launch_call_start_ns", "launch_call_ns", "launch_delay_ns", "launch_queue_ns", "step",
     "scoped", "rank_gap_ns", "rank_gap_host_wait", "stream_gap_ns", "stream_gap_host_wait",
@@ -328,6 +331,10 @@ class _KernelColumns:
         self.call_start = np.zeros(n, dtype=np.int64)
         self.call_dur = np.zeros(n, dtype=np.int64)
         self.call_dur_valid = np.zeros(n, dtype=bool)
+        self.queue = np.zeros(n, dtype=np.int64)
+        self.queue_valid = np.zeros(n, dtype=bool)
+        self.delay = np.zeros(n, dtype=np.int64)
+        self.delay_valid = np.zeros(n, dtype=bool)
         self.step = np.zeros(n, dtype=np.int64)
         self.step_valid = np.zeros(n, dtype=bool)
         self.scoped = np.zeros(n, dtype=bool)
@@ -349,16 +356,12 @@ class _KernelColumns:
             names = pa.nulls(len(has_call), pa.string())
         gap_present = self.rank_gap_valid
         stream_gap_present = self.stream_gap_valid
-        start = kernels.column("start_ns")
-        start_valid = pc.is_valid(start).to_numpy(zero_copy_only=False)
-        start = pc.fill_null(start, 0).to_numpy(zero_copy_only=False)
-        timed_call = has_call & self.call_dur_valid & start_valid
         columns = {
             "launch_call_name": names,
             "launch_call_start_ns": _int(self.call_start, has_call),
             "launch_call_ns": _int(self.call_dur, has_call & self.call_dur_valid),
-            "launch_delay_ns": _int(np.maximum(start - (self.call_start + self.call_dur), 0), timed_call),
-            "launch_queue_ns": _int(start - self.call_start, has_call & start_valid),
+            "launch_delay_ns": _int(self.delay, self.delay_valid),
+            "launch_queue_ns": _int(self.queue, self.queue_valid),
             "step": _int(self.step, self.step_valid),
             "scoped": pa.array(self.scoped, type=pa.bool_()),
             "rank_gap_ns": _int(self.rank_gap, gap_present),
@@ -414,13 +417,21 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, c
         out.call_dur[rows] = np.where(has_call, call_cols["dur_ns"][safe_call], 0)
         out.call_dur_valid[rows] = has_call & call_cols.valid["dur_ns"][safe_call]
 
+    # Launch and queue time (kernel start - call start) and launch delay
+    # (kernel start - call end, clipped at 0).
+    queue_valid = has_call & rank.start_valid
+    queue = np.where(queue_valid, rank.start - call_start, 0)
+    call_dur, call_dur_valid = out.call_dur[rows], out.call_dur_valid[rows]
+    out.queue[rows], out.queue_valid[rows] = queue, queue_valid
+    out.delay[rows] = np.maximum(queue - call_dur, 0)
+    out.delay_valid[rows] = queue_valid & call_dur_valid
+
     # The step of each launch call.
     step, in_step = steps.step_at(call_start)
     out.step[rows] = step
     out.step_valid[rows] = has_call & in_step
-    call_dur_valid = has_call & (call_cols.valid["dur_ns"][safe_call] if len(call_cols["dur_ns"]) else False)
     out.step_launches.append(_step_launches(
-        rank, has_call, np.where(in_step, step, _MIN), call_start, out.call_dur[rows], call_dur_valid))
+        np.where(in_step, step, _MIN), queue, queue_valid, call_dur, call_dur_valid, out.delay[rows]))
 
     # Scope: the complete profiler steps.
     if steps.count >= 2:
@@ -535,21 +546,21 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
     return table.select(KERNEL_NAMES_SCHEMA.names).cast(KERNEL_NAMES_SCHEMA)
 
 
-def _step_launches(rank: _RankKernels, has_call: np.ndarray, step_key: np.ndarray, call_start: np.ndarray,
-                   call_ns: np.ndarray, call_ns_valid: np.ndarray) -> dict[str, list]:
-    """Per step (step_key _MIN: outside every step), over the kernels whose
-    launch call it holds: what step_launch_summary reports that no
-    threshold changes. Aggregated by DuckDB, so the quantiles are exactly
-    the `quantile_cont` the analyses would compute."""
-    launched = has_call & rank.start_valid
+def _step_launches(step_key: np.ndarray, queue_ns: np.ndarray, launched: np.ndarray, call_ns: np.ndarray,
+                   call_ns_valid: np.ndarray, delay_ns: np.ndarray) -> dict[str, list]:
+    """Per step (step_key _MIN: outside every step), over the launched
+    kernels whose launch call it holds: what step_launch_summary reports
+    that no threshold changes. Aggregated by DuckDB, so the quantiles are
+    exactly the `quantile_cont` the analyses would compute. The delay is
+    known where the call's duration is."""
     if not launched.any():
         return {}
-    start, call, dur, dur_valid = rank.start[launched], call_start[launched], call_ns[launched], call_ns_valid[launched]
+    dur_valid = call_ns_valid[launched]
     kernels = pa.table({
         "step": pa.array(step_key[launched], mask=step_key[launched] == _MIN),
-        "queue_ns": pa.array(start - call),
-        "call_ns": pa.array(dur, mask=~dur_valid),
-        "delay_ns": pa.array(np.maximum(start - (call + dur), 0), mask=~dur_valid),
+        "queue_ns": pa.array(queue_ns[launched]),
+        "call_ns": pa.array(call_ns[launched], mask=~dur_valid),
+        "delay_ns": pa.array(delay_ns[launched], mask=~dur_valid),
     })
     con = duckdb.connect()
     try:

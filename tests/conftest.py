@@ -24,7 +24,7 @@ def write_trace_table(root: Path, run: str, table: str, columns: dict, source: s
     as ingest does from all of a source's tables at once."""
     import pyarrow.parquet as pq
 
-    from collector.derive import derive_trace_tables
+    from collector.derive import DERIVED_TABLES, derive_trace_tables
     from collector.ingest.base import build_table
 
     run_folder = root / "traces" / f"run={run}"
@@ -35,7 +35,7 @@ def write_trace_table(root: Path, run: str, table: str, columns: dict, source: s
               for name in ("kernels", "api_calls", "annotations")
               if (run_folder / name / f"{source}.parquet").exists()}
     for name, derived in derive_trace_tables(inputs).items():
-        if name in ("kernels", "annotations", "gpu_phases", "rank_summary", "step_launches", "kernel_names") and derived.num_rows:
+        if name in ("kernels", "annotations", *DERIVED_TABLES) and derived.num_rows:
             (run_folder / name).mkdir(exist_ok=True)
             pq.write_table(derived, run_folder / name / f"{source}.parquet")
     return path
