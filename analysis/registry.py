@@ -136,15 +136,16 @@ def _strip_trailing_semicolon(sql: str) -> str:
 # Results kept per connection for callers that know when the dataset
 # changes (the dashboard: a page's tables and its findings read the same
 # views, and each costs a scan of every kernel on big runs).
-_REMEMBERED: dict[int, dict[tuple[Any, ...], pl.DataFrame]] = {}
+# Per connection: the state of the files, and the results computed in it.
+_REMEMBERED: dict[int, tuple[str, dict[tuple[Any, ...], pl.DataFrame]]] = {}
 
 
 def remember_results(con: duckdb.DuckDBPyConnection, state: str) -> None:
     """Keep each analysis' result on `con` while the dataset stays in
     `state` (any string that changes with its files); a new state forgets."""
-    memo = _REMEMBERED.get(id(con))
-    if memo is None or memo.get(("state",)) != state:
-        _REMEMBERED[id(con)] = {("state",): state}  # type: ignore[dict-item]
+    remembered = _REMEMBERED.get(id(con))
+    if remembered is None or remembered[0] != state:
+        _REMEMBERED[id(con)] = (state, {})
 
 
 def forget_results(con: duckdb.DuckDBPyConnection) -> None:
@@ -158,7 +159,8 @@ def run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl
     The connection's defaults are restored afterwards. Where the caller
     asked (`remember_results`), a result already computed is reused.
     """
-    memo = _REMEMBERED.get(id(con))
+    remembered = _REMEMBERED.get(id(con))
+    memo = remembered[1] if remembered is not None else None
     key = (name, tuple(sorted(params.items())))
     if memo is not None and key in memo:
         return memo[key]

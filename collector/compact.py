@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ COMPACT_MERGED_AT = 24
 MERGED_MARK = "-merged-"
 _SOURCES_KEY = b"gpulens.merged_from"
 PARTITIONED_TABLES = ("telemetry", "events", "processes")
+_merge_numbers = itertools.count(1)  # keeps a process's merged file names apart
 
 
 def is_merged(path: Path) -> bool:
@@ -119,7 +121,7 @@ def _merge_locked(files: list[Path], staging: Path) -> Path:
     metadata[_SOURCES_KEY] = json.dumps([p.name for p in files]).encode()
     table = table.replace_schema_metadata(metadata)
     first = files[0].name.removeprefix("part-").split("-")[0]
-    destination = files[0].parent / f"part-{first}{MERGED_MARK}{os.getpid()}-{len(files)}-{_unique()}.parquet"
+    destination = files[0].parent / f"part-{first}{MERGED_MARK}{os.getpid()}-{len(files)}-{next(_merge_numbers)}.parquet"
     write_parquet_atomic(table, destination, staging)
     for path in files:
         path.unlink(missing_ok=True)
@@ -141,12 +143,3 @@ def finish_interrupted(root: Path) -> int:
                     source.unlink(missing_ok=True)
                     removed += 1
     return removed
-
-
-_counter = 0
-
-
-def _unique() -> int:
-    global _counter
-    _counter += 1
-    return _counter
