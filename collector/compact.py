@@ -11,8 +11,10 @@ as it goes, in two tiers:
   - when it holds COMPACT_MERGED_AT merged files, those become one.
 
 A day at minute flushes is then at most 24 + 60 files, and the rows merged
-each time are an hour's, not the day's. Rows are sorted as the writer
-sorts them (GPU, then time), with the same encodings.
+each time are an hour's, not the day's. A merge streams: it reads one
+row group at a time and writes the rows in time order (the files' name
+order, then each file's own order) in row groups of MERGE_ROW_GROUP_ROWS,
+with the writer's encodings; its memory does not grow with the rows.
 
 Safety: the merged file is written atomically (staging, fsync, rename)
 and records the files it replaces in its metadata; only then are those
@@ -43,6 +45,8 @@ COMPACT_MERGED_AT = 24
 MERGED_MARK = "-merged-"
 _SOURCES_KEY = b"gpulens.merged_from"
 PARTITIONED_TABLES = ("telemetry", "events", "processes")
+# Rows per row group of a merged file (DuckDB's own row groups are 122,880).
+MERGE_ROW_GROUP_ROWS = 1 << 16
 _merge_numbers = itertools.count(1)  # keeps a process's merged file names apart
 
 
@@ -107,25 +111,58 @@ def _merge_lock(staging: Path, wait: bool) -> Iterator[bool]:
 
 def _merge_locked(files: list[Path], staging: Path) -> Path:
     """Replace `files` (one partition's) with one merged file; the caller
-    holds the merge lock."""
+    holds the merge lock.
+
+    Streamed: the files are read one row group at a time, in name order
+    (which is time order: names start with the first `ts`), and written
+    as row groups of about MERGE_ROW_GROUP_ROWS rows, so a merge holds
+    one row group, not the hour. Merging an hour of 64 GPUs at 10 Hz
+    whole (and sorting it) took 1.8 GB and 10 s of CPU."""
     from collector.writer import write_parquet_atomic  # the writer imports this module
 
     try:
-        tables = [pq.read_table(path) for path in files]
+        schema = pa.unify_schemas([pq.read_schema(path).remove_metadata() for path in files],
+                                  promote_options="permissive")
     except (OSError, pa.ArrowException) as error:
         raise DatasetError(f"{files[0].parent}: cannot merge its files ({error})") from error
-    table = pa.concat_tables(tables, promote_options="permissive")
-    keys = [(name, "ascending") for name in ("gpu_index", "ts") if name in table.column_names]
-    table = table.sort_by(keys) if keys else table
-    metadata = dict(table.schema.metadata or {})
-    metadata[_SOURCES_KEY] = json.dumps([p.name for p in files]).encode()
-    table = table.replace_schema_metadata(metadata)
+    schema = schema.with_metadata({_SOURCES_KEY: json.dumps([p.name for p in files]).encode()})
     first = files[0].name.removeprefix("part-").split("-")[0]
     destination = files[0].parent / f"part-{first}{MERGED_MARK}{os.getpid()}-{len(files)}-{next(_merge_numbers)}.parquet"
-    write_parquet_atomic(table, destination, staging)
+    try:
+        write_parquet_atomic(_row_groups(files, schema), destination, staging, schema=schema)
+    except (OSError, pa.ArrowException) as error:
+        raise DatasetError(f"{files[0].parent}: cannot merge its files ({error})") from error
     for path in files:
         path.unlink(missing_ok=True)
     return destination
+
+
+def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
+    """The files' rows, in order, in tables of about MERGE_ROW_GROUP_ROWS."""
+    pending: list[pa.Table] = []
+    rows = 0
+    for path in files:
+        parquet = pq.ParquetFile(path)
+        for index in range(parquet.num_row_groups):
+            part = _conform(parquet.read_row_group(index), schema)
+            pending.append(part)
+            rows += part.num_rows
+            if rows >= MERGE_ROW_GROUP_ROWS:
+                yield pa.concat_tables(pending)
+                pending, rows = [], 0
+    if pending:
+        yield pa.concat_tables(pending)
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with `schema`'s columns, in its order and types (a column an
+    older file lacks is NULL)."""
+    arrays = [
+        table.column(field.name).cast(field.type) if field.name in table.column_names
+        else pa.nulls(table.num_rows, field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def finish_interrupted(root: Path) -> int:

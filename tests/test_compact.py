@@ -7,10 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pytest
 import pyarrow.parquet as pq
 
 from analysis.dataset import open_dataset
+from collector import compact
 from collector.compact import finish_interrupted, maybe_compact
+from collector.errors import DatasetError
 from collector.writer import DatasetWriter
 
 T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
@@ -52,11 +56,30 @@ def test_the_sixtieth_flush_merges_the_partition_into_one_file_with_every_row(tm
     assert rows[-1] == (1, T0_US + 59_000_000, 159.0)
 
 
-def test_merged_rows_are_sorted_by_gpu_then_time(tmp_path):
+def test_merged_rows_keep_time_order(tmp_path):
     _flushes(tmp_path, 60)
     table = pq.read_table(tmp_path / PARTITION / _files(tmp_path)[0])
-    keys = list(zip(table.column("gpu_index").to_pylist(), table.column("ts").to_pylist()))
+    keys = list(zip(table.column("ts").to_pylist(), table.column("gpu_index").to_pylist()))
     assert keys == sorted(keys)
+
+
+def test_a_merge_writes_row_groups_of_bounded_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(compact, "MERGE_ROW_GROUP_ROWS", 50)
+    _flushes(tmp_path, 60)  # 120 rows, 2 a file
+    metadata = pq.ParquetFile(tmp_path / PARTITION / _files(tmp_path)[0]).metadata
+    assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [50, 50, 20]
+
+
+def test_merging_files_written_before_a_column_was_added_fills_it_with_null(tmp_path):
+    folder = tmp_path / PARTITION
+    folder.mkdir(parents=True)
+    old = pa.table({"ts": pa.array([T0_US], pa.timestamp("us", tz="UTC")), "gpu_index": pa.array([0], pa.int32())})
+    pq.write_table(old, folder / f"part-{T0_US}-1-00000.parquet")
+    new = old.append_column("power_w", pa.array([250.0]))
+    pq.write_table(new.set_column(0, "ts", pa.array([T0_US + 1], pa.timestamp("us", tz="UTC"))),
+                   folder / f"part-{T0_US + 1}-1-00001.parquet")
+    [merged] = maybe_compact(folder, tmp_path / ".staging", parts_at=2)
+    assert pq.read_table(merged).column("power_w").to_pylist() == [None, 250.0]
 
 
 def test_merged_files_are_merged_again_when_their_tier_fills(tmp_path):
@@ -98,3 +121,14 @@ def test_gpulens_compact_on_a_missing_folder_is_one_line_and_exit_1(tmp_path):
     result = subprocess.run([sys.executable, "-m", "dashboard.cli", "compact", str(tmp_path / "nope")],
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert (result.returncode, result.stderr.strip()) == (1, f"gpulens: error: {tmp_path / 'nope'}: no such dataset directory")
+
+
+def test_a_merge_that_cannot_read_a_file_names_the_partition_and_keeps_every_file(tmp_path):
+    _flushes(tmp_path, 3)
+    folder = tmp_path / PARTITION
+    damaged = sorted(folder.glob("*.parquet"))[1]
+    damaged.write_bytes(damaged.read_bytes()[:-20])  # the footer cut off
+    with pytest.raises(DatasetError, match="cannot merge its files"):
+        maybe_compact(folder, tmp_path / ".staging", parts_at=3)
+    assert len(_files(tmp_path)) == 3
+    assert not list((tmp_path / ".staging").glob("*.tmp"))
