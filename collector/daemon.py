@@ -23,6 +23,7 @@ flushes what is buffered, records `collector_stop` and returns.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import select
@@ -96,11 +97,15 @@ class Collector:
         self.backend = backend
         self.options = options
         self.writer = DatasetWriter(options.out, options.host)
+        self._add_telemetry = self.writer.appender("telemetry")
         self.summary = CollectSummary()
         self._clock_ns = clock_ns
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        # poll(), not select(): a tenth less CPU per wake-up on a VM.
+        self._waiter = select.poll()
+        self._waiter.register(self._wake_r, select.POLLIN)
         self._devices: list[DeviceInfo] = []
         self._health: dict[int, _GpuHealth] = {}
         self._on_tick: list[Callable[[int], None]] = []
@@ -137,6 +142,11 @@ class Collector:
         self._write_devices(start_ns)
         self._event(start_ns, "collector_start", None, f"backend={self.backend.name} gpus={len(self._devices)} interval_s={self.options.interval_s}")
         self._flush_or_log()
+        # What exists now (modules, the backend, the writer) lives as long as
+        # the process: take it out of the cyclic collector's view, so that a
+        # full collection scans only what the loop made since. In a 64-GPU
+        # 10 Hz run each full collection otherwise cost ~40 ms.
+        gc.freeze()
 
         # The first grid point after set-up (the first flush can be slow).
         setup_done_ns = self._clock_ns()
@@ -179,6 +189,7 @@ class Collector:
                 self.summary.files_written = len(self.writer.files_written)
                 os.close(self._wake_r)
                 os.close(self._wake_w)
+                gc.unfreeze()  # let the interpreter free everything at exit
         return self.summary
 
     def _sleep_until(self, deadline_ns: int) -> bool:
@@ -189,8 +200,8 @@ class Collector:
                 return False
             if remaining_ns <= 0:
                 return True
-            readable, _, _ = select.select([self._wake_r], [], [], remaining_ns / 1e9)
-            if readable:
+            # poll's timeout is in whole ms: round up, never wake early.
+            if self._waiter.poll(-(-remaining_ns // 1_000_000)):
                 try:
                     os.read(self._wake_r, 64)
                 except OSError:
@@ -199,6 +210,8 @@ class Collector:
     def _tick(self, ts_ns: int, slow: bool) -> None:
         ts_us = ts_ns // 1000
         self.summary.ticks += 1
+        add_telemetry = self._add_telemetry
+        sampled = 0
         for device in self._devices:
             health = self._health[device.gpu_index]
             if health.lost and ts_ns < health.retry_at_ns:
@@ -216,14 +229,15 @@ class Collector:
                 health.retry_delay_s = _RETRY_FIRST_S
                 self._event(ts_ns, "gpu_recovered", device, "GPU answers again")
             row = sample.values  # the sampler owns it from here: no copy
-            reasons = row.get("throttle_reasons")
             row["ts"] = ts_us
             row["gpu_index"] = device.gpu_index
             row["gpu_uuid"] = device.gpu_uuid
             row["vendor"] = device.vendor
-            self.writer.add("telemetry", row)
-            self.summary.samples += 1
-            self._track_throttle(device, health, ts_ns, reasons)
+            add_telemetry(row)
+            sampled += 1
+            reasons = row.get("throttle_reasons")
+            if reasons or health.limiting:  # else nothing held back, before or now
+                self._track_throttle(device, health, ts_ns, reasons)
             if sample.processes is not None:
                 for process in sample.processes:
                     self.writer.add(
@@ -237,6 +251,7 @@ class Collector:
                             "used_mem_bytes": process.used_mem_bytes,
                         },
                     )
+        self.summary.samples += sampled
         for event in self.backend.poll_events():
             device = next((d for d in self._devices if d.gpu_index == event.gpu_index), None)
             self._event(ts_ns, event.kind, device, event.detail, event.value)
@@ -250,8 +265,6 @@ class Collector:
         health.retry_at_ns = ts_ns + int(health.retry_delay_s * 1e9)
 
     def _track_throttle(self, device: DeviceInfo, health: _GpuHealth, ts_ns: int, reasons: list[str] | None) -> None:
-        if not reasons and not health.limiting:
-            return  # the common case: nothing held back, before or now
         limiting = frozenset(reasons or ()) & LIMITING_REASONS
         if limiting == health.limiting:
             return

@@ -202,6 +202,7 @@ class SimBackend:
             "thermal_violation_ns": state.thermal_violation_ns,
             "pcie_tx_bytes_per_s": round(pcie_share * pcie_peak * 0.2, 0),
             "pcie_rx_bytes_per_s": round(pcie_share * pcie_peak, 0),
+            "pcie_bytes_per_s": None,  # NVML's and amdsmi's combined figure; the sim has both directions
             "pcie_replay_count": state.pcie_replays,
             "link_tx_bytes_per_s": round(link_tx, 0),
             "link_rx_bytes_per_s": round(link_rx, 0),

@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from collector.errors import DatasetError
-from collector.writer import STAGING_DIR, DatasetWriter, sweep_staging
+from collector.schema import TELEMETRY_METRICS
+from collector.writer import STAGING_DIR, DatasetWriter, TableBuffer, sweep_staging
 
 MIDNIGHT_US = int(dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc).timestamp() * 1_000_000)
 
@@ -42,15 +43,40 @@ def test_missing_metric_is_written_as_null_not_zero(tmp_path):
     assert table["sm_clock_mhz"].to_pylist() == [None]
 
 
-def test_flush_sorts_rows_by_gpu_then_time(tmp_path):
+def test_flush_keeps_rows_in_arrival_order(tmp_path):
     writer = DatasetWriter(tmp_path, "n")
-    for k in (2, 0, 1):
+    for k in (0, 1, 2):
         for gpu in (1, 0):
             writer.add("telemetry", _row(MIDNIGHT_US + k, gpu))
     [path] = writer.flush()
     table = pq.read_table(path)
-    assert table["gpu_index"].to_pylist() == [0, 0, 0, 1, 1, 1]
-    assert [t.value for t in table["ts"]] == [MIDNIGHT_US, MIDNIGHT_US + 1, MIDNIGHT_US + 2] * 2
+    assert table["gpu_index"].to_pylist() == [1, 0, 1, 0, 1, 0]
+    assert [t.value for t in table["ts"]] == [MIDNIGHT_US, MIDNIGHT_US, MIDNIGHT_US + 1, MIDNIGHT_US + 1, MIDNIGHT_US + 2, MIDNIGHT_US + 2]
+
+
+def test_rows_converted_in_chunks_read_back_whole(tmp_path, monkeypatch):
+    # Rows become Arrow batches every CHUNK_ROWS; a flush joins them with the rest.
+    monkeypatch.setattr(TableBuffer, "CHUNK_ROWS", 4)
+    writer = DatasetWriter(tmp_path, "n")
+    for k in range(10):
+        writer.add("telemetry", _row(MIDNIGHT_US + k, k % 2))
+    assert writer.buffered_rows() == 10
+    [path] = writer.flush()
+    table = pq.read_table(path)
+    assert [t.value for t in table["ts"]] == [MIDNIGHT_US + k for k in range(10)]
+    assert table["host"].to_pylist() == ["n"] * 10
+    assert writer.buffered_rows() == 0
+
+
+def test_a_row_without_every_metric_key_is_null_where_it_has_none(tmp_path):
+    writer = DatasetWriter(tmp_path, "n")
+    # Every metric key (the cheap case) beside a row with only some.
+    writer.add("telemetry", {**dict.fromkeys(TELEMETRY_METRICS), **_row(MIDNIGHT_US, 0), "temp_c": 41.0})
+    writer.add("telemetry", _row(MIDNIGHT_US, 1, power_w=350.0))
+    [path] = writer.flush()
+    table = pq.read_table(path)
+    assert table["power_w"].to_pylist() == [400.0, 350.0]
+    assert table["temp_c"].to_pylist() == [41.0, None]
 
 
 def test_failed_flush_keeps_rows_for_the_next_try(tmp_path):
