@@ -49,11 +49,15 @@ def open_dataset(
     path: str | Path,
     connection: duckdb.DuckDBPyConnection | None = None,
     with_analyses: bool = True,
+    analyses_on_demand: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with one view per dataset table.
 
     With `with_analyses`, every analysis in `analysis/sql/` is a view too
-    (see `analysis.registry`), beside `hardware_peaks`.
+    (see `analysis.registry`), beside `hardware_peaks`; with
+    `analyses_on_demand` as well, each is created when `run_analysis`
+    first runs it (a caller that only runs analyses that way, such as
+    the dashboard, opens faster).
 
     Raises DatasetError if `path` is not a directory.
     """
@@ -85,10 +89,13 @@ def open_dataset(
     _check_derived_columns(con, root)
     if with_analyses:
         from analysis.peaks import register_hardware_peaks
-        from analysis.registry import register_analysis_views
+        from analysis.registry import register_analyses_on_demand, register_analysis_views
 
         register_hardware_peaks(con)
-        register_analysis_views(con)
+        if analyses_on_demand:
+            register_analyses_on_demand(con)
+        else:
+            register_analysis_views(con)
     return con
 
 

@@ -121,12 +121,53 @@ def register_analysis_views(con: duckdb.DuckDBPyConnection) -> None:
     for name, default in all_params().items():
         _set_variable(con, name, default)
     for analysis in load_analyses().values():
-        body = _strip_trailing_semicolon(analysis.sql)
-        try:
-            con.execute(f'create or replace view "{analysis.name}" as {body}')
-        except duckdb.Error as error:
-            message = " ".join(str(error).split())
-            raise QueryError(f"analysis/sql/{analysis.name}.sql: {message}") from error
+        _create_view(con, analysis)
+
+
+def register_analyses_on_demand(con: duckdb.DuckDBPyConnection) -> None:
+    """Set the parameters now, but create each analysis view (and the views
+    it requires) the first time `run_analysis` runs it on `con`.
+
+    Creating all 45 views binds each against the dataset's files (0.4 s on
+    a day of telemetry and a 10M-kernel run); a dashboard page needs a
+    few. The `requires:` headers must then be complete, which
+    tests/test_registry.py checks view by view."""
+    for name, default in all_params().items():
+        _set_variable(con, name, default)
+    _ON_DEMAND[id(con)] = set()
+
+
+def _ensure_views(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """On an on-demand connection, create `name`'s view and what it requires."""
+    created = _ON_DEMAND.get(id(con))
+    if created is None or name in created:
+        return
+    for analysis in _with_requirements(name):
+        if analysis.name not in created:
+            _create_view(con, analysis)
+            created.add(analysis.name)
+
+
+def _with_requirements(name: str) -> list[AnalysisSql]:
+    """`name` and every analysis it builds on, requirements first."""
+    analyses = load_analyses()
+    needed: set[str] = set()
+    pending = [name]
+    while pending:
+        current = pending.pop()
+        if current in analyses and current not in needed:
+            needed.add(current)
+            pending.extend(analyses[current].requires)
+    return [analysis for analysis_name, analysis in analyses.items() if analysis_name in needed]
+
+
+def _create_view(con: duckdb.DuckDBPyConnection, analysis: AnalysisSql) -> None:
+    body = _strip_trailing_semicolon(analysis.sql)
+    try:
+        con.execute(f'create or replace view "{analysis.name}" as {body}')
+    except duckdb.Error as error:
+        message = " ".join(str(error).split())
+        raise QueryError(f"analysis/sql/{analysis.name}.sql: {message}") from error
 
 
 def _strip_trailing_semicolon(sql: str) -> str:
@@ -138,6 +179,8 @@ def _strip_trailing_semicolon(sql: str) -> str:
 # views, and each costs a scan of every kernel on big runs).
 # Per connection: the state of the files, and the results computed in it.
 _REMEMBERED: dict[int, tuple[str, dict[tuple[Any, ...], pl.DataFrame]]] = {}
+# Connections whose analysis views are created on first use: the views made so far.
+_ON_DEMAND: dict[int, set[str]] = {}
 
 
 def remember_results(con: duckdb.DuckDBPyConnection, state: str) -> None:
@@ -149,7 +192,9 @@ def remember_results(con: duckdb.DuckDBPyConnection, state: str) -> None:
 
 
 def forget_results(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop what is kept for `con` (its results, its on-demand views' names)."""
     _REMEMBERED.pop(id(con), None)
+    _ON_DEMAND.pop(id(con), None)
 
 
 def run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl.DataFrame:
@@ -178,6 +223,7 @@ def _run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> p
     unknown = set(params) - set(known)
     if unknown:
         raise UsageError(f"unknown parameter(s) for {name}: {', '.join(sorted(unknown))}")
+    _ensure_views(con, name)
     try:
         for key, value in params.items():
             _set_variable(con, key, value)

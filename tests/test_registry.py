@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
 
@@ -9,6 +11,8 @@ from analysis import registry
 from analysis.dataset import open_dataset
 from collector.errors import UsageError
 from conftest import write_trace_table
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-training"
 
 
 @pytest.fixture()
@@ -35,6 +39,24 @@ def test_run_analysis_overrides_a_parameter_then_restores_the_default(sql_dir):
     registry.register_analysis_views(con)
     assert registry.run_analysis(con, "b_doubled", factor=10)["y"].to_list() == [10, 20, 30]
     assert con.execute("select sum(y) from b_doubled").fetchone()[0] == 12
+
+
+def test_on_demand_a_view_is_created_with_what_it_requires_when_first_run(sql_dir):
+    con = duckdb.connect()
+    registry.register_analyses_on_demand(con)
+    assert not con.execute("select view_name from duckdb_views() where not internal").fetchall()
+    assert registry.run_analysis(con, "b_doubled")["y"].to_list() == [2, 4, 6]
+    views = {name for (name,) in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
+    assert views == {"a_base", "b_doubled"}
+
+
+@pytest.mark.parametrize("name", list(registry.load_analyses()))
+def test_every_analysis_declares_every_analysis_it_reads(name):
+    # On demand, a view is created with only what its `requires:` header
+    # names: a missing name fails here, not on a dashboard page.
+    con = open_dataset(SAMPLE, analyses_on_demand=True)
+    registry._ensure_views(con, name)
+    assert con.execute(f'select count(*) from "{name}"').fetchone()[0] >= 0
 
 
 def test_unknown_parameter_is_a_usage_error(sql_dir):
