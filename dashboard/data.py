@@ -254,7 +254,7 @@ class Connection:
                 con.execute(setting)
             except duckdb.Error:  # an older DuckDB without the setting
                 pass
-        self.con = open_dataset(path, connection=con)
+        self.con = open_dataset(path, connection=con, analyses_on_demand=True)
         self.lock = threading.Lock()
 
     def run(self, func: Callable[..., Any], *args: Any, fingerprint: str = "", **kwargs: Any) -> Any:

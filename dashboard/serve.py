@@ -1,6 +1,8 @@
 """`gpulens dashboard [DATASET]`: start the Streamlit app on a dataset.
 
-It runs `python -m streamlit run dashboard/app.py` in place of this process
+It runs `python -m dashboard.launch run dashboard/app.py` (Streamlit's own
+`streamlit run`, after importing what the pages need and starting on the
+first page's results: see dashboard/launch.py) in place of this process
 (so Ctrl-C and SIGTERM reach Streamlit directly), with the dataset in
 `GPULENS_DATASET`, bound to localhost unless `--address` says otherwise.
 """
@@ -21,7 +23,7 @@ APP = Path(__file__).resolve().parent / "app.py"
 def streamlit_command(port: int, address: str) -> list[str]:
     """The command line that serves the app."""
     return [
-        sys.executable, "-m", "streamlit", "run", str(APP),
+        sys.executable, "-m", "dashboard.launch", "run", str(APP),
         "--server.address", address,
         "--server.port", str(port),
         "--server.headless", "true",

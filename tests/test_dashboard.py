@@ -379,7 +379,7 @@ def _serve(monkeypatch, args: list[str]) -> tuple[list[str], dict[str, str]]:
 
 def test_dashboard_command_binds_localhost_and_names_the_dataset(monkeypatch, sample):
     argv, env = _serve(monkeypatch, [str(sample), "--port", "8600"])
-    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4].endswith("dashboard/app.py")
+    assert argv[1:4] == ["-m", "dashboard.launch", "run"] and argv[4].endswith("dashboard/app.py")
     options = dict(zip(argv[5::2], argv[6::2]))
     assert options == {
         "--server.address": "127.0.0.1", "--server.port": "8600", "--server.headless": "true",
@@ -392,3 +392,23 @@ def test_dashboard_command_binds_elsewhere_only_when_told(monkeypatch, sample):
     argv, _ = _serve(monkeypatch, [str(sample), "--address", "0.0.0.0"])
     assert argv[argv.index("--server.address") + 1] == "0.0.0.0"
     assert argv[argv.index("--server.port") + 1] == "8501"
+
+
+def test_the_launcher_warms_the_overview_results_into_the_pages_cache(monkeypatch, sample):
+    from analysis.findings import all_findings
+    from dashboard import launch
+
+    monkeypatch.setenv(data.DATASET_ENV, str(sample))
+    monkeypatch.delenv("GPULENS_WARM_UP", raising=False)
+    thread = launch.prepare()
+    thread.join(timeout=120)
+    key = data.cache_key(data.current(sample), all_findings, (), {})
+    assert key in data.RESULTS
+
+
+def test_the_launcher_warms_nothing_with_warm_up_off(monkeypatch, sample):
+    from dashboard import launch
+
+    monkeypatch.setenv(data.DATASET_ENV, str(sample))
+    monkeypatch.setenv("GPULENS_WARM_UP", "0")
+    assert launch.prepare() is None
