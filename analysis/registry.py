@@ -118,8 +118,7 @@ def _set_variable(con: duckdb.DuckDBPyConnection, name: str, value: Any) -> None
 
 def register_analysis_views(con: duckdb.DuckDBPyConnection) -> None:
     """Create one view per analysis on a connection with the dataset views."""
-    for name, default in all_params().items():
-        _set_variable(con, name, default)
+    _set_param_defaults(con)
     for analysis in load_analyses().values():
         _create_view(con, analysis)
 
@@ -132,9 +131,13 @@ def register_analyses_on_demand(con: duckdb.DuckDBPyConnection) -> None:
     a day of telemetry and a 10M-kernel run); a dashboard page needs a
     few. The `requires:` headers must then be complete, which
     tests/test_registry.py checks view by view."""
+    _set_param_defaults(con)
+    _ON_DEMAND[id(con)] = set()
+
+
+def _set_param_defaults(con: duckdb.DuckDBPyConnection) -> None:
     for name, default in all_params().items():
         _set_variable(con, name, default)
-    _ON_DEMAND[id(con)] = set()
 
 
 def _ensure_views(con: duckdb.DuckDBPyConnection, name: str) -> None:

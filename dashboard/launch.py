@@ -31,7 +31,6 @@ def prepare() -> threading.Thread | None:
     import plotly.graph_objects  # noqa: F401
 
     from analysis import communication, findings, launch, power, time_breakdown, timeline  # noqa: F401
-    from analysis.dataset import dataset_summary
     from dashboard import charts, data  # noqa: F401
     from dashboard.pages import common
 
@@ -45,8 +44,7 @@ def prepare() -> threading.Thread | None:
         return None
 
     def warm() -> None:
-        # What the overview asks for, in its order (see pages/overview.py).
-        for func in (dataset_summary, timeline.telemetry_coverage, timeline.trace_runs, findings.all_findings):
+        for func in common.overview_results():
             try:
                 data.cached(dataset, func)
             except Exception:  # noqa: BLE001 - the page shows the error when it asks

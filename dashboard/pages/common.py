@@ -89,18 +89,26 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def overview_results() -> tuple[Callable[..., Any], ...]:
+    """What the overview asks for, in its order (pages/overview.py): warmed
+    first, at server start (dashboard/launch.py) and at the first visit."""
+    from analysis import timeline
+    from analysis.dataset import dataset_summary
+    from analysis.findings import all_findings
+
+    return dataset_summary, timeline.telemetry_coverage, timeline.trace_runs, all_findings
+
+
 def warm_up(ds: data.Dataset) -> None:
     """Compute what every page shows first, in the background, once per dataset
     (`GPULENS_WARM_UP=0` turns it off)."""
     if os.environ.get(WARM_UP_ENV, "1") == "0" or data.problem(ds) is not None:
         return
     from analysis import communication, launch, power, time_breakdown, timeline
-    from analysis.dataset import dataset_summary
-    from analysis.findings import all_findings
 
     # In the order of the menu: what each page asks for with its defaults.
     data.warm_up(ds, [(func, (), {}) for func in (
-        dataset_summary, timeline.telemetry_coverage, timeline.trace_runs, all_findings,
+        *overview_results(),
         power.power_headroom, timeline.power_histogram, power.node_power, power.interconnect_usage,
         launch.launch_rank_summary, launch.step_launch_summary, time_breakdown.time_breakdown, timeline.launch_histogram,
         launch.short_kernels, time_breakdown.kernel_stats, launch.launch_outliers, launch.launch_flip,
