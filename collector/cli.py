@@ -173,6 +173,9 @@ def ingest(paths, out, run_name, jobs):
     """
     from collector.errors import GpulensError
     from collector.ingest import ingest_paths
+    from collector.ingest.batch import prepare_ingest_process
+
+    prepare_ingest_process()  # this process only ingests
 
     report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
     for result in report.results:

@@ -69,13 +69,7 @@ def _free_port() -> int:
 
 
 def _gpulens_dashboard_command(dataset: Path, port: int) -> list[str]:
-    """`gpulens dashboard` where the command is wired, else its module directly."""
-    from dashboard.cli import cli
-
-    args = [str(dataset), "--port", str(port)]
-    if "dashboard" in cli.commands:
-        return [sys.executable, "-m", "dashboard.cli", "dashboard", *args]
-    return [sys.executable, "-m", "dashboard.serve", *args]
+    return [sys.executable, "-m", "dashboard.cli", "dashboard", str(dataset), "--port", str(port)]
 
 
 @pytest.fixture(scope="module")

@@ -262,3 +262,18 @@ def test_ingest_real_folder_one_run_several_ranks(tmp_path: Path) -> None:
     files = [TRACES / "sampled_128rank_rank0.json.gz", TRACES / "sampled_128rank_rank1.json.gz"]
     report = ingest_paths(files, tmp_path / "out", jobs=2)
     assert (report.runs, sorted(r.rank for r in report.results)) == (["sampled_128rank"], [0, 1])
+
+
+def test_gpulens_ingest_loads_neither_pandas_nor_the_report(tmp_path: Path) -> None:
+    # The report and dashboard modules cost 0.7 s of imports; pyarrow would
+    # import pandas on its first array. `gpulens ingest` needs none of them.
+    import subprocess
+    import sys
+
+    trace = write(tmp_path / "t.json", kineto_json())
+    program = ("import sys; from dashboard.cli import main; code = main(sys.argv[1:]); "
+               "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'polars', 'streamlit', 'plotly'}), "
+               "'dashboard.report' in sys.modules, code)")
+    result = subprocess.run([sys.executable, "-c", program, "ingest", str(trace), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert result.stdout.strip() == "[] False 0"

@@ -10,7 +10,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from collector.errors import GpulensError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAINING = REPO_ROOT / "sample_traces" / "demo-training"
@@ -19,31 +18,11 @@ SCHEMA = REPO_ROOT / "dashboard" / "report" / "schema" / "report.schema.json"
 
 
 def gpulens(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run `gpulens ARGS` in this process: (exit code, stdout, stderr).
-
-    Through `dashboard.cli.main` where `report` is wired into it, else the
-    same handling of GpulensError (one line on stderr, its exit code).
-    """
+    """Run `gpulens ARGS` in this process: (exit code, stdout, stderr)."""
     from dashboard import cli
 
     capsys.readouterr()
-    if "report" in cli.cli.commands:
-        code = cli.main(list(args))
-    else:
-        import click
-
-        from dashboard.report.command import report
-
-        assert args[0] == "report"
-        try:
-            report.main(args=list(args[1:]), prog_name="gpulens report", standalone_mode=False)
-            code = 0
-        except click.ClickException as error:
-            error.show()
-            code = error.exit_code
-        except GpulensError as error:
-            click.echo(f"gpulens: error: {error}", err=True)
-            code = error.exit_code
+    code = cli.main(list(args))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
