@@ -205,16 +205,32 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
 
 
 def _worker_start() -> None:
-    """Set up a worker process, which only ingests.
+    """Set up a worker process, which only ingests."""
+    prepare_ingest_process()
 
-    pyarrow imports pandas the first time it builds an array (a second of
-    CPU and ~50 MB per process) though ingest never converts to pandas. A
-    worker that has not inherited pandas from its parent makes the import
-    fail, so pyarrow goes on without it. Only in workers: in the caller's
-    process that would break pandas for everyone else.
+
+def prepare_ingest_process() -> None:
+    """Settings for a process that only ingests; only in processes gpulens
+    owns (its ingest workers, the `gpulens ingest` command), since they
+    would change a caller's process for everyone else in it.
+
+    - pyarrow imports pandas the first time it builds an array (a second of
+      CPU and ~50 MB per process) though ingest never converts to pandas.
+      Where pandas is not imported yet, the import is made to fail, so
+      pyarrow goes on without it.
+    - Arrow's buffers come from the C library's allocator, not Arrow's
+      default mimalloc. Ingest builds and frees many arrays of a few MB per
+      batch; mimalloc hands that memory back and faults it in again (as
+      2 MB huge pages, each zeroed), which cost ~15 % of ingest's CPU time
+      in system time. With malloc: half the system time, 1/4 less peak
+      memory (measured on 8 × 620,000-event ranks: 4.3 → 2.1 s of system
+      time, 366 → 282 MB max RSS).
     """
-    if "pandas" not in sys.modules:
+    import pyarrow as pa
+
+    if "pandas" not in sys.modules and not any(isinstance(hook, _NoPandas) for hook in sys.meta_path):
         sys.meta_path.insert(0, _NoPandas())
+    pa.set_memory_pool(pa.system_memory_pool())
 
 
 class _NoPandas:
