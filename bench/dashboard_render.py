@@ -17,6 +17,16 @@ Three start-ups, each a fresh server process:
              (someone opening the link it printed);
   no warm-up with GPULENS_WARM_UP=0: nothing is computed before a page
              asks for it (every page cold).
+Then, on a settled server, the way a person moves about: one tab, the
+overview opened, then each page by its link in the sidebar (Streamlit
+reruns the page over its open connection; nothing is loaded again), timed
+from the click to the page having run to the end with its title shown.
+
+Peer, in the same browser: a bare Streamlit app (a title and one Plotly
+line of 5,000 points, no data behind it), loaded afresh in a new tab like
+the pages above. It is the least any Streamlit page with a chart takes
+here, and each page's first load is also printed as a ratio to it.
+
 Target (issue 6): a page with a day of 8-GPU telemetry and a 10-million
 kernel run shows in under 3 s. The figures include Chromium's own drawing.
 """
@@ -25,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import tempfile
 import platform
 import signal
 import socket
@@ -51,13 +63,38 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# The peer: what any Streamlit page with one Plotly chart costs here.
+PEER_APP = """
+import math
+import plotly.graph_objects as go
+import streamlit as st
+
+st.title("Peer")
+x = list(range(5000))
+st.plotly_chart(go.Figure(go.Scatter(x=x, y=[math.sin(i / 100) for i in x], mode="lines")))
+"""
+
+
 def start_server(dataset: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str, float]:
     """The server process, its URL, and seconds until it answered."""
     port = _free_port()
+    return _started([sys.executable, "-m", "dashboard.cli", "dashboard", str(dataset), "--port", str(port)], port, env)
+
+
+def start_peer(folder: Path) -> tuple[subprocess.Popen, str, float]:
+    """A bare Streamlit app with one chart, served the way gpulens serves its own."""
+    app = folder / "peer.py"
+    app.write_text(PEER_APP)
+    port = _free_port()
+    return _started([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+                     "--server.address", "127.0.0.1", "--server.headless", "true",
+                     "--browser.gatherUsageStats", "false"], port, dict(os.environ))
+
+
+def _started(command: list[str], port: int, env: dict[str, str]) -> tuple[subprocess.Popen, str, float]:
     started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dashboard.cli", "dashboard", str(dataset), "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=REPO_ROOT, env=env)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                               cwd=REPO_ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
     while True:
         try:
@@ -67,7 +104,7 @@ def start_server(dataset: Path, env: dict[str, str]) -> tuple[subprocess.Popen, 
         except OSError:
             pass
         if process.poll() is not None or time.monotonic() - started > 60:
-            raise SystemExit("gpulens dashboard did not start")
+            raise SystemExit(f"{' '.join(command[2:4])} did not start")
         time.sleep(0.05)
 
 
@@ -80,25 +117,48 @@ def stop_server(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def time_page(browser, url: str, key: str, timeout_s: float = 600) -> float:
-    """Seconds from asking for the page to its script having finished."""
-    title = PAGES[key][1]
+def time_page(browser, url: str, key: str, title: str | None = None, timeout_s: float = 600) -> float:
+    """Seconds from asking for the page, in a new tab, to its script having finished."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         started = time.monotonic()
         page.goto(f"{url}/{'' if key == 'overview' else key}", wait_until="domcontentloaded")
-        page.locator("h1", has_text=title).first.wait_for(timeout=timeout_s * 1000)
-        while True:
-            if page.locator(_BUSY).count() == 0:
-                finished = time.monotonic()
-                page.wait_for_timeout(250)  # not between two reruns
-                if page.locator(_BUSY).count() == 0:
-                    return finished - started
-            if time.monotonic() - started > timeout_s:
-                raise SystemExit(f"/{key}: still running after {timeout_s:.0f} s")
-            page.wait_for_timeout(20)
+        return _until_shown(page, title or PAGES[key][1], started, timeout_s)
     finally:
         page.close()
+
+
+def time_navigation(browser, url: str, keys: list[str], timeout_s: float = 600) -> dict[str, float]:
+    """Seconds from clicking each page's sidebar link, in one tab, to the page
+    having run to the end (the overview first, opened by its URL)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(url, wait_until="domcontentloaded")
+        _until_shown(page, PAGES["overview"][1], time.monotonic(), timeout_s)
+        times: dict[str, float] = {}
+        for key in keys:
+            if key == "overview":
+                continue
+            link = page.locator(f'[data-testid="stSidebarNav"] a[href$="/{key}"]').first
+            started = time.monotonic()
+            link.click()
+            times[key] = _until_shown(page, PAGES[key][1], started, timeout_s)
+        return times
+    finally:
+        page.close()
+
+
+def _until_shown(page, title: str, started: float, timeout_s: float) -> float:
+    page.locator("h1", has_text=title).first.wait_for(timeout=timeout_s * 1000)
+    while True:
+        if page.locator(_BUSY).count() == 0:
+            finished = time.monotonic()
+            page.wait_for_timeout(250)  # not between two reruns
+            if page.locator(_BUSY).count() == 0:
+                return finished - started
+        if time.monotonic() - started > timeout_s:
+            raise SystemExit(f"{title}: still running after {timeout_s:.0f} s")
+        page.wait_for_timeout(20)
 
 
 def main() -> int:
@@ -123,7 +183,17 @@ def main() -> int:
     worst_first = 0.0
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        folder = Path(tempfile.mkdtemp(prefix="gpulens-peer-"))
         try:
+            process, url, _ = start_peer(folder)
+            try:
+                time.sleep(args.settle)
+                peers = [time_page(browser, url, "overview", title="Peer") for _ in range(3)]
+            finally:
+                stop_server(process)
+            peer_s = sorted(peers)[1]
+            print(f"      peer (bare Streamlit app, one Plotly chart of 5,000 points, new tab): "
+                  f"{'  '.join(f'{s:.2f}' for s in peers)} s; median {peer_s:.2f} s")
             for name, (extra_env, settle_s) in scenarios.items():
                 process, url, start_s = start_server(args.dataset, {**os.environ, **extra_env})
                 try:
@@ -133,11 +203,24 @@ def main() -> int:
                     stop_server(process)
                 if name != "no warm-up":
                     worst_first = max(worst_first, times[pages[0]])
-                shown = "  ".join(f"{key} {seconds:.2f}" for key, seconds in times.items())
+                shown = "  ".join(f"{key} {seconds:.2f} ({seconds / peer_s:.1f}x)" for key, seconds in times.items())
                 print(f"{name:>10} (server answered in {start_s:.1f} s, browser after {settle_s:g} s): {shown}")
+            process, url, start_s = start_server(args.dataset, dict(os.environ))
+            try:
+                time.sleep(args.settle)
+                moves = time_navigation(browser, url, pages)
+            finally:
+                stop_server(process)
+            shown = "  ".join(f"{key} {seconds:.2f}" for key, seconds in moves.items())
+            print(f"  by sidebar link, one tab, settled server: {shown}")
         finally:
             browser.close()
-    print(f"first page, slowest with the start-up warm-up: {worst_first:.2f} s   target < {TARGET_S:g} s")
+            shutil.rmtree(folder, ignore_errors=True)
+    print(f"first page, slowest with the start-up warm-up: {worst_first:.2f} s ({worst_first / peer_s:.1f}x the peer)   "
+          f"target < {TARGET_S:g} s")
+    if moves:
+        slowest = max(moves, key=moves.__getitem__)
+        print(f"slowest page by sidebar link: {slowest} {moves[slowest]:.2f} s   target < {TARGET_S:g} s")
     return 0
 
 
