@@ -54,7 +54,14 @@ from dashboard.pages.common import PAGES  # noqa: E402
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 TARGET_S = 3.0
-_BUSY = '[data-testid="stStatusWidget"], [data-testid="stSkeleton"]'
+# Running, loading, or an element of the previous run not yet replaced.
+_BUSY = '[data-testid="stStatusWidget"], [data-testid="stSkeleton"], [data-stale="true"]'
+_CHARTS_DRAWN = """() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"]'))
+    .every(chart => chart.querySelector('.main-svg') !== null)"""
+
+
+def _settled(page) -> bool:
+    return page.locator(_BUSY).count() == 0 and page.evaluate(_CHARTS_DRAWN)
 
 
 def _free_port() -> int:
@@ -149,12 +156,14 @@ def time_navigation(browser, url: str, keys: list[str], timeout_s: float = 600) 
 
 
 def _until_shown(page, title: str, started: float, timeout_s: float) -> float:
+    """Seconds from `started` until the page with `title` has run to the end,
+    nothing of the previous page is left, and every chart has been drawn."""
     page.locator("h1", has_text=title).first.wait_for(timeout=timeout_s * 1000)
     while True:
-        if page.locator(_BUSY).count() == 0:
+        if _settled(page):
             finished = time.monotonic()
             page.wait_for_timeout(250)  # not between two reruns
-            if page.locator(_BUSY).count() == 0:
+            if _settled(page):
                 return finished - started
         if time.monotonic() - started > timeout_s:
             raise SystemExit(f"{title}: still running after {timeout_s:.0f} s")
