@@ -36,6 +36,8 @@ with st.sidebar:
         data.RESULTS.clear()
 
 # What the other pages show first is computed in the background meanwhile
-# (once per dataset), so moving between pages is quick on big datasets.
+# (once per dataset), so moving between pages is quick on big datasets;
+# it waits while a page runs and while the browser draws it.
 warm_up(ds)
-current.run()
+with data.page_running():
+    current.run()

@@ -18,6 +18,7 @@ folder. `build_sample_dataset` makes a small one for tests.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import importlib
 import os
@@ -26,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -395,13 +396,29 @@ def cached(dataset: Dataset, func: Callable[..., Any], *args: Any, **kwargs: Any
             _activity["last"] = time.monotonic()
 
 
+@contextlib.contextmanager
+def page_running() -> Iterator[None]:
+    """Mark a page's script as running: the warm-up waits for the whole
+    script (its figures and their serialisation too, not only its queries)
+    and then `idle_s` more, while the browser draws what it was sent."""
+    with _activity_lock:
+        _activity["busy"] += 1
+    try:
+        yield
+    finally:
+        with _activity_lock:
+            _activity["busy"] -= 1
+            _activity["last"] = time.monotonic()
+
+
 _warmed: set[tuple[str, tuple[str, ...]]] = set()
 _warm_up_threads: list[threading.Thread] = []
 _stopping = threading.Event()
-WarmUpCall = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+# (function, its arguments or a callable returning them (None: skip), keywords)
+WarmUpCall = tuple[Callable[..., Any], "tuple[Any, ...] | Callable[[], tuple[Any, ...] | None]", dict[str, Any]]
 
 
-def warm_up(dataset: Dataset, calls: list[WarmUpCall], idle_s: float = 0.5) -> threading.Thread | None:
+def warm_up(dataset: Dataset, calls: list[WarmUpCall], idle_s: float = 1.5) -> threading.Thread | None:
     """Compute `calls` into the cache in a background thread, once per
     dataset and set of tables, each only while no page is asking for
     anything (a page's own queries go first). Failures are left for the
@@ -424,6 +441,10 @@ def warm_up(dataset: Dataset, calls: list[WarmUpCall], idle_s: float = 0.5) -> t
             if _stopping.is_set():
                 return
             try:
+                if callable(args):  # arguments that depend on results warmed before
+                    args = args()
+                    if args is None:
+                        continue
                 cached(dataset, func, *args, **kwargs)
             except Exception:  # noqa: BLE001 - the page that needs it shows the error
                 continue

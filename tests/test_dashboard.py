@@ -10,8 +10,10 @@ limit) sampled around the traces of two simulated 8-rank runs, `training`
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -337,6 +339,34 @@ def test_warm_up_fills_the_cache_in_the_background_once(sample):
     for func, args, kwargs in calls:
         assert data.cache_key(ds, func, args, kwargs) in data.RESULTS
     assert data.warm_up(ds, calls) is None
+
+
+def test_warm_up_waits_while_a_page_runs(sample, tmp_path):
+    # A copy of the sample: its own dataset key, so no other test has warmed it.
+    copy = tmp_path / "sample"
+    shutil.copytree(sample, copy)
+    ds = data.current(copy)
+    calls = [(timeline.trace_runs, (), {})]
+    key = data.cache_key(ds, timeline.trace_runs, (), {})
+    with data.page_running():
+        thread = data.warm_up(ds, calls, idle_s=0)
+        time.sleep(0.5)
+        assert key not in data.RESULTS
+    thread.join(timeout=60)
+    assert key in data.RESULTS
+
+
+def test_page_warm_up_draws_the_kernels_timeline_the_page_shows_first(sample, tmp_path):
+    from dashboard.pages import common
+
+    copy = tmp_path / "sample"
+    shutil.copytree(sample, copy)
+    ds = data.current(copy)
+    common.warm_up(ds)
+    data._warm_up_threads[-1].join(timeout=120)
+    # The first run of the menu, its first rank, its second profiler step (the sample's steps start at 2).
+    assert common.default_timeline_step(ds) == ("balanced", 0, 3)
+    assert data.cache_key(ds, timeline.step_kernels, ("balanced", 0, 3), {}) in data.RESULTS
 
 
 def test_cached_refuses_functions_outside_analysis(tmp_path):

@@ -114,7 +114,33 @@ def warm_up(ds: data.Dataset) -> None:
         launch.short_kernels, time_breakdown.kernel_stats, launch.launch_outliers, launch.launch_flip,
         communication.collective_stats, time_breakdown.comm_overlap, communication.stragglers, timeline.skew_by_step,
         communication.collective_outliers,
-    )])
+    )] + [(timeline.step_kernels, lambda: default_timeline_step(ds), {})])
+
+
+def timeline_choices(steps: pl.DataFrame) -> tuple[list[int], list[int]]:
+    """The ranks and steps the kernels page's timeline offers, from one run's
+    `step_launch_summary`; it shows the first rank and the second step."""
+    if not steps.height:
+        return [], []
+    ranks = sorted(steps["rank"].unique().to_list())
+    step_numbers = sorted(s for s in steps["step"].unique().to_list() if s is not None)
+    return ranks, step_numbers
+
+
+def default_timeline_step(ds: data.Dataset) -> tuple[str, int, int] | None:
+    """`step_kernels`' arguments for what the kernels page draws first: its
+    first run, and the defaults of `timeline_choices` (None: no steps)."""
+    from analysis import launch, timeline
+
+    runs = data.cached(ds, timeline.trace_runs)
+    if not runs.height:
+        return None
+    run = runs["run"][0]
+    steps = data.cached(ds, launch.step_launch_summary)
+    ranks, step_numbers = timeline_choices(steps.filter(pl.col("run") == run) if "run" in steps.columns else steps)
+    if not ranks or not step_numbers:
+        return None
+    return run, int(ranks[0]), int(step_numbers[min(1, len(step_numbers) - 1)])
 
 
 def counts(ds: data.Dataset) -> dict[str, int]:

@@ -12,7 +12,7 @@ from analysis import launch, time_breakdown, timeline
 from dashboard import charts
 from dashboard.pages.common import (
     NO_TRACES, caption_dataset, chart, fetch, fmt_duration_ns, fmt_share, frame, require_dataset, require_tables,
-    run_picker,
+    run_picker, timeline_choices,
 )
 
 VERDICT_WORDS = {"cpu_bound": "CPU-bound", "gpu_bound": "GPU-bound", "balanced": "balanced", "unknown": "undecided"}
@@ -109,8 +109,7 @@ stats = _of_run(frame(ds, time_breakdown.kernel_stats))
 chart(charts.top_kernels_figure(stats), key="kernels_top")
 
 st.subheader("Timeline of one step")
-rank_list = sorted(steps["rank"].unique().to_list()) if steps.height else []
-step_numbers = sorted(s for s in steps["step"].unique().to_list() if s is not None) if steps.height else []
+rank_list, step_numbers = timeline_choices(steps)
 if rank_list and step_numbers:
     c1, c2 = st.columns(2)
     rank = c1.selectbox("Rank", rank_list, key="kernels_rank")
