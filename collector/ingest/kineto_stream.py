@@ -7,15 +7,17 @@ go holds the whole decompressed text *and* a Python object per event: for
 a 216,000-event file, 53 MB of text and about 120 MB of objects.
 
 `TraceStream` instead reads decompressed chunks, decodes the header on
-its own, then cuts the event array into pieces of about `BATCH_BYTES` (4 MiB,
-about 15,000 events: the objects of one batch stay a few tens of MB, and
-the per-batch work, some forty Arrow and numpy calls to build each table's
-columns, stays small: 8 ranks of 620,000 events on 2 cores took 12.5 s
-with 4 MiB pieces and 14.4 s with 1 MiB ones, medians of 5 runs, for the
-same peak memory) at event boundaries (`}, {"ph": ...`) and decodes each piece as a JSON array,
-so only one batch of event objects exists at a time. The rest of the file
-after the last cut is decoded as `{"traceEvents": [` + rest, which yields
-the last events and the trailer keys.
+its own, then cuts the event array into pieces of about `BATCH_BYTES` at
+event boundaries (`}, {"ph": ...`) and decodes each piece as a JSON array,
+so only one batch of event objects exists at a time. The rest of the
+file after the last cut is decoded as `{"traceEvents": [` + rest, which
+yields the last events and the trailer keys.
+
+4 MiB pieces (about 15,000 events) keep the per-piece work (some forty
+Arrow and numpy calls to build each table's columns) small next to the
+events' own: 8 ranks of 620,000 events on 2 cores took 12.3 s with 4 MiB
+pieces and 14.4 s with 1 MiB ones (medians of 6 and 5 runs), at the same
+peak memory.
 
 A cut can only be wrong by landing inside an event (a nested object or a
 string that looks like a boundary); the piece then fails to decode as a
