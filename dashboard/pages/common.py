@@ -117,9 +117,14 @@ def warm_up(ds: data.Dataset) -> None:
     )] + [(timeline.step_kernels, lambda: default_timeline_step(ds), {})])
 
 
+# The kernels page's timeline first shows its first rank's second step:
+# the first step of a profile often holds one-off warm-up work.
+TIMELINE_STEP_INDEX = 1
+
+
 def timeline_choices(steps: pl.DataFrame) -> tuple[list[int], list[int]]:
     """The ranks and steps the kernels page's timeline offers, from one run's
-    `step_launch_summary`; it shows the first rank and the second step."""
+    `step_launch_summary`."""
     if not steps.height:
         return [], []
     ranks = sorted(steps["rank"].unique().to_list())
@@ -140,7 +145,7 @@ def default_timeline_step(ds: data.Dataset) -> tuple[str, int, int] | None:
     ranks, step_numbers = timeline_choices(steps.filter(pl.col("run") == run) if "run" in steps.columns else steps)
     if not ranks or not step_numbers:
         return None
-    return run, int(ranks[0]), int(step_numbers[min(1, len(step_numbers) - 1)])
+    return run, int(ranks[0]), int(step_numbers[min(TIMELINE_STEP_INDEX, len(step_numbers) - 1)])
 
 
 def counts(ds: data.Dataset) -> dict[str, int]:

@@ -12,7 +12,7 @@ from analysis import launch, time_breakdown, timeline
 from dashboard import charts
 from dashboard.pages.common import (
     NO_TRACES, caption_dataset, chart, fetch, fmt_duration_ns, fmt_share, frame, require_dataset, require_tables,
-    run_picker, timeline_choices,
+    TIMELINE_STEP_INDEX, run_picker, timeline_choices,
 )
 
 VERDICT_WORDS = {"cpu_bound": "CPU-bound", "gpu_bound": "GPU-bound", "balanced": "balanced", "unknown": "undecided"}
@@ -113,7 +113,7 @@ rank_list, step_numbers = timeline_choices(steps)
 if rank_list and step_numbers:
     c1, c2 = st.columns(2)
     rank = c1.selectbox("Rank", rank_list, key="kernels_rank")
-    step = c2.selectbox("Step", step_numbers, index=min(1, len(step_numbers) - 1), key="kernels_step")
+    step = c2.selectbox("Step", step_numbers, index=min(TIMELINE_STEP_INDEX, len(step_numbers) - 1), key="kernels_step")
     kernels = frame(ds, timeline.step_kernels, run, int(rank), int(step))
     if kernels.height and kernels["kernels_in_step"][0] > kernels.height:
         st.caption(f"Showing the {kernels.height:,} longest of {kernels['kernels_in_step'][0]:,} kernels in this step.")
