@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import tempfile
 import platform
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path

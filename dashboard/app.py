@@ -39,5 +39,5 @@ with st.sidebar:
 # (once per dataset), so moving between pages is quick on big datasets;
 # it waits while a page runs and while the browser draws it.
 warm_up(ds)
-with data.page_running():
+with data.busy():
     current.run()

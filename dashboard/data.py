@@ -386,21 +386,16 @@ def cached(dataset: Dataset, func: Callable[..., Any], *args: Any, **kwargs: Any
     Callers must not modify what they get.
     """
     key = cache_key(dataset, func, args, kwargs)
-    with _activity_lock:
-        _activity["busy"] += 1
-    try:
+    with busy():
         return RESULTS.get(key, lambda: call(dataset, func, *args, **kwargs))
-    finally:
-        with _activity_lock:
-            _activity["busy"] -= 1
-            _activity["last"] = time.monotonic()
 
 
 @contextlib.contextmanager
-def page_running() -> Iterator[None]:
-    """Mark a page's script as running: the warm-up waits for the whole
-    script (its figures and their serialisation too, not only its queries)
-    and then `idle_s` more, while the browser draws what it was sent."""
+def busy() -> Iterator[None]:
+    """Mark the dashboard busy while a query runs (`cached`) or a page's
+    script does (app.py: its figures and their serialisation too, not only
+    its queries): the warm-up waits until nothing is, then `idle_s` more,
+    while the browser draws what it was sent."""
     with _activity_lock:
         _activity["busy"] += 1
     try:

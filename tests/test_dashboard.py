@@ -348,7 +348,7 @@ def test_warm_up_waits_while_a_page_runs(sample, tmp_path):
     ds = data.current(copy)
     calls = [(timeline.trace_runs, (), {})]
     key = data.cache_key(ds, timeline.trace_runs, (), {})
-    with data.page_running():
+    with data.busy():
         thread = data.warm_up(ds, calls, idle_s=0)
         time.sleep(0.5)
         assert key not in data.RESULTS
