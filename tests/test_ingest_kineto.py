@@ -142,6 +142,13 @@ def test_kineto_kernel_links_ids_and_launch_dims(parsed: ParsedTrace) -> None:
     }
 
 
+def test_kineto_launch_dims_of_any_json_shape_become_text(tmp_path: Path) -> None:
+    shapes = [[8, 1, 1], [8.0, 1, 1], "8x1x1", {"x": 8}, [[8], 1], None]
+    events = [gpu("kernel", f"k{i}", 1000.0 + i, 1.0, correlation=900 + i, grid=shape) for i, shape in enumerate(shapes)]
+    trace = kineto.parse(write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=events)), "demo")
+    assert [r["grid"] for r in rows(trace, "kernels")] == ["[8, 1, 1]", "[8.0, 1, 1]", "8x1x1", "{'x': 8}", "[[8], 1]", None]
+
+
 def test_kineto_launch_call_carries_correlation_and_external_id(parsed: ParsedTrace) -> None:
     launch = next(r for r in rows(parsed, "api_calls") if r["correlation_id"] == 500)
     assert (launch["name"], launch["external_id"], launch["start_ns"], launch["dur_ns"]) == (

@@ -61,7 +61,7 @@ class Accumulator:
         self.kept: dict[str, dict[int, KinetoEvent]] = {table: {} for table in TABLES}
         self.skipped: Counter[str] = Counter()
         self.events = 0
-        self._categories: dict[tuple, str] = {}
+        self._categories: dict[str, str] = {}
         self._dims: dict[bytes, str | None] = {}
 
     def add(self, batch: list[KinetoEvent]) -> None:
@@ -138,8 +138,8 @@ class Accumulator:
         kinds = list(map(_KINDS.__getitem__, map(_CAT, events)))
         names = list(map(_NAME, events))
         return {
-            "device": int_array(_or_event(list(map(_DEVICE, args)), events, _PID), pa.int32()),
-            "stream": int_array(_or_event(list(map(_STREAM, args)), events, _TID)),
+            "device": _int_or_event(list(map(_DEVICE, args)), events, _PID, pa.int32()),
+            "stream": _int_or_event(list(map(_STREAM, args)), events, _TID, pa.int64()),
             "name": str_array(names),
             "category": pa.array(self._categories_of(names, kinds, args), pa.string()),
             "kind": pa.array(kinds, pa.string()),
@@ -184,15 +184,19 @@ class Accumulator:
         return {**self._host(events), "kind": pa.array(kinds, pa.string()), "step": pa.array(steps, pa.int64())}
 
     def _categories_of(self, names: list[Any], kinds: list[str], args: list[KinetoArgs]) -> list[str]:
-        """One `categorise` call per distinct (name, kind); names repeat a lot."""
+        """One `categorise` call per distinct kernel name; names repeat a lot.
+        Memcpy and memset activities are memory by their kind."""
         memo = self._categories
-        keys = list(zip(names, kinds))
         try:
-            categories = list(map(memo.__getitem__, keys))
-        except KeyError:
-            for key in set(keys).difference(memo):
-                memo[key] = categorise(str(key[0]), key[1])
-            categories = list(map(memo.__getitem__, keys))
+            categories = list(map(memo.__getitem__, names))
+        except (KeyError, TypeError):  # TypeError: a name that is not a string
+            for name in set(map(str, names)).difference(memo):
+                memo[name] = categorise(name, "kernel")
+            categories = list(map(memo.__getitem__, map(str, names)))
+        if kinds.count("kernel") != len(kinds):
+            for i, kind in enumerate(kinds):
+                if kind != "kernel":
+                    categories[i] = categorise(str(names[i]), kind)
         # Kernels that carry collective args are communication whatever their name.
         collectives = list(map(_COLLECTIVE_NAME, args))
         if collectives.count(None) != len(collectives):
@@ -224,17 +228,20 @@ _BUILDERS: dict[str, Callable[[Accumulator, list[KinetoEvent]], dict[str, pa.Arr
 }
 
 
-def _or_event(values: list[Any], events: list[KinetoEvent], fallback: attrgetter) -> list[Any]:
-    """Arg values, with the event's own field where the arg is missing."""
-    if None in values:
-        values = [v if v is not None else fallback(e) for v, e in zip(values, events)]
-    return values
+def _int_or_event(values: list[Any], events: list[KinetoEvent], fallback: attrgetter, type: pa.DataType) -> pa.Array:
+    """Integer arg values, with the event's own field where the arg is
+    missing (looked for only where the column has nulls)."""
+    array = int_array(values, type)
+    if array.null_count and None in values:
+        array = int_array([v if v is not None else fallback(e) for v, e in zip(values, events)], type)
+    return array
 
 
 def _args(events: list[KinetoEvent]) -> list[KinetoArgs]:
     """Each event's args, `NO_ARGS` where it has none."""
     args = list(map(_ARGS, events))
-    if None in args:
+    # all(): a truth test per struct, where `None in` would call each one's __eq__.
+    if not all(args):
         args = [a if a is not None else NO_ARGS for a in args]
     return args
 
