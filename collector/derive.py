@@ -60,10 +60,6 @@ them, so the time of a phase up to any instant is one lookup.
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
-from typing import Iterator
-
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -513,43 +509,11 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, c
     return summary
 
 
-_database: duckdb.DuckDBPyConnection | None = None
-_database_lock = threading.Lock()
-_keep_database = False
-
-
-def keep_database() -> None:
-    """Keep one in-memory DuckDB database open in this process for the
-    derived tables' queries, instead of opening one per query (25-40 ms
-    each, two per rank). Only for processes that never fork afterwards
-    (ingest workers): a child forked while a database is open hangs in
-    DuckDB's first query."""
-    global _keep_database
-    _keep_database = True
-
-
-@contextmanager
-def _connection() -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection for one query: a cursor on the kept database, else a
-    database of its own, closed after."""
-    global _database
-    if not _keep_database:
-        con = duckdb.connect()
-    else:
-        with _database_lock:
-            if _database is None:
-                _database = duckdb.connect()
-            con = _database.cursor()
-    try:
-        yield con
-    finally:
-        con.close()
-
-
 def _kernel_names(kernels: pa.Table) -> pa.Table:
     """Per (run, rank, name): kernel_stats over the scoped kernels, and the
     launched kernels' totals short_kernels and launch_outliers start from."""
-    with _connection() as con:
+    con = duckdb.connect()
+    try:
         con.register("kernels", kernels.select(["run", "rank", "name", "category", "kind", "dur_ns", "scoped",
                                                  "launch_call_ns", "launch_queue_ns"]))
         table = con.sql("""
@@ -574,6 +538,8 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
             group by run, rank, name
             order by run, rank, name
         """).to_arrow_table()
+    finally:
+        con.close()
     quantiles = table.column("quantiles_ns")
     table = table.drop_columns(["quantiles_ns"])
     table = table.append_column("p50_ns", pc.list_element(quantiles, 0)).append_column("p95_ns", pc.list_element(quantiles, 1))
@@ -596,7 +562,8 @@ def _step_launches(step_key: np.ndarray, queue_ns: np.ndarray, launched: np.ndar
         "call_ns": pa.array(call_ns[launched], mask=~dur_valid),
         "delay_ns": pa.array(delay_ns[launched], mask=~dur_valid),
     })
-    with _connection() as con:
+    con = duckdb.connect()
+    try:
         con.register("launched", kernels)
         result = con.execute("""
             select
@@ -610,6 +577,8 @@ def _step_launches(step_key: np.ndarray, queue_ns: np.ndarray, launched: np.ndar
             group by step
             order by step nulls last
         """).fetchall()
+    finally:
+        con.close()
     return {
         "step": [row[0] for row in result],
         "kernel_count": [row[1] for row in result],

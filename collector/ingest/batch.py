@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from collector.derive import keep_database
 from collector.errors import DatasetError, TraceError
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
 from collector.ingest.store import STAGING_DIR, sanitise_run, source_id, write_source
@@ -206,9 +205,8 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
 
 
 def _worker_start() -> None:
-    """Set up a worker process, which only ingests and never forks."""
+    """Set up a worker process, which only ingests."""
     prepare_ingest_process()
-    keep_database()
 
 
 def prepare_ingest_process() -> None:
