@@ -15,7 +15,7 @@ GL, as on many servers and VMs) the telemetry page with WebGL for its 8 ×
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,76 @@ def _x_times(column: pl.Series) -> np.ndarray:
 def _np(column: pl.Series, scale: float = 1.0) -> np.ndarray:
     values = column.cast(pl.Float64).to_numpy()
     return values * scale if scale != 1.0 else values
+
+
+# --- the dataset ------------------------------------------------------------------------
+
+
+def coverage_figure(coverage: pl.DataFrame, runs: pl.DataFrame) -> go.Figure:
+    """When each host was sampled and each trace run ran, on one UTC axis:
+    whether the traces fall inside the telemetry, so the two can be joined.
+
+    A row per host (its first to last sample, all GPUs) and per run on the
+    epoch clock (first kernel start to last kernel end). Spans too short to
+    see at the axis' scale are drawn a sliver wide; the hover gives the
+    true times.
+    """
+    title = "What the dataset covers, in time"
+    rows: list[tuple[str, str, datetime, datetime, str]] = []  # (kind, row label, start, end, hover)
+    if coverage.height:
+        hosts = coverage.group_by("host").agg(pl.col("first_ts").min(), pl.col("last_ts").max(),
+                                              pl.col("gpu_index").n_unique().alias("gpus")).sort("host")
+        for host, first, last, gpus in hosts.select("host", "first_ts", "last_ts", "gpus").iter_rows():
+            rows.append(("telemetry", f"{host} ({gpus} GPU{'s' if gpus != 1 else ''})", _naive(first), _naive(last),
+                         f"telemetry of {host}, {gpus} GPUs"))
+    if runs.height:
+        for run, ranks, first_ns, last_ns, time_base in runs.select(
+                "run", "ranks", "first_ns", "last_ns", "time_base").iter_rows():
+            if first_ns is None or last_ns is None or time_base != "epoch":
+                continue  # a trace on its own clock has no place on this axis
+            rows.append(("trace run", f"run {run} ({ranks} rank{'s' if ranks != 1 else ''})",
+                         _epoch_ns(first_ns), _epoch_ns(last_ns), f"trace run {run}, {ranks} ranks"))
+    if not rows:
+        return empty_figure(title, "Nothing on the UTC clock: no telemetry, and no traces on the epoch.")
+    span = max(end for *_, end, _ in rows) - min(start for _, _, start, _, _ in rows)
+    min_width = span / _COVERAGE_MIN_WIDTH_DIVISOR
+    fig = go.Figure()
+    for kind, colour in (("telemetry", theme.CATEGORY_COLOURS["compute"]), ("trace run", theme.CATEGORY_COLOURS["communication"])):
+        x: list[Any] = []
+        y: list[Any] = []
+        custom: list[Any] = []
+        for row_kind, label, start, end, hover in rows:
+            if row_kind != kind:
+                continue
+            x += (start, max(end, start + min_width), None)
+            y += (label, label, None)
+            detail = (hover, f"{start:%Y-%m-%d %H:%M:%S} to {end:%Y-%m-%d %H:%M:%S} UTC", _span_text(end - start))
+            custom += (detail, detail, None)
+        if x:
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=kind, connectgaps=False,
+                                     line={"color": colour, "width": 16}, customdata=custom,
+                                     hovertemplate="%{customdata[0]}<br>%{customdata[1]} (%{customdata[2]})<extra></extra>"))
+    labels = [label for _, label, *_ in rows]
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=list(reversed(labels)))
+    return _layout(fig, title, "Time (UTC)", "Host or trace run", height=160 + 40 * len(rows), legend_title="data")
+
+
+# Spans are drawn at least this fraction of the axis wide.
+_COVERAGE_MIN_WIDTH_DIVISOR = 300
+
+
+def _epoch_ns(ns: int) -> datetime:
+    """A naive UTC datetime from epoch nanoseconds (to the microsecond)."""
+    return datetime(1970, 1, 1) + timedelta(microseconds=ns // 1000)
+
+
+def _span_text(span: timedelta) -> str:
+    seconds = span.total_seconds()
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:.3g} s"
 
 
 # --- telemetry ------------------------------------------------------------------------
@@ -415,21 +485,34 @@ def interconnect_timeline_figure(timeline: pl.DataFrame, link: str) -> go.Figure
 
 
 def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
-    """Total kernel launch and queuing time per profiler step, one line per rank."""
+    """Total kernel launch and queuing time per profiler step, one line per rank.
+
+    Markers only where there are few points (each is an SVG element of its
+    own), and a tick per step only where there are few steps."""
     title = "Kernel launch and queuing time (TKLQT) per step"
     frame = steps.filter(pl.col("step").is_not_null()) if steps.height else steps
     if frame.is_empty():
         return empty_figure(title, "No profiler steps with launches.")
+    mode = "lines+markers" if frame.height <= _MARKERS_MAX_POINTS else "lines"
     fig = go.Figure()
     for group in frame.sort("rank", "step").partition_by("rank", maintain_order=True):
         rank = int(group["rank"][0])
         fig.add_trace(go.Scatter(
-            x=group["step"].to_list(), y=(group["tklqt_ns"] / 1e6).to_list(), mode="lines+markers", name=f"rank {rank}",
+            x=group["step"].to_list(), y=(group["tklqt_ns"] / 1e6).to_list(), mode=mode, name=f"rank {rank}",
             line={"color": theme.gpu_colour(rank)}, customdata=list(zip(group["verdict"].to_list(), (group["gpu_idle_share"] * 100).to_list())),
             hovertemplate=f"rank {rank}, step %{{x}}<br>TKLQT %{{y:.2f}} ms<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
         ))
-    fig.update_xaxes(dtick=1)
+    if frame["step"].n_unique() <= _STEP_TICKS_MAX:
+        fig.update_xaxes(dtick=1)
+    else:
+        fig.update_xaxes(tickformat="d")
     return _layout(fig, title, "Profiler step", "TKLQT (ms)", legend_title="rank")
+
+
+# Line charts draw markers up to this many points in all.
+_MARKERS_MAX_POINTS = 100
+# A tick per profiler step up to this many steps.
+_STEP_TICKS_MAX = 30
 
 
 def launch_histogram_figure(histogram: pl.DataFrame, metric: str) -> go.Figure:
@@ -538,10 +621,11 @@ def _short(name: str, limit: int = 60) -> str:
 def kernel_timeline_figure(kernels: pl.DataFrame) -> go.Figure:
     """One rank's kernels in one step, a row per stream, coloured by category.
 
-    Each kernel is a thick line segment from its start to its end, one
-    trace (one SVG path) per category: a step holds up to 5,000 kernels,
-    and as bars (an SVG element each) they took the browser seconds to draw.
-    Hovering either end of a segment names the kernel.
+    Each kernel is a filled rectangle from its start to its end, all of a
+    category's in one trace drawn as one SVG path: a step holds up to 5,000
+    kernels, and as bars, or as line segments (Plotly draws each segment
+    as its own path), they took the browser seconds to draw. Hovering a
+    rectangle's corner names the kernel.
     """
     if kernels.is_empty():
         return empty_figure("Kernels per stream", "No kernels in this step.")
@@ -549,29 +633,46 @@ def kernel_timeline_figure(kernels: pl.DataFrame) -> go.Figure:
     title = f"Kernels per stream: {run}, rank {rank}, step {step}"
     fig = go.Figure()
     streams = sorted(kernels["stream"].drop_nulls().unique().to_list())
+    # Row 0 at the top: the first stream.
+    row_of = {stream: len(streams) - 1 - i for i, stream in enumerate(streams)}
+    # Drawn at least about a pixel wide, as trace viewers do: a 10 µs kernel
+    # in a 250 ms step would be a twentieth of one. The hover gives the duration.
+    span_ms = float((kernels["offset_ns"] + kernels["dur_ns"]).max() or 0) / 1e6
+    min_width_ms = span_ms / _TIMELINE_MIN_WIDTH_DIVISOR
     for category in sorted(kernels["category"].drop_nulls().unique().to_list()):
         part = kernels.filter(pl.col("category") == category)
-        start_ms = (part["offset_ns"] / 1e6).to_numpy()
-        end_ms = ((part["offset_ns"] + part["dur_ns"]) / 1e6).to_numpy()
-        rows = [f"stream {s}" for s in part["stream"]]
+        start_ms = (part["offset_ns"] / 1e6).to_list()
+        end_ms = ((part["offset_ns"] + part["dur_ns"]) / 1e6).to_list()
         labels = [_short(n, 90) for n in part["name"]]
         dur_us = (part["dur_ns"] / 1e3).to_list()
         x: list[Any] = []
         y: list[Any] = []
         custom: list[Any] = []
-        for a, b, row, label, dur in zip(start_ms.tolist(), end_ms.tolist(), rows, labels, dur_us):
-            x += (a, b, None)
-            y += (row, row, None)
-            custom += ((label, dur, a), (label, dur, a), None)
+        for a, b, stream, label, dur in zip(start_ms, end_ms, part["stream"].to_list(), labels, dur_us):
+            if stream not in row_of:
+                continue
+            low, high = row_of[stream] - _TIMELINE_HALF_ROW, row_of[stream] + _TIMELINE_HALF_ROW
+            b = max(b, a + min_width_ms)
+            x += (a, b, b, a, None)
+            y += (low, low, high, high, None)
+            hover = (label, dur, a, stream)
+            custom += (hover, hover, hover, hover, None)
         fig.add_trace(go.Scatter(
-            x=x, y=y, mode="lines", name=category, connectgaps=False,
-            line={"color": theme.CATEGORY_COLOURS.get(category, theme.OTHER_COLOUR), "width": 18},
+            x=x, y=y, mode="none", fill="toself", name=category, hoveron="points",
+            fillcolor=theme.CATEGORY_COLOURS.get(category, theme.OTHER_COLOUR),
             customdata=custom,
-            hovertemplate="%{customdata[0]}<br>start %{customdata[2]:.3f} ms, %{customdata[1]:.1f} µs<extra></extra>",
+            hovertemplate="%{customdata[0]}<br>stream %{customdata[3]}, start %{customdata[2]:.3f} ms, "
+                          "%{customdata[1]:.1f} µs<extra></extra>",
         ))
-    rows_order = [f"stream {s}" for s in reversed(streams)]
-    fig.update_yaxes(type="category", categoryorder="array", categoryarray=rows_order)
+    fig.update_yaxes(tickmode="array", tickvals=[row_of[s] for s in streams], ticktext=[f"stream {s}" for s in streams],
+                     range=[-0.5, len(streams) - 0.5], zeroline=False, showgrid=False)
     return _layout(fig, title, "Time since step start (ms)", "Stream", height=160 + 60 * len(streams), legend_title="category")
+
+
+# Half a stream's row: the rectangles' height, with a gap between rows.
+_TIMELINE_HALF_ROW = 0.35
+# The narrowest rectangle drawn: this fraction of the step's span.
+_TIMELINE_MIN_WIDTH_DIVISOR = 1500
 
 
 def time_breakdown_figure(breakdown: pl.DataFrame) -> go.Figure:

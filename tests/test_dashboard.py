@@ -32,6 +32,7 @@ T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 
 # Page script -> the chart titles (prefixes) it draws on the sample.
 PAGE_CHARTS: dict[str, list[str]] = {
+    "pages/overview.py": ["What the dataset covers, in time"],
     "pages/telemetry.py": ["Board power per GPU", "GPU utilisation per GPU", "SM clock per GPU", "GPU temperature per GPU",
                            "Memory used per GPU", "Throttling: share of samples"],
     "pages/power.py": ["Power percentiles per GPU", "Power distribution per GPU", "Node coincident power",
@@ -48,7 +49,7 @@ PAGE_CHARTS: dict[str, list[str]] = {
     "pages/live.py": ["Board power, last 5 min", "GPU utilisation, last 5 min", "SM clock, last 5 min",
                       "GPU temperature, last 5 min"],
 }
-ALL_PAGES = ["pages/overview.py", *PAGE_CHARTS]
+ALL_PAGES = list(PAGE_CHARTS)
 
 
 @pytest.fixture(scope="module")

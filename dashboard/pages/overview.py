@@ -9,7 +9,8 @@ import streamlit as st
 
 from analysis import findings as findings_module
 from analysis import timeline
-from dashboard.pages.common import PAGES, caption_dataset, counts, fetch, frame, page_key, require_dataset
+from dashboard import charts
+from dashboard.pages.common import PAGES, caption_dataset, chart, counts, fetch, frame, page_key, require_dataset
 
 SEVERITY_ICONS = {"critical": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 BADGE_COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
@@ -93,6 +94,8 @@ for (severity, finding_id), members in groups.items():
                 st.markdown(f"- {finding.title}" + (f" · _{subject}_" if subject else ""))
 
 st.header("What the dataset covers")
+if coverage.height or runs.height:
+    chart(charts.coverage_figure(coverage, runs), key="overview_coverage")
 left, right = st.columns(2)
 with left:
     st.subheader("GPUs with telemetry")

@@ -1,0 +1,98 @@
+"""How the dashboard's heavier charts are drawn: few SVG elements, exact shapes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+
+from dashboard import charts
+
+
+def step_kernels(rows: list[tuple[int, str, str, int, int]]) -> pl.DataFrame:
+    """(stream, category, name, offset_ns, dur_ns) rows of one step, as `timeline.step_kernels` gives them."""
+    return pl.DataFrame(
+        [("train", 0, 3, *row) for row in rows],
+        schema=["run", "rank", "step", "stream", "category", "name", "offset_ns", "dur_ns"], orient="row")
+
+
+def test_kernel_timeline_draws_one_trace_per_category() -> None:
+    fig = charts.kernel_timeline_figure(step_kernels([
+        (7, "compute", "gemm", 0, 4_000_000), (7, "compute", "relu", 5_000_000, 1_000_000),
+        (13, "communication", "ncclDevKernel_AllReduce", 1_000_000, 3_000_000)]))
+    assert [(trace.name, trace.mode, trace.fill) for trace in fig.data] == [
+        ("communication", "none", "toself"), ("compute", "none", "toself")]
+
+
+def test_kernel_timeline_kernel_is_a_rectangle_on_its_stream_row() -> None:
+    fig = charts.kernel_timeline_figure(step_kernels([
+        (7, "compute", "gemm", 1_000_000, 4_000_000), (13, "communication", "nccl", 0, 6_000_000)]))
+    compute = fig.data[1]
+    # Stream 7 is the first row, drawn at the top (y = 1 of rows 0..1).
+    assert list(compute.x) == [1.0, 5.0, 5.0, 1.0, None]
+    assert list(compute.y) == [0.65, 0.65, 1.35, 1.35, None]
+    assert list(fig.layout.yaxis.ticktext) == ["stream 7", "stream 13"] and list(fig.layout.yaxis.tickvals) == [1, 0]
+
+
+def test_kernel_timeline_hover_names_kernel_and_its_true_duration() -> None:
+    fig = charts.kernel_timeline_figure(step_kernels([(7, "compute", "gemm", 2_000_000, 1_500_000)]))
+    assert tuple(fig.data[0].customdata[0]) == ("gemm", 1500.0, 2.0, 7)
+
+
+def test_kernel_timeline_widens_a_tiny_kernel_to_a_visible_sliver() -> None:
+    # 1 ns in a 150 ms step: drawn 0.1 ms wide (1/1500 of the span).
+    fig = charts.kernel_timeline_figure(step_kernels([
+        (7, "compute", "long", 0, 150_000_000), (7, "memory", "tiny", 75_000_000, 1)]))
+    memory = fig.data[1]
+    assert memory.x[:2] == (75.0, 75.1)
+
+
+def test_tklqt_draws_markers_for_few_steps() -> None:
+    steps = pl.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2], "tklqt_ns": [1e6, 2e6, 1e6, 3e6],
+                          "verdict": ["gpu_bound"] * 4, "gpu_idle_share": [0.1] * 4})
+    fig = charts.tklqt_figure(steps)
+    assert {trace.mode for trace in fig.data} == {"lines+markers"} and fig.layout.xaxis.dtick == 1
+
+
+def test_tklqt_draws_lines_only_for_many_steps() -> None:
+    # 8 ranks x 40 steps: 320 markers would each be an SVG element.
+    steps = pl.DataFrame({"rank": [r for r in range(8) for _ in range(40)], "step": list(range(40)) * 8,
+                          "tklqt_ns": [1e6] * 320, "verdict": ["gpu_bound"] * 320, "gpu_idle_share": [0.1] * 320})
+    fig = charts.tklqt_figure(steps)
+    assert {trace.mode for trace in fig.data} == {"lines"} and fig.layout.xaxis.dtick is None
+
+
+def test_coverage_draws_each_host_and_epoch_run_on_one_utc_axis() -> None:
+    coverage = pl.DataFrame({
+        "host": ["node-a", "node-a"], "gpu_index": [0, 1],
+        "first_ts": [datetime(2026, 1, 1, 0, 0, tzinfo=timezone.utc)] * 2,
+        "last_ts": [datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc), datetime(2026, 1, 1, 3, 0, tzinfo=timezone.utc)]})
+    runs = pl.DataFrame({"run": ["train", "old"], "ranks": [8, 1], "time_base": ["epoch", "trace"],
+                         "first_ns": [1_767_229_200_000_000_000, 5], "last_ns": [1_767_232_800_000_000_000, 9]})
+    fig = charts.coverage_figure(coverage, runs)
+    telemetry, traces = fig.data
+    assert (telemetry.name, list(telemetry.y), list(telemetry.x)) == (
+        "telemetry", ["node-a (2 GPUs)", "node-a (2 GPUs)", None],
+        [datetime(2026, 1, 1, 0, 0), datetime(2026, 1, 1, 3, 0), None])
+    # The run on its own clock has no place on the axis; the epoch one runs 01:00 to 02:00.
+    assert (traces.name, list(traces.y), list(traces.x)) == (
+        "trace run", ["run train (8 ranks)", "run train (8 ranks)", None],
+        [datetime(2026, 1, 1, 1, 0), datetime(2026, 1, 1, 2, 0), None])
+
+
+def test_coverage_draws_a_short_run_as_a_sliver_with_its_true_span_in_the_hover() -> None:
+    coverage = pl.DataFrame({"host": ["node-a"], "gpu_index": [0],
+                             "first_ts": [datetime(2026, 1, 1, 0, 0, tzinfo=timezone.utc)],
+                             "last_ts": [datetime(2026, 1, 2, 0, 0, tzinfo=timezone.utc)]})
+    runs = pl.DataFrame({"run": ["short"], "ranks": [2], "time_base": ["epoch"],
+                         "first_ns": [1_767_229_200_000_000_000], "last_ns": [1_767_229_205_000_000_000]})
+    traces = charts.coverage_figure(coverage, runs).data[1]
+    # 5 s in a day: drawn 1/300 of the day (4 min 48 s) wide.
+    assert traces.x[1] - traces.x[0] == timedelta(minutes=4, seconds=48)
+    assert tuple(traces.customdata[0][1:]) == ("2026-01-01 01:00:00 to 2026-01-01 01:00:05 UTC", "5 s")
+
+
+def test_coverage_says_so_when_nothing_is_on_the_utc_clock() -> None:
+    runs = pl.DataFrame({"run": ["old"], "ranks": [1], "time_base": ["trace"], "first_ns": [5], "last_ns": [9]})
+    fig = charts.coverage_figure(pl.DataFrame(), runs)
+    assert fig.data == () and fig.layout.annotations[0].text.startswith("Nothing on the UTC clock")
