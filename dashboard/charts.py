@@ -621,50 +621,55 @@ def _short(name: str, limit: int = 60) -> str:
 def kernel_timeline_figure(kernels: pl.DataFrame) -> go.Figure:
     """One rank's kernels in one step, a row per stream, coloured by category.
 
-    Each kernel is a filled rectangle from its start to its end, all of a
-    category's in one trace drawn as one SVG path: a step holds up to 5,000
-    kernels, and as bars, or as line segments (Plotly draws each segment
-    as its own path), they took the browser seconds to draw. Hovering a
-    rectangle's corner names the kernel.
+    A step holds up to 5,000 kernels; as bars, or as line segments (Plotly
+    draws each gap-separated segment as a path of its own), they took the
+    browser seconds to draw. So each kernel is a rectangle in a filled
+    outline, one trace (one SVG path) per category, drawn at least about
+    a pixel wide as trace viewers do; and the hover comes from one
+    invisible line through the kernels' midpoints, which names each
+    kernel once with its true times. Coordinates go as numpy arrays, which
+    Plotly ships as binary without checking each value.
     """
     if kernels.is_empty():
         return empty_figure("Kernels per stream", "No kernels in this step.")
     run, rank, step = kernels["run"][0], int(kernels["rank"][0]), kernels["step"][0]
     title = f"Kernels per stream: {run}, rank {rank}, step {step}"
-    fig = go.Figure()
     streams = sorted(kernels["stream"].drop_nulls().unique().to_list())
     # Row 0 at the top: the first stream.
-    row_of = {stream: len(streams) - 1 - i for i, stream in enumerate(streams)}
-    # Drawn at least about a pixel wide, as trace viewers do: a 10 µs kernel
-    # in a 250 ms step would be a twentieth of one. The hover gives the duration.
-    span_ms = float((kernels["offset_ns"] + kernels["dur_ns"]).max() or 0) / 1e6
+    rows = pl.DataFrame({"stream": streams, "row": list(range(len(streams) - 1, -1, -1))},
+                        schema={"stream": kernels.schema["stream"], "row": pl.Float64})
+    frame = kernels.join(rows, on="stream", how="inner").with_columns(
+        (pl.col("offset_ns") / 1e6).alias("start_ms"), ((pl.col("offset_ns") + pl.col("dur_ns")) / 1e6).alias("end_ms"))
+    span_ms = float(frame["end_ms"].max() or 0.0)
     min_width_ms = span_ms / _TIMELINE_MIN_WIDTH_DIVISOR
-    for category in sorted(kernels["category"].drop_nulls().unique().to_list()):
-        part = kernels.filter(pl.col("category") == category)
-        start_ms = (part["offset_ns"] / 1e6).to_list()
-        end_ms = ((part["offset_ns"] + part["dur_ns"]) / 1e6).to_list()
-        labels = [_short(n, 90) for n in part["name"]]
-        dur_us = (part["dur_ns"] / 1e3).to_list()
-        x: list[Any] = []
-        y: list[Any] = []
-        custom: list[Any] = []
-        for a, b, stream, label, dur in zip(start_ms, end_ms, part["stream"].to_list(), labels, dur_us):
-            if stream not in row_of:
-                continue
-            low, high = row_of[stream] - _TIMELINE_HALF_ROW, row_of[stream] + _TIMELINE_HALF_ROW
-            b = max(b, a + min_width_ms)
-            x += (a, b, b, a, None)
-            y += (low, low, high, high, None)
-            hover = (label, dur, a, stream)
-            custom += (hover, hover, hover, hover, None)
+    fig = go.Figure()
+    for category in sorted(frame["category"].drop_nulls().unique().to_list()):
+        part = frame.filter(pl.col("category") == category)
+        start = part["start_ms"].to_numpy()
+        end = np.maximum(part["end_ms"].to_numpy(), start + min_width_ms)
+        low = part["row"].to_numpy() - _TIMELINE_HALF_ROW
+        high = low + 2 * _TIMELINE_HALF_ROW
+        gap = np.full(len(start), np.nan)
+        # float32 is ample to draw with (the hover keeps float64) and half the bytes.
         fig.add_trace(go.Scatter(
-            x=x, y=y, mode="none", fill="toself", name=category, hoveron="points",
+            x=np.column_stack([start, end, end, start, gap]).ravel().astype(np.float32),
+            y=np.column_stack([low, low, high, high, gap]).ravel().astype(np.float32),
+            mode="none", fill="toself", name=category, hoverinfo="skip",
             fillcolor=theme.CATEGORY_COLOURS.get(category, theme.OTHER_COLOUR),
-            customdata=custom,
-            hovertemplate="%{customdata[0]}<br>stream %{customdata[3]}, start %{customdata[2]:.3f} ms, "
-                          "%{customdata[1]:.1f} µs<extra></extra>",
         ))
-    fig.update_yaxes(tickmode="array", tickvals=[row_of[s] for s in streams], ticktext=[f"stream {s}" for s in streams],
+    hover = frame.sort("row", "start_ms", descending=[True, False])
+    fig.add_trace(go.Scatter(
+        x=((hover["start_ms"] + hover["end_ms"]) / 2).to_numpy(), y=hover["row"].to_numpy(),
+        mode="lines", line={"color": "rgba(0, 0, 0, 0)", "width": 1}, showlegend=False, name="kernels",
+        text=[f"{_short(name, 90)}<br>{category}" for name, category in zip(hover["name"], hover["category"])],
+        customdata=np.column_stack([(hover["dur_ns"] / 1e3).to_numpy(), hover["start_ms"].to_numpy(),
+                                    hover["stream"].cast(pl.Float64).to_numpy()]),
+        # One colour for all: a colour per point costs Plotly a check per value.
+        hoverlabel={"bgcolor": "white", "font": {"color": "#222222"}},
+        hovertemplate="%{text}, stream %{customdata[2]}<br>start %{customdata[1]:.3f} ms, "
+                      "%{customdata[0]:.1f} µs<extra></extra>",
+    ))
+    fig.update_yaxes(tickmode="array", tickvals=rows["row"].to_list(), ticktext=[f"stream {s}" for s in streams],
                      range=[-0.5, len(streams) - 0.5], zeroline=False, showgrid=False)
     return _layout(fig, title, "Time since step start (ms)", "Stream", height=160 + 60 * len(streams), legend_title="category")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta, timezone
 
 import polars as pl
@@ -16,27 +17,33 @@ def step_kernels(rows: list[tuple[int, str, str, int, int]]) -> pl.DataFrame:
         schema=["run", "rank", "step", "stream", "category", "name", "offset_ns", "dur_ns"], orient="row")
 
 
-def test_kernel_timeline_draws_one_trace_per_category() -> None:
+def test_kernel_timeline_draws_one_filled_trace_per_category_and_one_for_the_hover() -> None:
     fig = charts.kernel_timeline_figure(step_kernels([
         (7, "compute", "gemm", 0, 4_000_000), (7, "compute", "relu", 5_000_000, 1_000_000),
         (13, "communication", "ncclDevKernel_AllReduce", 1_000_000, 3_000_000)]))
-    assert [(trace.name, trace.mode, trace.fill) for trace in fig.data] == [
-        ("communication", "none", "toself"), ("compute", "none", "toself")]
+    assert [(trace.name, trace.mode, trace.fill, trace.showlegend) for trace in fig.data] == [
+        ("communication", "none", "toself", None), ("compute", "none", "toself", None), ("kernels", "lines", None, False)]
 
 
 def test_kernel_timeline_kernel_is_a_rectangle_on_its_stream_row() -> None:
     fig = charts.kernel_timeline_figure(step_kernels([
         (7, "compute", "gemm", 1_000_000, 4_000_000), (13, "communication", "nccl", 0, 6_000_000)]))
     compute = fig.data[1]
-    # Stream 7 is the first row, drawn at the top (y = 1 of rows 0..1).
-    assert list(compute.x) == [1.0, 5.0, 5.0, 1.0, None]
-    assert list(compute.y) == [0.65, 0.65, 1.35, 1.35, None]
+    # Stream 7 is the first row, drawn at the top (y = 1 of rows 0..1); NaN ends the outline.
+    assert list(compute.x[:4]) == [1.0, 5.0, 5.0, 1.0] and math.isnan(compute.x[4])
+    assert list(compute.y[:4]) == [0.65, 0.65, 1.35, 1.35] and math.isnan(compute.y[4])
     assert list(fig.layout.yaxis.ticktext) == ["stream 7", "stream 13"] and list(fig.layout.yaxis.tickvals) == [1, 0]
 
 
-def test_kernel_timeline_hover_names_kernel_and_its_true_duration() -> None:
-    fig = charts.kernel_timeline_figure(step_kernels([(7, "compute", "gemm", 2_000_000, 1_500_000)]))
-    assert tuple(fig.data[0].customdata[0]) == ("gemm", 1500.0, 2.0, 7)
+def test_kernel_timeline_hover_names_each_kernel_once_with_its_true_times() -> None:
+    fig = charts.kernel_timeline_figure(step_kernels([
+        (7, "compute", "gemm", 2_000_000, 1_500_000), (7, "compute", "relu", 0, 1_000_000),
+        (13, "communication", "nccl", 0, 4_000_000)]))
+    hover = fig.data[-1]
+    # Top row first, each in time order: relu, gemm on stream 7, then nccl on stream 13.
+    assert list(hover.text) == ["relu<br>compute", "gemm<br>compute", "nccl<br>communication"]
+    assert [tuple(row) for row in hover.customdata] == [(1000.0, 0.0, 7.0), (1500.0, 2.0, 7.0), (4000.0, 0.0, 13.0)]
+    assert list(hover.x) == [0.5, 2.75, 2.0] and list(hover.y) == [1.0, 1.0, 0.0]
 
 
 def test_kernel_timeline_widens_a_tiny_kernel_to_a_visible_sliver() -> None:
@@ -44,7 +51,7 @@ def test_kernel_timeline_widens_a_tiny_kernel_to_a_visible_sliver() -> None:
     fig = charts.kernel_timeline_figure(step_kernels([
         (7, "compute", "long", 0, 150_000_000), (7, "memory", "tiny", 75_000_000, 1)]))
     memory = fig.data[1]
-    assert memory.x[:2] == (75.0, 75.1)
+    assert list(memory.x[:2]) == [75.0, 75.1]
 
 
 def test_tklqt_draws_markers_for_few_steps() -> None:

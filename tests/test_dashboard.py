@@ -443,3 +443,13 @@ def test_the_launcher_warms_nothing_with_warm_up_off(monkeypatch, sample):
     monkeypatch.setenv(data.DATASET_ENV, str(sample))
     monkeypatch.setenv("GPULENS_WARM_UP", "0")
     assert launch.prepare() is None
+
+
+def test_page_warm_up_computes_the_telemetry_view_the_page_shows_first(monkeypatch, sample):
+    from dashboard.pages import common
+
+    data.RESULTS.clear()
+    _run(monkeypatch, sample, "pages/telemetry.py")
+    window = common.default_telemetry_window(data.current(sample))
+    assert window is not None and window[0] == 1.0  # 5 min sampled at 1 s: 1 s buckets
+    assert data.cache_key(data.current(sample), timeline.telemetry_timeline, window, {}) in data.RESULTS

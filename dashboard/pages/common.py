@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +114,28 @@ def warm_up(ds: data.Dataset) -> None:
         launch.short_kernels, time_breakdown.kernel_stats, launch.launch_outliers, launch.launch_flip,
         communication.collective_stats, time_breakdown.comm_overlap, communication.stragglers, timeline.skew_by_step,
         communication.collective_outliers,
-    )] + [(timeline.step_kernels, lambda: default_timeline_step(ds), {})])
+    )] + [(timeline.telemetry_timeline, lambda: default_telemetry_window(ds), {}),
+          (timeline.step_kernels, lambda: default_timeline_step(ds), {})])
+
+
+def telemetry_range(coverage: pl.DataFrame) -> tuple[datetime, datetime, float]:
+    """The telemetry page's whole range: (first sample, just past the last,
+    median sampling interval in s), from `telemetry_coverage`."""
+    first, last = naive(coverage["first_ts"].min()), naive(coverage["last_ts"].max())
+    interval_s = float(coverage["interval_s"].median() or 1.0)
+    return first, last + timedelta(seconds=max(interval_s, 1)), interval_s
+
+
+def default_telemetry_window(ds: data.Dataset) -> tuple[float, datetime, datetime] | None:
+    """`telemetry_timeline`'s arguments (bucket_s, start, end) for what the
+    telemetry page draws first: the whole range (None: no telemetry)."""
+    from analysis import timeline
+
+    coverage = data.cached(ds, timeline.telemetry_coverage)
+    if not coverage.height:
+        return None
+    first, end, interval_s = telemetry_range(coverage)
+    return timeline.bucket_seconds(max((end - first).total_seconds(), interval_s), interval_s), first, end
 
 
 # The kernels page's timeline first shows its first rank's second step:

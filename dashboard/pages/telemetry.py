@@ -9,7 +9,9 @@ import streamlit as st
 
 from analysis import timeline
 from dashboard import charts
-from dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables
+from dashboard.pages.common import (
+    NO_TELEMETRY, caption_dataset, chart, frame, require_dataset, require_tables, telemetry_range,
+)
 
 DEFAULT_METRICS = ["power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c", "mem_used_bytes"]
 
@@ -22,8 +24,7 @@ coverage = frame(ds, timeline.telemetry_coverage)
 if coverage.is_empty():
     st.stop()
 hosts_all = sorted(coverage["host"].unique().to_list())
-first, last = naive(coverage["first_ts"].min()), naive(coverage["last_ts"].max())
-interval_s = float(coverage["interval_s"].median() or 1.0)
+first, end_max, interval_s = telemetry_range(coverage)
 
 with st.container(border=True):
     c1, c2, c3 = st.columns([1, 1, 2])
@@ -35,7 +36,6 @@ with st.container(border=True):
         "Metrics", list(charts.TELEMETRY_METRICS), default=DEFAULT_METRICS, key="telemetry_metrics",
         format_func=lambda m: charts.TELEMETRY_METRICS[m][0],
     )
-    end_max = last + timedelta(seconds=max(interval_s, 1))
     if end_max - first > timedelta(seconds=1):
         step = timedelta(seconds=max(1, round(interval_s)))
         start, end = st.slider("Time range (UTC)", min_value=first, max_value=end_max, value=(first, end_max),
@@ -48,7 +48,8 @@ if not picked:
     st.stop()
 span_s = max((end - start).total_seconds(), interval_s)
 bucket_s = timeline.bucket_seconds(span_s, interval_s)
-series = frame(ds, timeline.telemetry_timeline, bucket_s=bucket_s, start=start, end=end)
+# Positional, as the warm-up asks (common.default_telemetry_window): one cache key.
+series = frame(ds, timeline.telemetry_timeline, bucket_s, start, end)
 keep = pl.DataFrame({"host": [labels[p][0] for p in picked], "gpu_index": [labels[p][1] for p in picked]},
                     schema={"host": pl.String, "gpu_index": pl.Int32})
 if series.height:
