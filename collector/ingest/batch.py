@@ -192,7 +192,9 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
         with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start) as pool:
             # Submitting starts the workers: before the progress bar's
             # thread exists, so no thread is running when they fork.
-            futures = {pool.submit(_run_task, task, str(out)): task for task in tasks}
+            # Largest first: the last file to finish is then a small one,
+            # and workers spend less of the end waiting on one another.
+            futures = {pool.submit(_run_task, task, str(out)): task for task in sorted(tasks, key=_size, reverse=True)}
             with _Progress(len(tasks), progress) as bar:
                 for future in as_completed(futures):
                     try:
@@ -202,6 +204,13 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
                     bar.advance()
     finally:
         gc.unfreeze()
+
+
+def _size(task: _Task) -> int:
+    try:
+        return os.path.getsize(task.path)
+    except OSError:
+        return 0
 
 
 def _worker_start() -> None:
