@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta, timezone
 
+import plotly.io as pio
 import polars as pl
 
 from dashboard import charts
@@ -103,3 +104,9 @@ def test_coverage_says_so_when_nothing_is_on_the_utc_clock() -> None:
     runs = pl.DataFrame({"run": ["old"], "ranks": [1], "time_base": ["trace"], "first_ns": [5], "last_ns": [9]})
     fig = charts.coverage_figure(pl.DataFrame(), runs)
     assert fig.data == () and fig.layout.annotations[0].text.startswith("Nothing on the UTC clock")
+
+
+def test_template_is_plotly_white_for_the_trace_types_drawn() -> None:
+    white = pio.templates["plotly_white"]
+    assert charts.TEMPLATE.layout == white.layout
+    assert all(getattr(charts.TEMPLATE.data, kind) == getattr(white.data, kind) for kind in charts.TEMPLATE_TRACE_TYPES)

@@ -25,7 +25,7 @@ from streamlit.testing.v1 import AppTest
 from analysis import communication, power, timeline
 from analysis.dataset import open_dataset
 from conftest import write_telemetry
-from dashboard import data
+from dashboard import charts, data
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
@@ -129,6 +129,8 @@ def test_page_draws_its_charts_on_the_sample(monkeypatch, sample, page):
         assert any(title.startswith(expected) for title in titles), f"{expected!r} not in {titles}"
     assert not at.error
     for spec in _charts(at):
+        # the template (plotly_white, trimmed) has the defaults of every trace type drawn
+        assert {trace.get("type", "scatter") for trace in spec["data"]} <= set(charts.TEMPLATE_TRACE_TYPES)
         # every chart says what its axes measure
         layout = spec["layout"]
         if spec["data"] and spec["data"][0].get("type") != "heatmap" and layout.get("xaxis", {}).get("visible", True):
