@@ -189,7 +189,7 @@ class Accumulator:
         memo = self._categories
         try:
             categories = list(map(memo.__getitem__, names))
-        except (KeyError, TypeError):  # TypeError: a name that is not a string
+        except (KeyError, TypeError):  # TypeError: an unhashable name (a JSON array or object)
             for name in set(map(str, names)).difference(memo):
                 memo[name] = categorise(name, "kernel")
             categories = list(map(memo.__getitem__, map(str, names)))

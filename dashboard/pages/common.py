@@ -126,6 +126,13 @@ def telemetry_range(coverage: pl.DataFrame) -> tuple[datetime, datetime, float]:
     return first, last + timedelta(seconds=max(interval_s, 1)), interval_s
 
 
+def telemetry_bucket_s(start: datetime, end: datetime, interval_s: float) -> float:
+    """The bucket width the telemetry page draws `start` to `end` in."""
+    from analysis import timeline
+
+    return timeline.bucket_seconds(max((end - start).total_seconds(), interval_s), interval_s)
+
+
 def default_telemetry_window(ds: data.Dataset) -> tuple[float, datetime, datetime] | None:
     """`telemetry_timeline`'s arguments (bucket_s, start, end) for what the
     telemetry page draws first: the whole range (None: no telemetry)."""
@@ -135,7 +142,7 @@ def default_telemetry_window(ds: data.Dataset) -> tuple[float, datetime, datetim
     if not coverage.height:
         return None
     first, end, interval_s = telemetry_range(coverage)
-    return timeline.bucket_seconds(max((end - first).total_seconds(), interval_s), interval_s), first, end
+    return telemetry_bucket_s(first, end, interval_s), first, end
 
 
 # The kernels page's timeline first shows its first rank's second step:

@@ -10,7 +10,7 @@ import streamlit as st
 from analysis import timeline
 from dashboard import charts
 from dashboard.pages.common import (
-    NO_TELEMETRY, caption_dataset, chart, frame, require_dataset, require_tables, telemetry_range,
+    NO_TELEMETRY, caption_dataset, chart, frame, require_dataset, require_tables, telemetry_bucket_s, telemetry_range,
 )
 
 DEFAULT_METRICS = ["power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c", "mem_used_bytes"]
@@ -47,7 +47,7 @@ if not picked:
     st.info("Pick at least one GPU.", icon=":material/info:")
     st.stop()
 span_s = max((end - start).total_seconds(), interval_s)
-bucket_s = timeline.bucket_seconds(span_s, interval_s)
+bucket_s = telemetry_bucket_s(start, end, interval_s)
 # Positional, as the warm-up asks (common.default_telemetry_window): one cache key.
 series = frame(ds, timeline.telemetry_timeline, bucket_s, start, end)
 keep = pl.DataFrame({"host": [labels[p][0] for p in picked], "gpu_index": [labels[p][1] for p in picked]},
