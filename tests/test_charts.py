@@ -110,3 +110,38 @@ def test_template_is_plotly_white_for_the_trace_types_drawn() -> None:
     white = pio.templates["plotly_white"]
     assert charts.TEMPLATE.layout == white.layout
     assert all(getattr(charts.TEMPLATE.data, kind) == getattr(white.data, kind) for kind in charts.TEMPLATE_TRACE_TYPES)
+
+
+def telemetry_buckets(rows: list[tuple[int, int, float, float | None]]) -> pl.DataFrame:
+    """(gpu_index, minute, power_w, throttled_share) rows of `telemetry_timeline` at 60 s buckets on node-a."""
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return pl.DataFrame(
+        [("node-a", gpu, start + timedelta(minutes=minute), power_w, power_w - 5, power_w + 5, 700.0, share)
+         for gpu, minute, power_w, share in rows],
+        schema={"host": pl.String, "gpu_index": pl.Int32, "bucket_start": pl.Datetime("us", "UTC"),
+                "power_w_mean": pl.Float64, "power_w_min": pl.Float64, "power_w_max": pl.Float64,
+                "power_limit_w": pl.Float64, "throttled_share": pl.Float64},
+        orient="row")
+
+
+def test_telemetry_times_go_as_epoch_milliseconds_on_a_date_axis() -> None:
+    # Numbers reach plotly.js as binary; datetimes would go as text it parses one by one.
+    fig = charts.telemetry_figure(telemetry_buckets([(0, 0, 450.0, 0.0), (0, 1, 460.0, 0.0)]), "power_w", 60)
+    gpu = next(trace for trace in fig.data if trace.name == "GPU 0")
+    assert list(gpu.x) == [1_767_225_600_000.0, 1_767_225_660_000.0]
+    assert fig.layout.xaxis.type == "date" and fig.layout.xaxis.title.text == "Time (UTC)"
+
+
+def test_throttle_strip_is_the_percentage_held_back_per_gpu_and_bucket() -> None:
+    fig = charts.throttle_strip_figure(telemetry_buckets([
+        (0, 0, 450.0, 0.0), (0, 1, 690.0, 0.5), (1, 0, 440.0, 0.25)]))
+    strip = fig.data[0]
+    assert list(strip.y) == ["GPU 0", "GPU 1"] and list(strip.x) == [1_767_225_600_000.0, 1_767_225_660_000.0]
+    assert strip.z[0].tolist() == [0.0, 50.0]
+    # GPU 1 has no sample in the second minute: a gap, not 0 %.
+    assert strip.z[1][0] == 25.0 and math.isnan(strip.z[1][1])
+
+
+def test_every_figure_starts_with_the_gpulens_template() -> None:
+    assert pio.templates.default == "gpulens"
+    assert charts.empty_figure("t", "nothing").layout.template == charts.TEMPLATE

@@ -23,7 +23,6 @@ HEIGHT_PX = 380
 def _layout(fig: go.Figure, title: str, x: str, y: str, **extra: Any) -> go.Figure:
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
-        template=charts.TEMPLATE,
         height=HEIGHT_PX,
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         xaxis_title=x,
