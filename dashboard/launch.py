@@ -7,10 +7,11 @@ the process is made ready for its first visitor.
 - the modules the pages use are imported now (Streamlit imports them at
   the first visit otherwise: about a second, pandas included, which
   pyarrow loads on its first conversion);
-- the first page's results (the dataset summary, what it covers, and
-  every finding) start computing in a background thread, into the same
-  cache the pages read. A visitor who arrives before they are ready waits
-  for that computation instead of starting another.
+- what every page shows first starts computing in a background thread
+  (`pages.common.warm_up`: the overview's results first, then each page's
+  in menu order), into the same cache the pages read. A visitor who
+  arrives before a result is ready waits for that computation instead of
+  starting another, and the warm-up pauses while a page asks for anything.
 
 The server itself starts at once: the warm-up runs beside it, and
 `GPULENS_WARM_UP=0` turns it off (as it does the pages' own warm-up).
@@ -25,8 +26,8 @@ from pathlib import Path
 
 
 def prepare() -> threading.Thread | None:
-    """Import what the pages need and warm the first page's results; the
-    warm-up thread, or None where there is nothing to warm."""
+    """Import what the pages need and start warming every page's first view;
+    the warm-up thread, or None where there is nothing to warm."""
     import pyarrow as pa
     import plotly.graph_objects  # noqa: F401
 
@@ -37,22 +38,11 @@ def prepare() -> threading.Thread | None:
     pa.array([0])  # pyarrow imports pandas on its first conversion
 
     path = os.environ.get(data.DATASET_ENV)
-    if not path or os.environ.get(common.WARM_UP_ENV, "1") == "0":
+    if not path:
         return None
-    dataset = data.current(Path(path))
-    if data.problem(dataset) is not None:
-        return None
-
-    def warm() -> None:
-        for func in common.overview_results():
-            try:
-                data.cached(dataset, func)
-            except Exception:  # noqa: BLE001 - the page shows the error when it asks
-                continue
-
-    thread = threading.Thread(target=warm, name="gpulens-start-up", daemon=True)
-    thread.start()
-    return thread
+    # The same warm-up the first visit would start, begun now: a visitor who
+    # opens the link a few seconds later finds every page's first view ready.
+    return common.warm_up(data.current(Path(path)))
 
 
 def main() -> None:

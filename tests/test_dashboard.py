@@ -427,16 +427,23 @@ def test_dashboard_command_binds_elsewhere_only_when_told(monkeypatch, sample):
     assert argv[argv.index("--server.port") + 1] == "8501"
 
 
-def test_the_launcher_warms_the_overview_results_into_the_pages_cache(monkeypatch, sample):
+def test_the_launcher_warms_every_pages_first_view_into_the_pages_cache(monkeypatch, sample, tmp_path):
     from analysis.findings import all_findings
     from dashboard import launch
+    from dashboard.pages import common
 
-    monkeypatch.setenv(data.DATASET_ENV, str(sample))
+    copy = tmp_path / "sample"  # its own dataset key, warmed by no other test
+    shutil.copytree(sample, copy)
+    monkeypatch.setenv(data.DATASET_ENV, str(copy))
     monkeypatch.delenv("GPULENS_WARM_UP", raising=False)
     thread = launch.prepare()
     thread.join(timeout=120)
-    key = data.cache_key(data.current(sample), all_findings, (), {})
-    assert key in data.RESULTS
+    ds = data.current(copy)
+    # The overview's findings, and the last page of the menu with a warmed view: the kernels timeline.
+    assert data.cache_key(ds, all_findings, (), {}) in data.RESULTS
+    assert data.cache_key(ds, timeline.step_kernels, common.default_timeline_step(ds), {}) in data.RESULTS
+    # The first visit finds it warmed already: no second warm-up.
+    assert common.warm_up(ds) is None
 
 
 def test_the_launcher_warms_nothing_with_warm_up_off(monkeypatch, sample):

@@ -9,6 +9,7 @@ holds nothing the page can show.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -99,23 +100,30 @@ def overview_results() -> tuple[Callable[..., Any], ...]:
     return dataset_summary, timeline.telemetry_coverage, timeline.trace_runs, all_findings
 
 
-def warm_up(ds: data.Dataset) -> None:
+def warm_up(ds: data.Dataset) -> threading.Thread | None:
     """Compute what every page shows first, in the background, once per dataset
-    (`GPULENS_WARM_UP=0` turns it off)."""
+    (`GPULENS_WARM_UP=0` turns it off): at server start (dashboard/launch.py),
+    and at the first visit where the server was started otherwise. The
+    thread, or None where there is nothing (more) to warm."""
     if os.environ.get(WARM_UP_ENV, "1") == "0" or data.problem(ds) is not None:
-        return
+        return None
     from analysis import communication, launch, power, time_breakdown, timeline
 
+    def plain(*funcs: Callable[..., Any]) -> list[data.WarmUpCall]:
+        return [(func, (), {}) for func in funcs]
+
     # In the order of the menu: what each page asks for with its defaults.
-    data.warm_up(ds, [(func, (), {}) for func in (
-        *overview_results(),
-        power.power_headroom, timeline.power_histogram, power.node_power, power.interconnect_usage,
-        launch.launch_rank_summary, launch.step_launch_summary, time_breakdown.time_breakdown, timeline.launch_histogram,
-        launch.short_kernels, time_breakdown.kernel_stats, launch.launch_outliers, launch.launch_flip,
-        communication.collective_stats, time_breakdown.comm_overlap, communication.stragglers, timeline.skew_by_step,
-        communication.collective_outliers,
-    )] + [(timeline.telemetry_timeline, lambda: default_telemetry_window(ds), {}),
-          (timeline.step_kernels, lambda: default_timeline_step(ds), {})])
+    return data.warm_up(ds, [
+        *plain(*overview_results()),
+        (timeline.telemetry_timeline, lambda: default_telemetry_window(ds), {}),
+        *plain(power.power_headroom, timeline.power_histogram, power.node_power, power.interconnect_usage,
+               launch.launch_rank_summary, launch.step_launch_summary, time_breakdown.time_breakdown,
+               timeline.launch_histogram, launch.short_kernels, time_breakdown.kernel_stats, launch.launch_outliers,
+               launch.launch_flip),
+        (timeline.step_kernels, lambda: default_timeline_step(ds), {}),
+        *plain(communication.collective_stats, time_breakdown.comm_overlap, communication.stragglers,
+               timeline.skew_by_step, communication.collective_outliers),
+    ])
 
 
 def telemetry_range(coverage: pl.DataFrame) -> tuple[datetime, datetime, float]:
