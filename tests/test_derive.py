@@ -236,3 +236,103 @@ def test_gpu_phases_are_cut_at_bucket_bounds():
     assert [r["bucket"] for r in phases] == [r["start_ns"] // PHASE_BUCKET_NS for r in phases]
     assert len(phases) == 3 and sum(r["dur_ns"] for r in phases) == 40_000 * US
     assert [r["compute_before_ns"] for r in phases] == [0, phases[0]["dur_ns"], phases[0]["dur_ns"] + phases[1]["dur_ns"]]
+
+
+def _assert_rows_match(got: list[tuple], expected: list[tuple]) -> None:
+    """Equal rows. Quantiles are compared to the last bit where this
+    DuckDB build fuses its interpolation's multiply-add (as the one
+    installed here does), else to within that bit's rounding."""
+    import duckdb
+
+    # 0.95 of the way from 1000 to 2000: 1599.9999999999995 unfused.
+    probe = "select quantile_cont(x, 0.95) from unnest([1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 2000]) t(x)"
+    fused = duckdb.sql(probe).fetchall()[0][0] == 1599.9999999999998
+    assert len(got) == len(expected)
+    for got_row, expected_row in zip(got, expected):
+        assert [type(v) for v in got_row] == [type(v) for v in expected_row]
+        for value, want in zip(got_row, expected_row):
+            assert value == (pytest.approx(want, rel=1e-15) if isinstance(want, float) and not fused else want)
+
+
+def _random_kernels(seed: int, n: int = 5000):
+    """Kernels of 2 runs x 3 ranks with the awkward cases mixed in: NULL
+    names and durations, negative durations, kernels out of scope, kernels
+    without a launch call or without its duration."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+
+    def sometimes_null(values, share):
+        return [None if drop else v for v, drop in zip(values.tolist(), rng.random(n) < share)]
+
+    names = [f"kernel_{i:02d}" for i in rng.integers(0, 40, n)]
+    return pa.table({
+        "run": pa.array(rng.choice(["train", "eval"], n).tolist()),
+        "rank": pa.array(rng.integers(0, 3, n), pa.int32()),
+        "name": pa.array([None if i % 97 == 0 else name for i, name in enumerate(names)], pa.string()),
+        "category": pa.array(rng.choice(["compute", "communication", "memory"], n).tolist()),
+        "kind": pa.array(rng.choice(["kernel", "memcpy"], n).tolist()),
+        "dur_ns": pa.array(sometimes_null(rng.integers(-5, 2_000_000, n), 0.02), pa.int64()),
+        "scoped": pa.array(rng.random(n) < 0.9),
+        "launch_call_ns": pa.array(sometimes_null(rng.integers(1_000, 9_000, n), 0.35), pa.int64()),
+        "launch_queue_ns": pa.array(sometimes_null(rng.integers(0, 90_000, n), 0.3), pa.int64()),
+    })
+
+
+def test_kernel_names_are_what_duckdbs_group_by_gives():
+    import duckdb
+
+    from collector.derive import _kernel_names
+
+    kernels = _random_kernels(seed=7)
+    con = duckdb.connect()
+    con.register("kernels", kernels)
+    expected = con.sql("""
+        select run, rank, name,
+            coalesce(min(category) filter (where counted), min(category)) as category,
+            coalesce(min(kind) filter (where counted), min(kind)) as kind,
+            count(*) filter (where counted) as kernel_count,
+            sum(dur_ns) filter (where counted)::bigint as total_ns,
+            min(dur_ns) filter (where counted) as min_ns,
+            max(dur_ns) filter (where counted) as max_ns,
+            quantile_cont(dur_ns, 0.5) filter (where counted) as p50_ns,
+            quantile_cont(dur_ns, 0.95) filter (where counted) as p95_ns,
+            count(*) filter (where launched) as launched_count,
+            sum(dur_ns) filter (where launched)::bigint as launched_gpu_ns,
+            sum(launch_call_ns) filter (where launched)::bigint as launch_call_total_ns
+        from (select *, scoped and dur_ns >= 0 as counted, launch_queue_ns is not null as launched from kernels)
+        group by run, rank, name
+        order by run, rank, name
+    """).fetchall()
+    _assert_rows_match([tuple(row.values()) for row in _kernel_names(kernels).to_pylist()], expected)
+
+
+def test_step_launches_are_what_duckdbs_group_by_gives():
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+
+    from collector.derive import _MIN, _step_launches
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    step = np.where(rng.random(n) < 0.1, _MIN, rng.integers(3, 40, n))
+    queue_ns, call_ns = rng.integers(0, 90_000, n), rng.integers(1_000, 9_000, n)
+    launched, call_known = rng.random(n) < 0.8, rng.random(n) < 0.7
+    delay_ns = np.maximum(queue_ns - call_ns, 0)
+    got = _step_launches(step, queue_ns, launched, call_ns, call_known, delay_ns)
+
+    con = duckdb.connect()
+    con.register("launched", pa.table({
+        "step": pa.array(step[launched], mask=step[launched] == _MIN),
+        "queue_ns": queue_ns[launched],
+        "call_ns": pa.array(call_ns[launched], mask=~call_known[launched]),
+        "delay_ns": pa.array(delay_ns[launched], mask=~call_known[launched]),
+    }))
+    expected = con.sql("""
+        select step, count(*), sum(queue_ns)::bigint, coalesce(sum(call_ns), 0)::bigint,
+               coalesce(sum(delay_ns), 0)::bigint, quantile_cont(delay_ns, 0.5), quantile_cont(delay_ns, 0.95)
+        from launched group by step order by step nulls last
+    """).fetchall()
+    _assert_rows_match(list(zip(*got.values())), expected)
