@@ -532,11 +532,11 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
     group[order] = np.cumsum(opens) - 1
     groups = len(starts)
 
-    dur = _Columns(kernels, ("dur_ns", "launch_call_ns"))
+    cols = _Columns(kernels, ("dur_ns", "launch_call_ns"))
     scoped = kernels.column("scoped").fill_null(False).to_numpy(zero_copy_only=False)
-    counted = scoped & dur.valid["dur_ns"] & (dur["dur_ns"] >= 0)
+    counted = scoped & cols.valid["dur_ns"] & (cols["dur_ns"] >= 0)
     launched = kernels.column("launch_queue_ns").is_valid().to_numpy(zero_copy_only=False)
-    dur_ns = dur["dur_ns"]
+    dur_ns = cols["dur_ns"]
 
     kernel_count = np.bincount(group, weights=counted, minlength=groups).astype(np.int64)
     total_ns = _group_sum(group, dur_ns, counted, groups)
@@ -544,8 +544,8 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
     max_ns = _group_extreme(group, dur_ns, counted, groups, np.maximum, _MIN)
     quantiles = _group_quantiles(group, dur_ns, counted, groups, (0.5, 0.95))
     launched_count = np.bincount(group, weights=launched, minlength=groups).astype(np.int64)
-    launched_gpu_ns = _group_sum(group, dur_ns, launched & dur.valid["dur_ns"], groups)
-    launch_call_ns = _group_sum(group, dur["launch_call_ns"], launched & dur.valid["launch_call_ns"], groups)
+    launched_gpu_ns = _group_sum(group, dur_ns, launched & cols.valid["dur_ns"], groups)
+    launch_call_ns = _group_sum(group, cols["launch_call_ns"], launched & cols.valid["launch_call_ns"], groups)
     first = order[starts]
     return pa.table({
         "run": pa.array(run_values, pa.string()).take(runs[first]),
