@@ -32,11 +32,12 @@ TEMPLATE = go.layout.Template(
     layout=pio.templates["plotly_white"].layout,
     data={kind: getattr(pio.templates["plotly_white"].data, kind) for kind in TEMPLATE_TRACE_TYPES},
 )
-# Plotly's default template, so that every figure starts with it already
-# validated: handing it to each figure's layout validated a copy every time
-# (about 15 ms a figure, 90 ms for the telemetry page).
-pio.templates["gpulens"] = TEMPLATE
-pio.templates.default = "gpulens"
+# Plotly's default template while gpulens makes a figure (`new_figure`), so
+# that every figure starts with it already validated: handing it to each
+# figure's layout validated a copy every time (about 15 ms a figure, 90 ms
+# for the telemetry page).
+TEMPLATE_NAME = "gpulens"
+pio.templates[TEMPLATE_NAME] = TEMPLATE
 GB = 1e9
 _DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 _SYMBOLS = ("circle", "diamond", "square", "x", "triangle-up", "star")
@@ -56,12 +57,22 @@ TELEMETRY_METRICS: dict[str, tuple[str, str, float]] = {
 
 def empty_figure(title: str, message: str) -> go.Figure:
     """A titled figure saying there is nothing to draw."""
-    fig = go.Figure()
+    fig = new_figure()
     fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                        font={"size": 14, "color": theme.OTHER_COLOUR})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return _layout(fig, title)
+
+
+def new_figure(*args: Any, **kwargs: Any) -> go.Figure:
+    """`go.Figure(...)` starting with gpulens' template. Plotly gives a new
+    figure its default template; Streamlit makes its own the default when
+    it is imported, so gpulens' is put back first (once per import order,
+    a string comparison after that)."""
+    if pio.templates.default != TEMPLATE_NAME:
+        pio.templates.default = TEMPLATE_NAME
+    return go.Figure(*args, **kwargs)
 
 
 TIME_AXIS = "Time (UTC)"
@@ -148,7 +159,7 @@ def coverage_figure(coverage: pl.DataFrame, runs: pl.DataFrame) -> go.Figure:
         return empty_figure(title, "Nothing on the UTC clock: no telemetry, and no traces on the epoch.")
     span = max(end for *_, end, _ in rows) - min(start for _, _, start, _, _ in rows)
     min_width = span / _COVERAGE_MIN_WIDTH_DIVISOR
-    fig = go.Figure()
+    fig = new_figure()
     for kind, colour in (("telemetry", theme.CATEGORY_COLOURS["compute"]), ("trace run", theme.CATEGORY_COLOURS["communication"])):
         x: list[Any] = []
         y: list[Any] = []
@@ -254,7 +265,7 @@ def telemetry_figure(
     hosts = _hosts(timeline)
     groups = timeline.partition_by(["host", "gpu_index"], maintain_order=True)
     band = len(groups) <= 3 if band is None else band
-    fig = go.Figure()
+    fig = new_figure()
     for group in groups:
         host, gpu = group["host"][0], int(group["gpu_index"][0])
         label = gpu_label(host, gpu, len(hosts))
@@ -327,7 +338,7 @@ def throttle_strip_figure(timeline: pl.DataFrame) -> go.Figure:
             .sort("bucket_start"))
     gpus = [c for c in wide.columns if c != "bucket_start"]
     z = wide.select(pl.col(gpus).cast(pl.Float64) * 100).to_numpy().T  # GPU x bucket; NaN where not sampled
-    fig = go.Figure(go.Heatmap(
+    fig = new_figure(go.Heatmap(
         x=_x_times(wide["bucket_start"]), y=gpus, z=z, zmin=0, zmax=100,
         colorscale=[[0, "#ffffff"], [1, theme.LIMIT_LINE_COLOUR]], colorbar={"title": {"text": "held back (%)"}},
         hovertemplate="%{y}<br>%{x}<br>%{z:.0f}% of samples held back<extra></extra>",
@@ -344,7 +355,7 @@ def power_distribution_figure(histogram: pl.DataFrame) -> go.Figure:
     if histogram.is_empty():
         return empty_figure(title, "No power readings.")
     hosts = _hosts(histogram)
-    fig = go.Figure()
+    fig = new_figure()
     for group in histogram.partition_by(["host", "gpu_index"], maintain_order=True):
         host, gpu = group["host"][0], int(group["gpu_index"][0])
         label = gpu_label(host, gpu, len(hosts))
@@ -369,7 +380,7 @@ def power_percentiles_figure(headroom: pl.DataFrame) -> go.Figure:
     frame = headroom.sort("host", "gpu_index")
     labels = [gpu_label(h, g, len(hosts)) for h, g in zip(frame["host"], frame["gpu_index"])]
     colours = [theme.gpu_colour(g) for g in frame["gpu_index"]]
-    fig = go.Figure()
+    fig = new_figure()
     fig.add_trace(go.Bar(x=labels, y=frame["p99_w"].to_list(), marker={"color": colours}, name="p99 (bar)",
                          opacity=0.55, hovertemplate="%{x}: p99 %{y:.0f} W<extra></extra>"))
     for stat, symbol in (("p50_w", "circle-open"), ("p95_w", "diamond-open"), ("max_w", "x")):
@@ -391,7 +402,7 @@ def node_power_figure(node_timeline: pl.DataFrame, budget_w: float | None, cap_w
     title = "Node coincident power against the budget"
     if node_timeline.is_empty():
         return empty_figure(title, "No complete ticks with power from every GPU.")
-    fig = go.Figure()
+    fig = new_figure()
     for i, group in enumerate(node_timeline.partition_by("host", maintain_order=True)):
         host = group["host"][0]
         x = _x_times(group["bucket_start"])
@@ -420,7 +431,7 @@ def cap_curve_figure(curve: pl.DataFrame, chosen_cap_w: float | None = None) -> 
     if curve.is_empty():
         return empty_figure(title, "No power readings.")
     frame = curve.sort("power_cap_w")
-    fig = go.Figure()
+    fig = new_figure()
     fig.add_trace(go.Scatter(x=frame["power_cap_w"].to_list(), y=frame["capped_extra_nodes_at_p99"].to_list(),
                              mode="lines+markers", name="extra nodes at p99", line={"color": theme.SEVERITY_COLOURS["info"]},
                              hovertemplate="cap %{x:.0f} W: %{y:.2f} extra nodes<extra></extra>"))
@@ -449,7 +460,7 @@ def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
     if frame.is_empty():
         return empty_figure(title, f"No {name} readings.")
     hosts = _hosts(frame)
-    fig = go.Figure()
+    fig = new_figure()
     patterns = {"tx": "", "rx": "/", "both": "."}
     for direction in sorted(frame["direction"].unique().to_list()):
         part = frame.filter(pl.col("direction") == direction)
@@ -485,7 +496,7 @@ def interconnect_timeline_figure(timeline: pl.DataFrame, link: str) -> go.Figure
     if frame.is_empty():
         return empty_figure(title, f"No {name} readings.")
     hosts = _hosts(frame)
-    fig = go.Figure()
+    fig = new_figure()
     for group in frame.partition_by(["host", "gpu_index", "direction"], maintain_order=True):
         host, gpu, direction = group["host"][0], int(group["gpu_index"][0]), group["direction"][0]
         label = f"{gpu_label(host, gpu, len(hosts))} {direction}"
@@ -515,7 +526,7 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
     if frame.is_empty():
         return empty_figure(title, "No profiler steps with launches.")
     mode = "lines+markers" if frame.height <= _MARKERS_MAX_POINTS else "lines"
-    fig = go.Figure()
+    fig = new_figure()
     for group in frame.sort("rank", "step").partition_by("rank", maintain_order=True):
         rank = int(group["rank"][0])
         fig.add_trace(go.Scatter(
@@ -544,7 +555,7 @@ def launch_histogram_figure(histogram: pl.DataFrame, metric: str) -> go.Figure:
     frame = histogram.filter(pl.col("metric") == metric) if histogram.height else histogram
     if frame.is_empty():
         return empty_figure(title, "No kernels linked to their launch calls.")
-    fig = go.Figure()
+    fig = new_figure()
     runs = sorted(frame["run"].unique().to_list())
     for i, run in enumerate(runs):
         part = frame.filter(pl.col("run") == run).sort("bin_low_ns")
@@ -568,7 +579,7 @@ def top_kernels_figure(stats: pl.DataFrame, top: int = 15) -> go.Figure:
         .sort("total_ns", "name", descending=[True, False]).head(top).reverse()
     )
     frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
-    fig = go.Figure()
+    fig = new_figure()
     for category in sorted(frame["category"].drop_nulls().unique().to_list()):
         part = frame.filter(pl.col("category") == category)
         fig.add_trace(go.Bar(
@@ -591,7 +602,7 @@ def short_kernels_figure(short: pl.DataFrame, top: int = 15) -> go.Figure:
         .sort("kernel_count", "name", descending=[True, False]).head(top).reverse()
     )
     frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
-    fig = go.Figure(go.Bar(
+    fig = new_figure(go.Bar(
         y=frame["label"].to_list(), x=frame["kernel_count"].to_list(), orientation="h", name="short kernels",
         marker={"color": theme.OTHER_COLOUR},
         customdata=list(zip(frame["name"].to_list(), (frame["gpu_ns"] / frame["kernel_count"] / 1e3).to_list(),
@@ -663,7 +674,7 @@ def kernel_timeline_figure(kernels: pl.DataFrame) -> go.Figure:
         (pl.col("offset_ns") / 1e6).alias("start_ms"), ((pl.col("offset_ns") + pl.col("dur_ns")) / 1e6).alias("end_ms"))
     span_ms = float(frame["end_ms"].max() or 0.0)
     min_width_ms = span_ms / _TIMELINE_MIN_WIDTH_DIVISOR
-    fig = go.Figure()
+    fig = new_figure()
     for category in sorted(frame["category"].drop_nulls().unique().to_list()):
         part = frame.filter(pl.col("category") == category)
         start = part["start_ms"].to_numpy()
@@ -714,7 +725,7 @@ def time_breakdown_figure(breakdown: pl.DataFrame) -> go.Figure:
     frame = breakdown.sort("run", "rank")
     runs = frame["run"].unique().to_list()
     labels = [f"rank {r}" if len(runs) == 1 else f"{run} r{r}" for run, r in zip(frame["run"], frame["rank"])]
-    fig = go.Figure()
+    fig = new_figure()
     for column, name, colour in parts:
         if column in frame.columns:
             share = frame[column].fill_null(0) / frame["span_ns"] * 100
@@ -746,7 +757,7 @@ def collective_time_figure(stats: pl.DataFrame) -> go.Figure:
         return empty_figure(title, "No collectives.")
     frame = stats.group_by("op", "size_bucket_bytes").agg(pl.col("total_ns").sum(), pl.col("count").sum()).sort("size_bucket_bytes", "op")
     sizes = [size_label(s) for s in frame.select(pl.col("size_bucket_bytes").unique().sort())["size_bucket_bytes"]]
-    fig = go.Figure()
+    fig = new_figure()
     for op in sorted(frame["op"].unique().to_list()):
         part = frame.filter(pl.col("op") == op)
         fig.add_trace(go.Bar(x=[size_label(s) for s in part["size_bucket_bytes"]], y=(part["total_ns"] / 1e6).to_list(), name=op,
@@ -763,7 +774,7 @@ def busbw_figure(stats: pl.DataFrame) -> go.Figure:
     frame = stats.filter(pl.col("busbw_bytes_per_s").is_not_null()) if stats.height else stats
     if frame.is_empty():
         return empty_figure(title, "No timed collectives with a known size.")
-    fig = go.Figure()
+    fig = new_figure()
     for op in sorted(frame["op"].unique().to_list()):
         part = frame.filter(pl.col("op") == op).sort("size_bucket_bytes")
         colour = theme.collective_colour(op)
@@ -807,7 +818,7 @@ def overlap_figure(overlap: pl.DataFrame) -> go.Figure:
     runs = frame["run"].unique().to_list()
     labels = [f"rank {r}" if len(runs) == 1 else f"{run} r{r}" for run, r in zip(frame["run"], frame["rank"])]
     colour = theme.CATEGORY_COLOURS["communication"]
-    fig = go.Figure()
+    fig = new_figure()
     fig.add_trace(go.Bar(x=labels, y=(frame["overlapped_ns"] / 1e6).to_list(), name="overlapped with compute",
                          marker={"color": _alpha(colour, 0.35), "line": {"color": colour, "width": 1}},
                          customdata=(frame["overlap_share"].fill_null(0) * 100).to_list(),
@@ -829,7 +840,7 @@ def skew_heatmap_figure(skew: pl.DataFrame) -> go.Figure:
     steps = sorted((c for c in wide.columns if c != "rank"), key=lambda c: int(c))
     z = [[None if v is None else v / 1e3 for v in row] for row in wide.select(steps).rows()]
     limit = max((abs(v) for row in z for v in row if v is not None), default=1.0) or 1.0
-    fig = go.Figure(go.Heatmap(
+    fig = new_figure(go.Heatmap(
         x=[int(s) for s in steps], y=[f"rank {r}" for r in wide["rank"]], z=z, zmin=-limit, zmax=limit,
         colorscale=[[0, theme.SEVERITY_COLOURS["info"]], [0.5, "#ffffff"], [1, theme.SEVERITY_COLOURS["critical"]]],
         colorbar={"title": {"text": "lateness (µs)"}},
@@ -847,7 +858,7 @@ def straggler_figure(stragglers: pl.DataFrame) -> go.Figure:
         return empty_figure(title, "No collectives seen by more than one rank.")
     frame = stragglers.sort("straggler_order")
     labels = [f"rank {r}" for r in frame["rank"]]
-    fig = go.Figure()
+    fig = new_figure()
     fig.add_trace(go.Bar(x=labels, y=(frame["share_last"].fill_null(0) * 100).to_list(), name="arrived last",
                          marker={"color": [theme.gpu_colour(r) for r in frame["rank"]]},
                          customdata=list(zip(frame["score"].to_list(), (frame["mean_lateness_ns"].fill_null(0) / 1e3).to_list())),
@@ -868,7 +879,7 @@ def kernel_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str, top: int 
         return empty_figure(title, "No kernels in either run.")
     frame = compare.head(top).reverse()
     frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
-    fig = go.Figure()
+    fig = new_figure()
     for category in sorted(frame["category"].drop_nulls().unique().to_list()):
         part = frame.filter(pl.col("category") == category)
         fig.add_trace(go.Bar(
@@ -893,7 +904,7 @@ def collective_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str) -> go
     frame = frame.sort("op", "size_bucket_bytes")
     labels = [f"{op} {size_label(s)}" for op, s in zip(frame["op"], frame["size_bucket_bytes"])]
     colours = [theme.collective_colour(op) for op in frame["op"]]
-    fig = go.Figure()
+    fig = new_figure()
     for column, run, pattern in (("busbw_bytes_per_s_a", f"A: {run_a}", "/"), ("busbw_bytes_per_s_b", f"B: {run_b}", "")):
         fig.add_trace(go.Bar(x=labels, y=(frame[column] / GB).to_list(), name=run, showlegend=False, legendgroup=run,
                              offsetgroup=run,

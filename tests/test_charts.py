@@ -142,6 +142,8 @@ def test_throttle_strip_is_the_percentage_held_back_per_gpu_and_bucket() -> None
     assert strip.z[1][0] == 25.0 and math.isnan(strip.z[1][1])
 
 
-def test_every_figure_starts_with_the_gpulens_template() -> None:
-    assert pio.templates.default == "gpulens"
+def test_every_figure_starts_with_the_gpulens_template_though_streamlit_sets_its_own() -> None:
+    import streamlit  # noqa: F401 - makes "streamlit" plotly's default template on import
+
+    pio.templates.default = "streamlit"
     assert charts.empty_figure("t", "nothing").layout.template == charts.TEMPLATE

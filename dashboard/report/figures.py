@@ -38,7 +38,7 @@ def _rank_label(row: dict[str, Any], runs: int) -> str:
 
 def launch_figure(steps: pl.DataFrame) -> go.Figure:
     """GPU idle share per profiler step, one line per rank."""
-    fig = go.Figure()
+    fig = charts.new_figure()
     runs = steps["run"].n_unique()
     for (run, rank), group in steps.sort("run", "rank", "step").group_by("run", "rank", maintain_order=True):
         fig.add_scatter(x=group["step"].to_list(), y=group["gpu_idle_share"].to_list(), mode="lines+markers",
@@ -49,7 +49,7 @@ def launch_figure(steps: pl.DataFrame) -> go.Figure:
 
 def step_energy_figure(steps: pl.DataFrame) -> go.Figure:
     """Energy of each profiler step, one line per rank's GPU."""
-    fig = go.Figure()
+    fig = charts.new_figure()
     runs = steps["run"].n_unique()
     for (run, rank), group in steps.sort("run", "rank", "step").group_by("run", "rank", maintain_order=True):
         gpu = group["gpu_index"][0]
