@@ -2,11 +2,15 @@
 the process is made ready for its first visitor.
 
 `gpulens dashboard` runs `python -m dashboard.launch run dashboard/app.py
-...`, which is `streamlit run` with two things done first:
+...`, which is `streamlit run` with three things done first:
 
 - the modules the pages use are imported now (Streamlit imports them at
   the first visit otherwise: about a second, pandas included, which
   pyarrow loads on its first conversion);
+- Streamlit is told that app.py's `st.navigation` names the pages, so a
+  first visit to a page's own address runs app.py (without it, Streamlit
+  runs the page file alone and lists every file of `dashboard/pages/` in
+  the sidebar: `pages.common.run_through_app`);
 - what every page shows first starts computing in a background thread
   (`pages.common.warm_up`: the overview's results first, then each page's
   in menu order), into the same cache the pages read. A visitor who
@@ -36,6 +40,7 @@ def prepare() -> threading.Thread | None:
     from dashboard.pages import common
 
     pa.array([0])  # pyarrow imports pandas on its first conversion
+    common.use_app_navigation()  # a first visit to a page's own address runs app.py too
 
     path = os.environ.get(data.DATASET_ENV)
     if not path:

@@ -9,6 +9,7 @@ playwright package is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -72,13 +73,12 @@ def _gpulens_dashboard_command(dataset: Path, port: int) -> list[str]:
     return [sys.executable, "-m", "dashboard.cli", "dashboard", str(dataset), "--port", str(port)]
 
 
-@pytest.fixture(scope="module")
-def server(sample_dataset, tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("dashboard_server") / "server.log"
+@contextlib.contextmanager
+def _serving(command: list[str], port: int, log: Path, env: dict[str, str] | None = None):
+    """Run a dashboard server command listening on `port`; its URL once it answers, killed after."""
     with open(log, "wb") as out:
-        process = subprocess.Popen(_gpulens_dashboard_command(sample_dataset, port), stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   cwd=Path(__file__).resolve().parents[1], env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -90,7 +90,7 @@ def server(sample_dataset, tmp_path_factory):
             except OSError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"gpulens dashboard did not start: {log.read_text()[-2000:]}")
+                pytest.fail(f"{' '.join(command[2:5])} did not start: {log.read_text()[-2000:]}")
             time.sleep(0.3)
         yield url
     finally:
@@ -100,6 +100,14 @@ def server(sample_dataset, tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(sample_dataset, tmp_path_factory):
+    log = tmp_path_factory.mktemp("dashboard_server") / "server.log"
+    port = _free_port()
+    with _serving(_gpulens_dashboard_command(sample_dataset, port), port, log) as url:
+        yield url
 
 
 def test_dashboard_binds_localhost_only(server):
@@ -152,3 +160,26 @@ def _screenshot(page, path: Path) -> None:
     _wait_until_rendered(page, timeout_s=5)
     page.screenshot(path=str(path))
     page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def test_a_first_visit_to_a_pages_own_address_under_streamlit_run_gets_the_apps_menu(browser, sample_dataset, tmp_path):
+    # Streamlit runs a page file alone, and lists every file of dashboard/pages/ (common.py too) in the
+    # sidebar, when a server's first visitor opens a page's address, until something calls st.navigation.
+    port = _free_port()
+    command = [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.port", str(port),
+               "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    env = {**os.environ, "GPULENS_DATASET": str(sample_dataset), "GPULENS_WARM_UP": "0"}
+    with _serving(command, port, tmp_path / "server.log", env) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(f"{url}/kernels", wait_until="domcontentloaded")
+            page.get_by_text("Kernels per stream", exact=False).first.wait_for(timeout=60_000)
+            _wait_until_rendered(page)
+            menu = page.locator('[data-testid="stSidebarNav"] a')
+            # Each link's text is its icon's name, then its title.
+            assert [link.inner_text().split("\n")[-1].strip() for link in menu.all()] == [
+                "Overview", "Telemetry", "Power headroom", "Interconnect", "Kernels and launches", "Communication",
+                "Compare", "Live"]
+            assert page.get_by_role("button", name="Reload data").count() == 1  # app.py's sidebar
+        finally:
+            page.close()
