@@ -11,7 +11,8 @@ a few thousand rows per series, whatever the size of the dataset:
 - `power_cap_curve`: the power-cap what-if over a range of caps at once.
 - `telemetry_coverage`, `trace_runs`: what the dataset covers.
 - `power_histogram`, `launch_histogram`: distributions as histograms.
-- `step_kernels`: one rank's kernels in one profiler step, for a timeline.
+- `step_kernel_runs`: one rank's kernels in one profiler step, merged at
+  drawing resolution, for a timeline.
 - `skew_by_step`: arrival lateness per rank and step.
 - `compare_kernels`, `compare_collectives`: two runs side by side.
 
@@ -133,12 +134,23 @@ def launch_histogram(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return run_analysis(con, "dash_launch_histogram")
 
 
-def step_kernels(
-    con: duckdb.DuckDBPyConnection, run: str, rank: int, step: int, max_kernels: int = 5000
+def step_kernel_runs(
+    con: duckdb.DuckDBPyConnection,
+    run: str,
+    rank: int,
+    step: int,
+    window_start_ns: int | None = None,
+    window_end_ns: int | None = None,
+    pixels: int = 1500,
 ) -> pl.DataFrame:
-    """The longest `max_kernels` kernels of `rank` overlapping profiler step `step`."""
+    """Every kernel of `rank` in profiler step `step`, as runs per stream and
+    category: kernels less than one pixel apart (the window's span /
+    `pixels`) are merged. The window is the whole step, or
+    `window_start_ns`..`window_end_ns` after its start."""
     return run_analysis(
-        con, "dash_step_kernels", dash_run=run, dash_rank=int(rank), dash_step=int(step), dash_max_kernels=int(max_kernels)
+        con, "dash_step_kernel_runs", dash_run=run, dash_rank=int(rank), dash_step=int(step),
+        dash_window_start_ns=None if window_start_ns is None else int(window_start_ns),
+        dash_window_end_ns=None if window_end_ns is None else int(window_end_ns), dash_pixels=int(pixels),
     )
 
 

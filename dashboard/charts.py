@@ -650,32 +650,36 @@ def _short(name: str, limit: int = 60) -> str:
     return base if len(base) <= limit else base[: limit - 1] + "…"
 
 
-def kernel_timeline_figure(kernels: pl.DataFrame) -> go.Figure:
+def kernel_timeline_figure(kernel_runs: pl.DataFrame) -> go.Figure:
     """One rank's kernels in one step, a row per stream, coloured by category.
 
-    A step holds up to 5,000 kernels; as bars, or as line segments (Plotly
-    draws each gap-separated segment as a path of its own), they took the
-    browser seconds to draw. So each kernel is a rectangle in a filled
-    outline, one trace (one SVG path) per category, drawn at least about
-    a pixel wide as trace viewers do; and the hover comes from one
-    invisible line through the kernels' midpoints, which names each
-    kernel once with its true times. Coordinates go as numpy arrays, which
-    Plotly ships as binary without checking each value.
+    `kernel_runs` is `timeline.step_kernel_runs`: every kernel of the step,
+    those less than a pixel apart merged into runs, so the chart draws all
+    of the step's GPU time in at most a few thousand shapes. Each run is a
+    rectangle in a filled outline, one trace (one SVG path) per category,
+    drawn at least about a pixel wide as trace viewers do; as bars, or as
+    line segments (each gap-separated segment its own path), thousands of
+    them took the browser seconds. The hover comes from one invisible line
+    through the runs' midpoints: a kernel's name and true times, or a run's
+    kernel count, busy time and longest kernel. Coordinates go as numpy
+    arrays, which Plotly ships as binary without checking each value.
     """
-    if kernels.is_empty():
+    if kernel_runs.is_empty():
         return empty_figure("Kernels per stream", "No kernels in this step.")
-    run, rank, step = kernels["run"][0], int(kernels["rank"][0]), kernels["step"][0]
+    run, rank, step = kernel_runs["run"][0], int(kernel_runs["rank"][0]), kernel_runs["step"][0]
     title = f"Kernels per stream: {run}, rank {rank}, step {step}"
-    streams = sorted(kernels["stream"].drop_nulls().unique().to_list())
+    streams = sorted(kernel_runs["stream"].drop_nulls().unique().to_list())
     # Row 0 at the top: the first stream.
     rows = pl.DataFrame({"stream": streams, "row": list(range(len(streams) - 1, -1, -1))},
-                        schema={"stream": kernels.schema["stream"], "row": pl.Float64})
-    frame = kernels.join(rows, on="stream", how="inner").with_columns(
-        (pl.col("offset_ns") / 1e6).alias("start_ms"), ((pl.col("offset_ns") + pl.col("dur_ns")) / 1e6).alias("end_ms"))
-    span_ms = float(frame["end_ms"].max() or 0.0)
-    min_width_ms = span_ms / _TIMELINE_MIN_WIDTH_DIVISOR
+                        schema={"stream": kernel_runs.schema["stream"], "row": pl.Float64})
+    frame = kernel_runs.join(rows, on="stream", how="inner").with_columns(
+        (pl.col("offset_ns") / 1e6).alias("start_ms"), (pl.col("end_offset_ns") / 1e6).alias("end_ms"))
+    window_ms = [kernel_runs["window_offset_ns"][0] / 1e6, kernel_runs["window_end_offset_ns"][0] / 1e6]
+    min_width_ms = (window_ms[1] - window_ms[0]) / _TIMELINE_MIN_WIDTH_DIVISOR
     fig = new_figure()
-    for category in sorted(frame["category"].drop_nulls().unique().to_list()):
+    # The busiest category first, so the rarer ones are drawn over it.
+    order = frame.group_by("category").agg(pl.col("busy_ns").sum()).sort("busy_ns", "category", descending=[True, False])
+    for category in order["category"].drop_nulls().to_list():
         part = frame.filter(pl.col("category") == category)
         start = part["start_ms"].to_numpy()
         end = np.maximum(part["end_ms"].to_numpy(), start + min_width_ms)
@@ -693,22 +697,33 @@ def kernel_timeline_figure(kernels: pl.DataFrame) -> go.Figure:
     fig.add_trace(go.Scatter(
         x=((hover["start_ms"] + hover["end_ms"]) / 2).to_numpy(), y=hover["row"].to_numpy(),
         mode="lines", line={"color": "rgba(0, 0, 0, 0)", "width": 1}, showlegend=False, name="kernels",
-        text=[f"{_short(name, 90)}<br>{category}" for name, category in zip(hover["name"], hover["category"])],
-        customdata=np.column_stack([(hover["dur_ns"] / 1e3).to_numpy(), hover["start_ms"].to_numpy(),
-                                    hover["stream"].cast(pl.Float64).to_numpy()]),
+        text=[_kernel_run_text(*row) for row in hover.select(
+            "name", "category", "stream", "kernel_count", "busy_ns", "longest_ns", "offset_ns", "end_offset_ns").iter_rows()],
         # One colour for all: a colour per point costs Plotly a check per value.
         hoverlabel={"bgcolor": "white", "font": {"color": "#222222"}},
-        hovertemplate="%{text}, stream %{customdata[2]}<br>start %{customdata[1]:.3f} ms, "
-                      "%{customdata[0]:.1f} µs<extra></extra>",
+        hovertemplate="%{text}<extra></extra>",
     ))
-    fig.update_yaxes(tickmode="array", tickvals=rows["row"].to_list(), ticktext=[f"stream {s}" for s in streams],
-                     range=[-0.5, len(streams) - 0.5], zeroline=False, showgrid=False)
+    fig.update_layout(
+        xaxis={"range": window_ms},
+        yaxis={"tickmode": "array", "tickvals": rows["row"].to_list(), "ticktext": [f"stream {s}" for s in streams],
+               "range": [-0.5, len(streams) - 0.5], "zeroline": False, "showgrid": False})
     return _layout(fig, title, "Time since step start (ms)", "Stream", height=160 + 60 * len(streams), legend_title="category")
+
+
+def _kernel_run_text(name: str, category: str, stream: int, kernel_count: int, busy_ns: int, longest_ns: int,
+                     offset_ns: int, end_offset_ns: int) -> str:
+    """A timeline hover: one kernel's name and times, or a merged run's summary."""
+    where = f"{category}, stream {stream}<br>start {offset_ns / 1e6:.3f} ms"
+    if kernel_count == 1:
+        return f"{_short(name, 90)}<br>{where}, {busy_ns / 1e3:.1f} µs"
+    span_ns = max(end_offset_ns - offset_ns, 1)
+    return (f"{kernel_count:,} kernels: {busy_ns / 1e3:.1f} µs busy of {span_ns / 1e3:.1f} µs "
+            f"({busy_ns / span_ns:.0%})<br>longest {_short(name, 80)} ({longest_ns / 1e3:.1f} µs)<br>{where}")
 
 
 # Half a stream's row: the rectangles' height, with a gap between rows.
 _TIMELINE_HALF_ROW = 0.35
-# The narrowest rectangle drawn: this fraction of the step's span.
+# The narrowest rectangle drawn: this fraction of the window's span.
 _TIMELINE_MIN_WIDTH_DIVISOR = 1500
 
 

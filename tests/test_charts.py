@@ -11,48 +11,71 @@ import polars as pl
 from dashboard import charts
 
 
-def step_kernels(rows: list[tuple[int, str, str, int, int]]) -> pl.DataFrame:
-    """(stream, category, name, offset_ns, dur_ns) rows of one step, as `timeline.step_kernels` gives them."""
+def kernel_runs(rows: list[tuple], window_ns: tuple[int, int] | None = None) -> pl.DataFrame:
+    """(stream, category, name, offset_ns, end_offset_ns[, kernel_count, busy_ns, longest_ns]) runs of
+    one step, as `timeline.step_kernel_runs` gives them; one kernel each unless told."""
+    full = [(*row, *(1, row[4] - row[3], row[4] - row[3])[len(row) - 5:]) for row in rows]
+    window = window_ns or (0, max(row[4] for row in rows))
     return pl.DataFrame(
-        [("train", 0, 3, *row) for row in rows],
-        schema=["run", "rank", "step", "stream", "category", "name", "offset_ns", "dur_ns"], orient="row")
+        [("train", 0, 3, *row, *window) for row in full],
+        schema=["run", "rank", "step", "stream", "category", "name", "offset_ns", "end_offset_ns", "kernel_count",
+                "busy_ns", "longest_ns", "window_offset_ns", "window_end_offset_ns"], orient="row")
 
 
 def test_kernel_timeline_draws_one_filled_trace_per_category_and_one_for_the_hover() -> None:
-    fig = charts.kernel_timeline_figure(step_kernels([
-        (7, "compute", "gemm", 0, 4_000_000), (7, "compute", "relu", 5_000_000, 1_000_000),
-        (13, "communication", "ncclDevKernel_AllReduce", 1_000_000, 3_000_000)]))
+    fig = charts.kernel_timeline_figure(kernel_runs([
+        (7, "compute", "gemm", 0, 4_000_000), (7, "compute", "relu", 5_000_000, 6_000_000),
+        (13, "communication", "ncclDevKernel_AllReduce", 1_000_000, 4_000_000)]))
+    # The busiest category first (5 ms of compute), so the other is drawn over it.
     assert [(trace.name, trace.mode, trace.fill, trace.showlegend) for trace in fig.data] == [
-        ("communication", "none", "toself", None), ("compute", "none", "toself", None), ("kernels", "lines", None, False)]
+        ("compute", "none", "toself", None), ("communication", "none", "toself", None), ("kernels", "lines", None, False)]
 
 
-def test_kernel_timeline_kernel_is_a_rectangle_on_its_stream_row() -> None:
-    fig = charts.kernel_timeline_figure(step_kernels([
-        (7, "compute", "gemm", 1_000_000, 4_000_000), (13, "communication", "nccl", 0, 6_000_000)]))
-    compute = fig.data[1]
+def test_kernel_timeline_run_is_a_rectangle_on_its_stream_row() -> None:
+    fig = charts.kernel_timeline_figure(kernel_runs([
+        (7, "compute", "gemm", 1_000_000, 5_000_000), (13, "communication", "nccl", 0, 6_000_000)]))
+    compute = next(trace for trace in fig.data if trace.name == "compute")
     # Stream 7 is the first row, drawn at the top (y = 1 of rows 0..1); NaN ends the outline.
     assert list(compute.x[:4]) == [1.0, 5.0, 5.0, 1.0] and math.isnan(compute.x[4])
     assert list(compute.y[:4]) == [0.65, 0.65, 1.35, 1.35] and math.isnan(compute.y[4])
     assert list(fig.layout.yaxis.ticktext) == ["stream 7", "stream 13"] and list(fig.layout.yaxis.tickvals) == [1, 0]
 
 
-def test_kernel_timeline_hover_names_each_kernel_once_with_its_true_times() -> None:
-    fig = charts.kernel_timeline_figure(step_kernels([
-        (7, "compute", "gemm", 2_000_000, 1_500_000), (7, "compute", "relu", 0, 1_000_000),
+def test_kernel_timeline_hover_names_a_lone_kernel_with_its_true_times() -> None:
+    fig = charts.kernel_timeline_figure(kernel_runs([
+        (7, "compute", "gemm", 2_000_000, 3_500_000), (7, "compute", "relu", 0, 1_000_000),
         (13, "communication", "nccl", 0, 4_000_000)]))
     hover = fig.data[-1]
     # Top row first, each in time order: relu, gemm on stream 7, then nccl on stream 13.
-    assert list(hover.text) == ["relu<br>compute", "gemm<br>compute", "nccl<br>communication"]
-    assert [tuple(row) for row in hover.customdata] == [(1000.0, 0.0, 7.0), (1500.0, 2.0, 7.0), (4000.0, 0.0, 13.0)]
+    assert list(hover.text) == [
+        "relu<br>compute, stream 7<br>start 0.000 ms, 1000.0 µs",
+        "gemm<br>compute, stream 7<br>start 2.000 ms, 1500.0 µs",
+        "nccl<br>communication, stream 13<br>start 0.000 ms, 4000.0 µs"]
     assert list(hover.x) == [0.5, 2.75, 2.0] and list(hover.y) == [1.0, 1.0, 0.0]
+
+
+def test_kernel_timeline_hover_sums_up_a_merged_run() -> None:
+    fig = charts.kernel_timeline_figure(kernel_runs([
+        (7, "compute", "void at::native::vectorized_elementwise_kernel<4, Add>(int, Add)", 1_000_000, 1_040_000,
+         25, 30_000, 4_000)]))
+    assert list(fig.data[-1].text) == [
+        "25 kernels: 30.0 µs busy of 40.0 µs (75%)<br>longest void at::native::vectorized_elementwise_kernel<4, Add>"
+        "(int, Add) (4.0 µs)"
+        "<br>compute, stream 7<br>start 1.000 ms"]
 
 
 def test_kernel_timeline_widens_a_tiny_kernel_to_a_visible_sliver() -> None:
     # 1 ns in a 150 ms step: drawn 0.1 ms wide (1/1500 of the span).
-    fig = charts.kernel_timeline_figure(step_kernels([
-        (7, "compute", "long", 0, 150_000_000), (7, "memory", "tiny", 75_000_000, 1)]))
-    memory = fig.data[1]
+    fig = charts.kernel_timeline_figure(kernel_runs([
+        (7, "compute", "long", 0, 150_000_000), (7, "memory", "tiny", 75_000_000, 75_000_001)]))
+    memory = next(trace for trace in fig.data if trace.name == "memory")
     assert list(memory.x[:2]) == [75.0, 75.1]
+
+
+def test_kernel_timeline_spans_the_window_it_was_given() -> None:
+    fig = charts.kernel_timeline_figure(kernel_runs([(7, "compute", "gemm", 2_000_000, 3_000_000)],
+                                                    window_ns=(1_500_000, 4_000_000)))
+    assert list(fig.layout.xaxis.range) == [1.5, 4.0]
 
 
 def test_tklqt_draws_markers_for_few_steps() -> None:

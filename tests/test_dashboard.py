@@ -180,6 +180,23 @@ def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sampl
     assert "Kernels per stream: balanced, rank 5, step 4" in _titles(at)
 
 
+def test_kernels_timeline_draws_every_kernel_and_a_narrow_window_separates_merged_ones(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at.selectbox(key="kernels_rank").set_value(5).run()
+    at.selectbox(key="kernels_step").set_value(4).run()
+    whole = timeline.step_kernel_runs(open_dataset(sample), "balanced", 5, 4)
+    kernels = whole["kernels_in_window"][0]
+    assert whole["kernel_count"].sum() == kernels and whole.height < kernels  # some are merged at full view
+    assert any(c.value.startswith(f"{kernels:,} kernels in {whole.height:,} shapes") for c in at.caption)
+    busiest = whole.sort("kernel_count", descending=True).row(0, named=True)  # the run with most kernels at full view
+    window_ms = (round(busiest["offset_ns"] / 1e6, 3), round(busiest["end_offset_ns"] / 1e6, 3))
+    at.slider(key="kernels_window_5_4").set_value(window_ms).run()
+    narrow = timeline.step_kernel_runs(open_dataset(sample), "balanced", 5, 4, *(int(ms * 1e6) for ms in window_ms))
+    assert narrow.height > 1 and narrow["kernel_count"].max() < busiest["kernel_count"]
+    hover = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"].startswith("Kernels per stream"))["data"][-1]
+    assert len(hover["text"]) == narrow.height
+
+
 def test_compare_puts_two_runs_side_by_side(monkeypatch, sample):
     at = _run(monkeypatch, sample, "pages/compare.py")
     metrics = _metrics(at)
@@ -369,7 +386,7 @@ def test_page_warm_up_draws_the_kernels_timeline_the_page_shows_first(sample, tm
     data._warm_up_threads[-1].join(timeout=120)
     # The first run of the menu, its first rank, its second profiler step (the sample's steps start at 2).
     assert common.default_timeline_step(ds) == ("balanced", 0, 3)
-    assert data.cache_key(ds, timeline.step_kernels, ("balanced", 0, 3), {}) in data.RESULTS
+    assert data.cache_key(ds, timeline.step_kernel_runs, ("balanced", 0, 3), {}) in data.RESULTS
 
 
 def test_cached_refuses_functions_outside_analysis(tmp_path):
@@ -441,7 +458,7 @@ def test_the_launcher_warms_every_pages_first_view_into_the_pages_cache(monkeypa
     ds = data.current(copy)
     # The overview's findings, and the last page of the menu with a warmed view: the kernels timeline.
     assert data.cache_key(ds, all_findings, (), {}) in data.RESULTS
-    assert data.cache_key(ds, timeline.step_kernels, common.default_timeline_step(ds), {}) in data.RESULTS
+    assert data.cache_key(ds, timeline.step_kernel_runs, common.default_timeline_step(ds), {}) in data.RESULTS
     # The first visit finds it warmed already: no second warm-up.
     assert common.warm_up(ds) is None
 

@@ -111,12 +111,25 @@ chart(charts.top_kernels_figure(stats), key="kernels_top")
 st.subheader("Timeline of one step")
 rank_list, step_numbers = timeline_choices(steps)
 if rank_list and step_numbers:
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns([1, 1, 3])
     rank = c1.selectbox("Rank", rank_list, key="kernels_rank")
     step = c2.selectbox("Step", step_numbers, index=min(TIMELINE_STEP_INDEX, len(step_numbers) - 1), key="kernels_step")
-    kernels = frame(ds, timeline.step_kernels, run, int(rank), int(step))
-    if kernels.height and kernels["kernels_in_step"][0] > kernels.height:
-        st.caption(f"Showing the {kernels.height:,} longest of {kernels['kernels_in_step'][0]:,} kernels in this step.")
-    chart(charts.kernel_timeline_figure(kernels), key="kernels_timeline")
+    step_ns = steps.filter((pl.col("rank") == rank) & (pl.col("step") == step))["step_ns"].max() or 0
+    step_ms = round(step_ns / 1e6, 3)
+    window_ms = c3.slider("Window (ms after the step's start)", 0.0, max(step_ms, 0.001), (0.0, max(step_ms, 0.001)),
+                          step=0.001, format="%.3f", key=f"kernels_window_{rank}_{step}",
+                          help="Narrow the window to see the kernels that the whole step's view merges: "
+                               "kernels less than a pixel apart are drawn as one run.")
+    whole_step = window_ms[0] <= 0 and window_ms[1] >= step_ms
+    # The whole step's arguments are the server's warm-up's (`common.default_timeline_step`): the same cache entry.
+    window_ns = () if whole_step else (int(window_ms[0] * 1e6), int(window_ms[1] * 1e6))
+    kernel_runs = frame(ds, timeline.step_kernel_runs, run, int(rank), int(step), *window_ns)
+    if kernel_runs.height:
+        merged = kernel_runs.filter(pl.col("kernel_count") > 1)
+        st.caption(f"{kernel_runs['kernels_in_window'][0]:,} kernels in {kernel_runs.height:,} shapes"
+                   + (f": {merged['kernel_count'].sum():,} of them less than "
+                      f"{fmt_duration_ns(kernel_runs['pixel_ns'][0])} apart drawn as {merged.height:,} runs "
+                      "(hover one for its kernels; narrow the window to separate them)." if merged.height else "."))
+    chart(charts.kernel_timeline_figure(kernel_runs), key="kernels_timeline")
 else:
     st.caption(f"Run {run} has no profiler steps: no step to draw.")
