@@ -376,6 +376,18 @@ def test_warm_up_waits_while_a_page_runs(sample, tmp_path):
     assert key in data.RESULTS
 
 
+def test_warm_up_queries_do_not_count_as_page_activity(sample, tmp_path):
+    # Were they counted, each would make the next wait idle_s after it: one result per idle_s.
+    copy = tmp_path / "sample"
+    shutil.copytree(sample, copy)
+    ds = data.current(copy)
+    last_page_activity = data._activity["last"]
+    thread = data.warm_up(ds, [(timeline.trace_runs, (), {}), (power.power_headroom, (), {})], idle_s=0)
+    thread.join(timeout=60)
+    assert data.cache_key(ds, power.power_headroom, (), {}) in data.RESULTS
+    assert data._activity["last"] == last_page_activity
+
+
 def test_page_warm_up_draws_the_kernels_timeline_the_page_shows_first(sample, tmp_path):
     from dashboard.pages import common
 
