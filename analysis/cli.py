@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import click
+import pyarrow as pa
 
 
 @click.command()
@@ -61,7 +62,26 @@ def _text(value) -> str:
         return f"{value:.6g}" if abs(value) < 1e15 else f"{value:.0f}"
     if isinstance(value, dt.datetime):
         return value.isoformat()
+    if isinstance(value, pa.MonthDayNano):
+        return interval_text(value)
     return str(value)
+
+
+def interval_text(value: pa.MonthDayNano) -> str:
+    """A DuckDB INTERVAL as DuckDB writes it: `1 year 2 months 3 days 04:05:06.5`."""
+    years, months = divmod(abs(value.months), 12)
+    sign = "-" if value.months < 0 else ""
+    parts = [f"{sign}{n} {unit}{'s' if n != 1 else ''}" for n, unit in ((years, "year"), (months, "month")) if n]
+    if value.days:
+        parts.append(f"{value.days} day{'s' if abs(value.days) != 1 else ''}")
+    if value.nanoseconds or not parts:
+        micros = abs(value.nanoseconds) // 1000
+        seconds, micros = divmod(micros, 1_000_000)
+        minutes, seconds = divmod(seconds, 60)
+        hours, minutes = divmod(minutes, 60)
+        fraction = f".{micros:06d}".rstrip("0") if micros else ""
+        parts.append(f"{'-' if value.nanoseconds < 0 else ''}{hours:02d}:{minutes:02d}:{seconds:02d}{fraction}")
+    return " ".join(parts)
 
 
 def _json_default(value):
@@ -71,4 +91,6 @@ def _json_default(value):
         return str(value)
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, pa.MonthDayNano):
+        return interval_text(value)
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")

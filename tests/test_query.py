@@ -72,6 +72,26 @@ def test_query_table_prints_aligned_rows_and_a_count(dataset):
     assert lines[2].split() == ["0", "2"] and lines[-1] == "(2 rows)"
 
 
+def test_query_json_writes_a_time_difference_as_duckdb_does(dataset):
+    result = _gpulens("query", str(dataset), "select gpu_index, max(ts) - min(ts) as span from telemetry group by 1 order by 1", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [{"gpu_index": 0, "span": "00:00:02"}, {"gpu_index": 1, "span": "00:00:02"}]
+
+
+@pytest.mark.parametrize("interval", [
+    "interval 90 minute", "interval 1500 millisecond", "interval 14 month + interval 3 day + interval 4 hour",
+    "interval 0 second", "-interval 5 second", "interval 1 year - interval 2 day", "-interval 14 month",
+    "interval 1 day", "interval 25 hour", "interval 1 microsecond",
+])
+def test_interval_text_matches_duckdbs_own(interval):
+    import duckdb
+
+    from analysis.cli import interval_text
+
+    value, text = duckdb.sql(f"select {interval} as v, v::varchar").arrow().read_all().to_pylist()[0].values()
+    assert interval_text(value) == text
+
+
 def test_bad_sql_gives_duckdb_message_on_one_line_and_exit_2(dataset):
     result = _gpulens("query", str(dataset), "select nosuchcolumn from telemetry")
     assert result.returncode == 2
