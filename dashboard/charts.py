@@ -95,8 +95,10 @@ def _layout(fig: go.Figure, title: str, x: str | None = None, y: str | None = No
     if y is not None:
         layout["yaxis"] = {"title": {"text": y}}
     if sum(1 for trace in fig.data if trace.showlegend is not False and trace.name) > 8:
-        # many series: the legend goes under the plot rather than scrolling beside it
-        layout["legend"].update({"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "xanchor": "left"})
+        # many series: the legend goes under the plot rather than scrolling beside it, at the
+        # figure's foot (a date axis's two-line ticks push its title down to where y=-0.22 was)
+        layout["legend"].update({"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.005,
+                                 "x": 0, "xanchor": "left"})
         layout["height"] = height + 60
         layout["margin"]["b"] = 110
     fig.update_layout(layout)
@@ -121,6 +123,29 @@ def _x_times(column: pl.Series) -> np.ndarray:
     reads them as they are; datetimes go as text that it parses one by one
     (a fifth of the telemetry page's drawing time at a day of 8 GPUs)."""
     return (column.dt.epoch("us").cast(pl.Float64) / 1000).to_numpy()
+
+
+class _BucketGrid:
+    """One GPU's time buckets laid on a regular grid from its first bucket.
+
+    A series then goes as `x0` and `dx` (epoch ms on the date axis) and its
+    values as float32 with NaN where a bucket has no sample: no x values to
+    send or for plotly.js to read as dates (a tenth of the telemetry page's
+    drawing time at a day of 8 GPUs), half the bytes, and a gap in the
+    samples stays a gap instead of a straight line across it.
+    """
+
+    def __init__(self, bucket_start: pl.Series, bucket_s: float) -> None:
+        start_ms = _x_times(bucket_start)
+        step_ms = bucket_s * 1000
+        self.index = np.rint((start_ms - start_ms[0]) / step_ms).astype(np.int64) if len(start_ms) else start_ms
+        self.size = int(self.index.max()) + 1 if len(start_ms) else 0
+        self.x = {"x0": float(start_ms[0]) if len(start_ms) else 0.0, "dx": step_ms}
+
+    def place(self, column: pl.Series, scale: float = 1.0) -> np.ndarray:
+        values = np.full(self.size, np.nan, np.float32)
+        values[self.index] = _np(column, scale)
+        return values
 
 
 def _np(column: pl.Series, scale: float = 1.0) -> np.ndarray:
@@ -271,17 +296,17 @@ def telemetry_figure(
         label = gpu_label(host, gpu, len(hosts))
         colour = theme.gpu_colour(gpu)
         dash = _DASHES[hosts.index(host) % len(_DASHES)]
-        x = _x_times(group["bucket_start"])
-        trace = _scatter(group.height)
-        low, high = _np(group[f"{metric}_min"], scale), _np(group[f"{metric}_max"], scale)
+        grid = _BucketGrid(group["bucket_start"], bucket_s)
+        trace = _scatter(grid.size)
+        low, high = grid.place(group[f"{metric}_min"], scale), grid.place(group[f"{metric}_max"], scale)
         if band:
-            fig.add_trace(trace(x=x, y=high, mode="lines", line={"width": 0},
+            fig.add_trace(trace(**grid.x, y=high, mode="lines", line={"width": 0},
                                 legendgroup=label, showlegend=False, hoverinfo="skip", name=f"{label} max"))
-            fig.add_trace(trace(x=x, y=low, mode="lines", line={"width": 0},
+            fig.add_trace(trace(**grid.x, y=low, mode="lines", line={"width": 0},
                                 fill="tonexty", fillcolor=_alpha(colour, 0.18), legendgroup=label, showlegend=False,
                                 hoverinfo="skip", name=f"{label} min"))
         fig.add_trace(trace(
-            x=x, y=_np(group[f"{metric}_mean"], scale), mode="lines", name=label, legendgroup=label,
+            **grid.x, y=grid.place(group[f"{metric}_mean"], scale), mode="lines", name=label, legendgroup=label,
             line={"color": colour, "width": 1.5, "dash": dash},
             customdata=np.column_stack([low, high]),
             hovertemplate=f"{label}<br>%{{x}}<br>mean %{{y:.4g}}<br>min %{{customdata[0]:.4g}} max %{{customdata[1]:.4g}}<extra></extra>",

@@ -147,12 +147,20 @@ def telemetry_buckets(rows: list[tuple[int, int, float, float | None]]) -> pl.Da
         orient="row")
 
 
-def test_telemetry_times_go_as_epoch_milliseconds_on_a_date_axis() -> None:
-    # Numbers reach plotly.js as binary; datetimes would go as text it parses one by one.
+def test_telemetry_series_start_and_step_in_epoch_milliseconds_on_a_date_axis() -> None:
+    # No x values at all: plotly.js would read each as a date.
     fig = charts.telemetry_figure(telemetry_buckets([(0, 0, 450.0, 0.0), (0, 1, 460.0, 0.0)]), "power_w", 60)
     gpu = next(trace for trace in fig.data if trace.name == "GPU 0")
-    assert list(gpu.x) == [1_767_225_600_000.0, 1_767_225_660_000.0]
+    assert gpu.x is None and (gpu.x0, gpu.dx) == (1_767_225_600_000.0, 60_000.0)
+    assert gpu.y.tolist() == [450.0, 460.0] and gpu.y.dtype.name == "float32"
     assert fig.layout.xaxis.type == "date" and fig.layout.xaxis.title.text == "Time (UTC)"
+
+
+def test_telemetry_minute_without_samples_is_a_gap_in_the_line() -> None:
+    fig = charts.telemetry_figure(telemetry_buckets([(0, 0, 450.0, 0.0), (0, 3, 470.0, 0.0)]), "power_w", 60)
+    gpu = next(trace for trace in fig.data if trace.name == "GPU 0")
+    assert gpu.y[0] == 450.0 and all(math.isnan(v) for v in gpu.y[1:3]) and gpu.y[3] == 470.0
+    assert gpu.customdata[0].tolist() == [445.0, 455.0]
 
 
 def test_throttle_strip_is_the_percentage_held_back_per_gpu_and_bucket() -> None:
@@ -170,3 +178,10 @@ def test_every_figure_starts_with_the_gpulens_template_though_streamlit_sets_its
 
     pio.templates.default = "streamlit"
     assert charts.empty_figure("t", "nothing").layout.template == charts.TEMPLATE
+
+
+def test_a_legend_of_many_gpus_sits_at_the_figures_foot_below_the_time_axis_title() -> None:
+    # Relative to the plot it landed on the date axis's title, which two-line ticks push down.
+    fig = charts.telemetry_figure(telemetry_buckets([(gpu, 0, 450.0, 0.0) for gpu in range(9)]), "power_w", 60)
+    legend = fig.layout.legend
+    assert (legend.orientation, legend.yref, legend.yanchor, legend.y) == ("h", "container", "bottom", 0.005)
