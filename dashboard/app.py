@@ -33,7 +33,7 @@ with st.sidebar:
     ds = dataset()
     st.caption(f"Dataset: `{ds.path}`")
     if st.button("Reload data", icon=":material/refresh:", help="Drop cached results and read the dataset again"):
-        data.RESULTS.clear()
+        data.reload(ds)  # and warm every page's first view again, just below
 
 # What the other pages show first is computed in the background meanwhile
 # (once per dataset), so moving between pages is quick on big datasets;

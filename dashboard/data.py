@@ -418,6 +418,14 @@ _stopping = threading.Event()
 WarmUpCall = tuple[Callable[..., Any], "tuple[Any, ...] | Callable[[], tuple[Any, ...] | None]", dict[str, Any]]
 
 
+def reload(dataset: Dataset) -> None:
+    """Forget every cached result, and that `dataset` was warmed, so the next
+    `warm_up` of it computes every page's first view again ("Reload data")."""
+    RESULTS.clear()
+    with _activity_lock:
+        _warmed.discard((dataset.path, dataset.tables))
+
+
 def warm_up(dataset: Dataset, calls: list[WarmUpCall], idle_s: float = 1.5) -> threading.Thread | None:
     """Compute `calls` into the cache in a background thread, once per
     dataset and set of tables, each only while no page is asking for

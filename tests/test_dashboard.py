@@ -388,6 +388,20 @@ def test_warm_up_queries_do_not_count_as_page_activity(sample, tmp_path):
     assert data._activity["last"] == last_page_activity
 
 
+def test_reload_drops_the_results_and_warms_the_dataset_again(sample, tmp_path):
+    copy = tmp_path / "sample"
+    shutil.copytree(sample, copy)
+    ds = data.current(copy)
+    calls = [(timeline.trace_runs, (), {})]
+    data.warm_up(ds, calls, idle_s=0).join(timeout=60)
+    data.reload(ds)
+    assert data.cache_key(ds, timeline.trace_runs, (), {}) not in data.RESULTS
+    thread = data.warm_up(ds, calls, idle_s=0)
+    assert thread is not None
+    thread.join(timeout=60)
+    assert data.cache_key(ds, timeline.trace_runs, (), {}) in data.RESULTS
+
+
 def test_page_warm_up_draws_the_kernels_timeline_the_page_shows_first(sample, tmp_path):
     from dashboard.pages import common
 
