@@ -513,8 +513,11 @@ def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
     return _layout(fig, title, "GPU", "Throughput (GB/s)", legend_title="direction")
 
 
-def interconnect_timeline_figure(timeline: pl.DataFrame, link: str) -> go.Figure:
-    """One interconnect's throughput per GPU over time, with the nominal peak."""
+def interconnect_timeline_figure(timeline: pl.DataFrame, link: str, bucket_s: float | None = None) -> go.Figure:
+    """One interconnect's throughput per GPU over time, with the nominal peak.
+
+    Given the buckets' width, each series goes as a start and a step with
+    gaps where a bucket has no sample, as in `telemetry_figure`."""
     name = LINK_NAMES.get(link, link)
     title = f"{name} throughput over time"
     frame = timeline.filter(pl.col("link") == link).sort("host", "gpu_index", "direction", "bucket_start") if timeline.height else timeline
@@ -525,8 +528,13 @@ def interconnect_timeline_figure(timeline: pl.DataFrame, link: str) -> go.Figure
     for group in frame.partition_by(["host", "gpu_index", "direction"], maintain_order=True):
         host, gpu, direction = group["host"][0], int(group["gpu_index"][0]), group["direction"][0]
         label = f"{gpu_label(host, gpu, len(hosts))} {direction}"
-        fig.add_trace(_scatter(group.height)(
-            x=_x_times(group["bucket_start"]), y=_np(group["achieved_bytes_per_s"], 1 / GB), mode="lines", name=label,
+        if bucket_s:
+            grid = _BucketGrid(group["bucket_start"], bucket_s)
+            xy = {**grid.x, "y": grid.place(group["achieved_bytes_per_s"], 1 / GB)}
+        else:
+            xy = {"x": _x_times(group["bucket_start"]), "y": _np(group["achieved_bytes_per_s"], 1 / GB)}
+        fig.add_trace(_scatter(len(xy["y"]))(
+            **xy, mode="lines", name=label,
             line={"color": theme.gpu_colour(gpu), "dash": "solid" if direction != "rx" else "dot", "width": 1.5},
             hovertemplate=f"{label}<br>%{{x}}<br>%{{y:.1f}} GB/s<extra></extra>",
         ))

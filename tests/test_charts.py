@@ -185,3 +185,15 @@ def test_a_legend_of_many_gpus_sits_at_the_figures_foot_below_the_time_axis_titl
     fig = charts.telemetry_figure(telemetry_buckets([(gpu, 0, 450.0, 0.0) for gpu in range(9)]), "power_w", 60)
     legend = fig.layout.legend
     assert (legend.orientation, legend.yref, legend.yanchor, legend.y) == ("h", "container", "bottom", 0.005)
+
+
+def test_interconnect_series_go_as_start_and_step_with_a_gap_where_no_sample_is() -> None:
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    timeline = pl.DataFrame({
+        "host": ["node-a"] * 2, "gpu_index": [0, 0], "link": ["nvlink"] * 2, "direction": ["tx"] * 2,
+        "bucket_start": [start, start + timedelta(minutes=2)], "achieved_bytes_per_s": [100e9, 120e9],
+        "peak_bytes_per_s": [450e9] * 2})
+    fig = charts.interconnect_timeline_figure(timeline, "nvlink", 60)
+    series = fig.data[0]
+    assert (series.x0, series.dx) == (1_767_225_600_000.0, 60_000.0)
+    assert series.y[0] == 100.0 and math.isnan(series.y[1]) and series.y[2] == 120.0
