@@ -248,6 +248,30 @@ def test_ingest_parallel_same_rows_as_serial(tmp_path: Path) -> None:
         [r.rows for r in parallel.results], key(rows_in(tmp_path / "parallel", "kernels")))
 
 
+def test_ingest_parallel_reports_every_file_once_with_this_process_working_beside_the_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from collector.ingest import batch
+
+    pools: list[int] = []
+
+    class CountingPool(ProcessPoolExecutor):
+        def __init__(self, max_workers: int, **kwargs) -> None:
+            pools.append(max_workers)
+            super().__init__(max_workers=max_workers, **kwargs)
+
+    monkeypatch.setattr(batch, "ProcessPoolExecutor", CountingPool)
+    for rank in range(7):
+        write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels=rank + 1))
+    write(tmp_path / "in" / "rank7.json", kineto_json(rank=7)[:-40])  # cut short: invalid JSON
+    report = ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=3)
+    assert pools == [2]  # three files at a time: two workers and this process
+    assert sorted(r.ranks[0] for r in report.results) == list(range(7))
+    assert [Path(f.path).name for f in report.failures] == ["rank7.json"]
+    assert sorted(r["rank"] for r in rows_in(tmp_path / "out", "runs")) == list(range(7))
+
+
 def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:
     trace = write(tmp_path / "t.json", kineto_json(kernels=4))
     report = ingest_paths([trace], tmp_path / "out", run="r", jobs=1)

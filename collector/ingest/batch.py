@@ -14,10 +14,13 @@ import multiprocessing
 import os
 import re
 import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Iterable, Iterator
 
 from collector.errors import DatasetError, TraceError
@@ -175,6 +178,16 @@ def _run_task(task: _Task, out: str) -> FileResult | FileFailure | SkippedFile:
 
 
 def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Iterator[FileResult | FileFailure | SkippedFile]:
+    """Each task's outcome, as `jobs` processes finish them: this one and
+    `jobs - 1` workers.
+
+    This process parses files too rather than wait on a pool of `jobs`: as
+    many files are parsed at once, by one process fewer (a process is ~80
+    MB before it reads a byte: on two small files, three processes were
+    310 MB and two would be ~230). A thread hands the workers their next
+    file as each finishes; this one takes files from the same queue,
+    largest first, between which it reports what the workers finished.
+    """
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     if workers == 1:
         with _Progress(len(tasks), progress) as bar:
@@ -187,23 +200,77 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
     # collector from touching (so copying) the shared objects there.
     format_modules()
     gc.freeze()
+    queue = _TaskQueue(sorted(tasks, key=_size, reverse=True))
+    finished: SimpleQueue = SimpleQueue()  # the workers' outcomes, then None
     try:
         context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start) as pool:
-            # Submitting starts the workers: before the progress bar's
-            # thread exists, so no thread is running when they fork.
-            # Largest first: the last file to finish is then a small one,
-            # and workers spend less of the end waiting on one another.
-            futures = {pool.submit(_run_task, task, str(out)): task for task in sorted(tasks, key=_size, reverse=True)}
-            with _Progress(len(tasks), progress) as bar:
-                for future in as_completed(futures):
-                    try:
-                        yield future.result()
-                    except Exception as error:  # the worker process itself died
-                        yield FileFailure(futures[future].path, _one_line(f"worker failed: {type(error).__name__}: {error}"))
-                    bar.advance()
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start) as pool:
+            try:
+                # The first submissions start the workers: before any other thread
+                # exists (the feeder, the progress bar), so none is running when they fork.
+                first = [(pool.submit(_run_task, task, str(out)), task) for task in queue.take(workers - 1)]
+                feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
+                feeder.start()
+                with _Progress(len(tasks), progress) as bar:
+                    workers_done = False
+                    while True:
+                        mine = queue.take(1)
+                        if mine:
+                            yield _run_task(mine[0], str(out))
+                            bar.advance()
+                        # What the workers finished meanwhile; once this process has
+                        # no file left, everything they still finish.
+                        while not workers_done and (not mine or not finished.empty()):
+                            outcome = finished.get()
+                            if outcome is None:
+                                workers_done = True
+                            else:
+                                yield outcome
+                                bar.advance()
+                        if not mine:
+                            break
+                feeder.join()
+            finally:
+                queue.close()  # if this ends early, the feeder hands out nothing more
     finally:
         gc.unfreeze()
+
+
+class _TaskQueue:
+    """Tasks in the order to start them, taken by two threads."""
+
+    def __init__(self, tasks: list[_Task]) -> None:
+        self._tasks = deque(tasks)
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> list[_Task]:
+        with self._lock:
+            return [self._tasks.popleft() for _ in range(min(n, len(self._tasks)))]
+
+    def close(self) -> None:
+        with self._lock:
+            self._tasks.clear()
+
+
+def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, _Task]], queue: _TaskQueue, out: str,
+          finished: SimpleQueue) -> None:
+    """Keep each worker busy with the queue's next task; put every outcome
+    on `finished`, then None."""
+    tasks = dict(running)
+    while tasks:
+        done, _ = wait(tasks, return_when=FIRST_COMPLETED)
+        for future in done:
+            task = tasks.pop(future)
+            try:
+                finished.put(future.result())
+            except Exception as error:  # the worker process itself died
+                finished.put(FileFailure(task.path, _one_line(f"worker failed: {type(error).__name__}: {error}")))
+            for follow in queue.take(1):
+                try:
+                    tasks[pool.submit(_run_task, follow, out)] = follow
+                except RuntimeError as error:  # the pool broke or is shutting down
+                    finished.put(FileFailure(follow.path, _one_line(f"worker failed: {error}")))
+    finished.put(None)
 
 
 def _size(task: _Task) -> int:
