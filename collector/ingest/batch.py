@@ -1,9 +1,9 @@
 """Ingest many trace files into a dataset: expand, parse in parallel, report.
 
 A directory or glob of per-rank files is one run with many ranks. Each
-file is parsed *and written* by one worker process, which sends back only
-its row counts (big tables never travel through pickling); see `store` for
-the layout and why writes are per source file.
+file is parsed *and written* by one process, this one or a worker (which
+sends back only its row counts: big tables never travel through
+pickling); see `store` for the layout and why writes are per source file.
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     `run` or, by default, after the folder when one folder is given, else
     after the stem the files share (`job_rank0`, `job_rank1` → `job`).
     Folders are searched recursively; files in them that are no known
-    format are skipped. `jobs` worker processes (default: CPU count; 1
-    parses in this process). Files that fail are reported, never raised;
+    format are skipped. `jobs` processes parse at once: this one and
+    `jobs - 1` workers (default: the CPU count). Files that fail are reported, never raised;
     the others are still ingested.
     """
     started = time.perf_counter()
