@@ -113,6 +113,25 @@ def test_overview_shows_the_findings_with_their_numbers_and_evidence_pages(monke
     assert {"Evidence: Power headroom", "Evidence: Communication"} <= links
 
 
+def test_overview_gives_each_findings_numbers_as_a_table_not_a_code_block(monkeypatch, sample):
+    # A code block loads Streamlit's syntax highlighter: 0.6 s of a fresh tab.
+    at = _run(monkeypatch, sample)
+    assert not at.get("code")
+    straggler = communication.stragglers(open_dataset(sample)).filter(
+        (pl.col("run") == "training") & (pl.col("rank") == 5)).row(0, named=True)
+    assert f"| decisive_collectives | {straggler['decisive_instances']:,} |" in _text(at)
+
+
+def test_evidence_markdown_writes_numbers_short_and_escapes_table_bars():
+    from dashboard.pages.common import evidence_markdown
+
+    assert evidence_markdown({"wait_caused_ns": 38208256, "score": 0.8857142857142858, "ranks": [0, 5],
+                              "note": "a|b", "capped": True}) == (
+        "| evidence | value |\n|---|---|\n| wait_caused_ns | 38,208,256 |\n| score | 0.885714 |\n"
+        "| ranks | [0, 5] |\n| note | a\\|b |\n| capped | true |\n")
+    assert evidence_markdown({}) == "_No numbers recorded._"
+
+
 def test_overview_lists_the_most_severe_findings_first(monkeypatch, sample):
     at = _run(monkeypatch, sample)
     badges = [m.value for m in at.markdown if m.value.startswith(":") and "-badge[:material/" in m.value]

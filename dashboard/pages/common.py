@@ -8,6 +8,7 @@ holds nothing the page can show.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -233,6 +234,23 @@ NO_TRACES = "Ingest kernel traces into it with `gpulens ingest TRACES --out DATA
 
 def chart(fig: go.Figure, key: str | None = None) -> None:
     st.plotly_chart(fig, width="stretch", theme=None, config=PLOTLY_CONFIG, key=key)
+
+
+def evidence_markdown(evidence: dict[str, Any]) -> str:
+    """A finding's numbers as a two-column Markdown table, exact where short."""
+    def cell(value: Any) -> str:
+        if isinstance(value, bool) or value is None:
+            text = json.dumps(value)
+        elif isinstance(value, int):
+            text = f"{value:,}"
+        elif isinstance(value, float):
+            text = f"{value:.6g}"
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = "".join(f"| {cell(key)} | {cell(value)} |\n" for key, value in evidence.items())
+    return "| evidence | value |\n|---|---|\n" + rows if rows else "_No numbers recorded._"
 
 
 def naive(value: Any) -> Any:
