@@ -272,6 +272,29 @@ def test_ingest_parallel_reports_every_file_once_with_this_process_working_besid
     assert sorted(r["rank"] for r in rows_in(tmp_path / "out", "runs")) == list(range(7))
 
 
+def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from collector.ingest import batch
+
+    parent, real_ingest_file = os.getpid(), batch.ingest_file
+
+    def dies_on_rank3_in_a_worker(path, *args, **kwargs):
+        if os.getpid() != parent and path.endswith("rank3.json"):
+            os._exit(1)  # as a segfault in a parser would
+        return real_ingest_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "ingest_file", dies_on_rank3_in_a_worker)
+    # rank3 is the largest, so the worker, which gets the first file, takes it.
+    for rank in range(6):
+        write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels=40 if rank == 3 else 2))
+    report = ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
+    # Only the file the worker died on fails: this process parses the rest.
+    assert [(Path(f.path).name, "worker failed: BrokenProcessPool" in f.message) for f in report.failures] == [
+        ("rank3.json", True)]
+    assert sorted(Path(r.path).name for r in report.results) == [f"rank{rank}.json" for rank in (0, 1, 2, 4, 5)]
+
+
 def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:
     trace = write(tmp_path / "t.json", kineto_json(kernels=4))
     report = ingest_paths([trace], tmp_path / "out", run="r", jobs=1)

@@ -187,6 +187,8 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
     310 MB and two would be ~230). A thread hands the workers their next
     file as each finishes; this one takes files from the same queue,
     largest first, between which it reports what the workers finished.
+    If a worker dies, the files it had are reported failed and this
+    process parses those not yet handed out.
     """
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     if workers == 1:
@@ -218,8 +220,11 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
                         if mine:
                             yield _run_task(mine[0], str(out))
                             bar.advance()
+                        elif workers_done:
+                            break
                         # What the workers finished meanwhile; once this process has
-                        # no file left, everything they still finish.
+                        # no file left, everything they still finish (and files put
+                        # back in the queue when the pool broke are taken above).
                         while not workers_done and (not mine or not finished.empty()):
                             outcome = finished.get()
                             if outcome is None:
@@ -227,8 +232,6 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
                             else:
                                 yield outcome
                                 bar.advance()
-                        if not mine:
-                            break
                 feeder.join()
             finally:
                 queue.close()  # if this ends early, the feeder hands out nothing more
@@ -247,6 +250,10 @@ class _TaskQueue:
         with self._lock:
             return [self._tasks.popleft() for _ in range(min(n, len(self._tasks)))]
 
+    def put_back(self, task: _Task) -> None:
+        with self._lock:
+            self._tasks.appendleft(task)
+
     def close(self) -> None:
         with self._lock:
             self._tasks.clear()
@@ -255,22 +262,24 @@ class _TaskQueue:
 def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, _Task]], queue: _TaskQueue, out: str,
           finished: SimpleQueue) -> None:
     """Keep each worker busy with the queue's next task; put every outcome
-    on `finished`, then None."""
+    on `finished`, then None (always: the caller waits for it)."""
     tasks = dict(running)
-    while tasks:
-        done, _ = wait(tasks, return_when=FIRST_COMPLETED)
-        for future in done:
-            task = tasks.pop(future)
-            try:
-                finished.put(future.result())
-            except Exception as error:  # the worker process itself died
-                finished.put(FileFailure(task.path, _one_line(f"worker failed: {type(error).__name__}: {error}")))
-            for follow in queue.take(1):
+    try:
+        while tasks:
+            done, _ = wait(tasks, return_when=FIRST_COMPLETED)
+            for future in done:
+                task = tasks.pop(future)
                 try:
-                    tasks[pool.submit(_run_task, follow, out)] = follow
-                except RuntimeError as error:  # the pool broke or is shutting down
-                    finished.put(FileFailure(follow.path, _one_line(f"worker failed: {error}")))
-    finished.put(None)
+                    finished.put(future.result())
+                except Exception as error:  # the worker process itself died
+                    finished.put(FileFailure(task.path, _one_line(f"worker failed: {type(error).__name__}: {error}")))
+                for follow in queue.take(1):
+                    try:
+                        tasks[pool.submit(_run_task, follow, out)] = follow
+                    except Exception:  # the pool broke (a worker died) or is shutting down
+                        queue.put_back(follow)  # for this process, which still parses
+    finally:
+        finished.put(None)
 
 
 def _size(task: _Task) -> int:
