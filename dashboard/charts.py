@@ -879,24 +879,65 @@ def overlap_figure(overlap: pl.DataFrame) -> go.Figure:
 
 
 def skew_heatmap_figure(skew: pl.DataFrame) -> go.Figure:
-    """Rank × step: mean arrival lateness at collectives (red: later than most)."""
+    """Rank × step: mean arrival lateness at collectives (red: later than most).
+
+    At most about `_HEATMAP_MAX_CELLS` cells: with more steps than fit,
+    consecutive steps share a column (its mean lateness weighted by
+    collectives, the hover naming its steps). A tick per step only up to
+    `_STEP_TICKS_MAX` columns and a label per rank only up to
+    `_RANK_LABELS_MAX` ranks: Plotly measures every tick label's text, and
+    1,000 steps at one tick each kept Chromium busy for 90 s."""
     title = "Arrival skew: mean lateness at collectives, rank × step"
     frame = skew.filter(pl.col("step").is_not_null()) if skew.height else skew
     if frame.is_empty():
         return empty_figure(title, "No collectives seen by more than one rank within profiler steps.")
-    wide = frame.pivot(on="step", index="rank", values="mean_lateness_ns", aggregate_function="mean").sort("rank")
-    steps = sorted((c for c in wide.columns if c != "rank"), key=lambda c: int(c))
-    z = [[None if v is None else v / 1e3 for v in row] for row in wide.select(steps).rows()]
+    ranks = sorted(frame["rank"].unique().to_list())
+    first_step, last_step = int(frame["step"].min()), int(frame["step"].max())
+    columns = max(_HEATMAP_MIN_COLUMNS, min(_HEATMAP_MAX_COLUMNS, _HEATMAP_MAX_CELLS // len(ranks)))
+    width = -(-(last_step - first_step + 1) // columns)  # steps per column
+    cells = (
+        frame.with_columns(column=first_step + (pl.col("step") - first_step) // width * width)
+        .group_by("rank", "column")
+        .agg(lateness_us=(pl.col("mean_lateness_ns") * pl.col("collectives")).sum() / pl.col("collectives").sum() / 1e3)
+    )
+    wide = cells.pivot(on="column", index="rank", values="lateness_us").sort("rank")
+    column_names = sorted((c for c in wide.columns if c != "rank"), key=int)
+    x = [int(c) for c in column_names]
+    z = wide.select(column_names).rows()
     limit = max((abs(v) for row in z for v in row if v is not None), default=1.0) or 1.0
-    fig = new_figure(go.Heatmap(
-        x=[int(s) for s in steps], y=[f"rank {r}" for r in wide["rank"]], z=z, zmin=-limit, zmax=limit,
-        colorscale=[[0, theme.SEVERITY_COLOURS["info"]], [0.5, "#ffffff"], [1, theme.SEVERITY_COLOURS["critical"]]],
-        colorbar={"title": {"text": "lateness (µs)"}},
-        hovertemplate="%{y}, step %{x}: %{z:.1f} µs after the median rank<extra></extra>",
-    ))
-    fig.update_xaxes(dtick=1)
+    labelled = len(ranks) <= _RANK_LABELS_MAX
+    heatmap: dict[str, Any] = {
+        "x": x, "y": [f"rank {r}" for r in wide["rank"]] if labelled else wide["rank"].to_list(), "z": z,
+        "zmin": -limit, "zmax": limit,
+        "colorscale": [[0, theme.SEVERITY_COLOURS["info"]], [0.5, "#ffffff"], [1, theme.SEVERITY_COLOURS["critical"]]],
+        "colorbar": {"title": {"text": "lateness (µs)"}},
+    }
+    rank_text = "%{y}" if labelled else "rank %{y}"
+    if width == 1:
+        heatmap["hovertemplate"] = f"{rank_text}, step %{{x}}: %{{z:.1f}} µs after the median rank<extra></extra>"
+    else:
+        heatmap["customdata"] = [[min(step + width - 1, last_step) for step in x]] * len(z)
+        heatmap["hovertemplate"] = (f"{rank_text}, steps %{{x}}–%{{customdata}}: %{{z:.1f}} µs after the median rank"
+                                    "<extra></extra>")
+    fig = new_figure(go.Heatmap(**heatmap))
+    if len(x) <= _STEP_TICKS_MAX and width == 1:
+        fig.update_xaxes(dtick=1)
+    else:
+        fig.update_xaxes(tickformat="d")
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, "Profiler step", "Rank", height=140 + 28 * wide.height)
+    if not labelled:
+        fig.update_yaxes(tickformat="d")
+    x_title = "Profiler step" if width == 1 else f"Profiler step ({width} steps a column)"
+    return _layout(fig, title, x_title, "Rank", height=140 + min(28 * len(ranks), _HEATMAP_MAX_PLOT_PX))
+
+
+# The arrival-skew heat map: cells in all (about; at least the minimum of
+# columns each rank), its plot's height at most, and ranks named one by one.
+_HEATMAP_MAX_CELLS = 5_000
+_HEATMAP_MAX_COLUMNS = 500
+_HEATMAP_MIN_COLUMNS = 10
+_HEATMAP_MAX_PLOT_PX = 760
+_RANK_LABELS_MAX = 32
 
 
 def straggler_figure(stragglers: pl.DataFrame) -> go.Figure:

@@ -197,3 +197,39 @@ def test_interconnect_series_go_as_start_and_step_with_a_gap_where_no_sample_is(
     series = fig.data[0]
     assert (series.x0, series.dx) == (1_767_225_600_000.0, 60_000.0)
     assert series.y[0] == 100.0 and math.isnan(series.y[1]) and series.y[2] == 120.0
+
+
+def skew_rows(cells: dict[tuple[int, int], tuple[int, float]]) -> pl.DataFrame:
+    """`timeline.skew_by_step` rows from {(rank, step): (collectives, mean lateness in µs)}."""
+    return pl.DataFrame(
+        [("train", rank, step, count, lateness_us * 1e3, 0, 0) for (rank, step), (count, lateness_us) in cells.items()],
+        schema=["run", "rank", "step", "collectives", "mean_lateness_ns", "waited_ns", "last_count"], orient="row")
+
+
+def test_skew_heatmap_gives_each_of_few_steps_a_column_and_a_tick() -> None:
+    fig = charts.skew_heatmap_figure(skew_rows({(0, 1): (4, 12.5), (1, 1): (4, -12.5), (0, 2): (4, 3.0), (1, 2): (4, -3.0)}))
+    heatmap = fig.data[0]
+    assert list(heatmap.x) == [1, 2] and list(heatmap.y) == ["rank 0", "rank 1"]
+    assert [list(row) for row in heatmap.z] == [[12.5, 3.0], [-12.5, -3.0]]
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.title.text == "Profiler step"
+
+
+def test_skew_heatmap_shares_columns_between_steps_past_5000_cells() -> None:
+    cells = {(rank, step): (1, 1.0) for rank in range(8) for step in range(1000)}
+    cells[(0, 0)], cells[(0, 1)] = (1, 10.0), (3, 30.0)
+    fig = charts.skew_heatmap_figure(skew_rows(cells))
+    heatmap = fig.data[0]
+    # 5,000 cells over 8 ranks: 625 columns at most, 500 at most in any case: two steps a column.
+    assert len(heatmap.x) == 500 and list(heatmap.x[:3]) == [0, 2, 4]
+    assert len(heatmap.z) * len(heatmap.z[0]) == 4_000
+    # Weighted by collectives: (1 × 10 + 3 × 30) / 4.
+    assert heatmap.z[0][0] == 25.0 and heatmap.z[1][0] == 1.0
+    assert list(heatmap.customdata[0][:2]) == [1, 3]  # each column's last step, for the hover
+    assert fig.layout.xaxis.dtick is None and fig.layout.xaxis.title.text == "Profiler step (2 steps a column)"
+
+
+def test_skew_heatmap_of_many_ranks_numbers_them_and_stays_a_page_high() -> None:
+    fig = charts.skew_heatmap_figure(skew_rows({(rank, step): (2, float(rank)) for rank in range(100) for step in range(5)}))
+    heatmap = fig.data[0]
+    assert list(heatmap.y[:3]) == [0, 1, 2] and fig.layout.yaxis.tickformat == "d"
+    assert len(heatmap.x) == 5 and fig.layout.height == 140 + 760
