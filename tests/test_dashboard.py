@@ -26,6 +26,7 @@ from analysis import communication, power, timeline
 from analysis.dataset import open_dataset
 from conftest import write_telemetry
 from dashboard import charts, data
+from dashboard.pages.common import default_hosts
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
@@ -172,6 +173,44 @@ def test_telemetry_for_one_gpu_draws_its_min_max_band(monkeypatch, sample):
     power_chart = _charts(at)[0]
     assert [t.get("name") for t in power_chart["data"]][:3] == ["GPU 7 max", "GPU 7 min", "GPU 7"]
     assert power_chart["data"][1]["fill"] == "tonexty"
+
+
+@pytest.fixture
+def three_nodes(tmp_path):
+    """Three hosts of 8 GPUs, 30 s of telemetry each: 24 GPUs, more than a page draws at first."""
+    for host in ("node-a", "node-b", "node-c"):
+        write_telemetry(tmp_path, host, [
+            {"ts": T0_US + i * 1_000_000, "gpu_index": g, "power_w": 300.0 + g, "gpu_util_pct": 90.0}
+            for i in range(30) for g in range(8)
+        ])
+    return tmp_path
+
+
+def test_pages_with_a_line_per_gpu_start_with_the_first_hosts_of_16_gpus_or_fewer():
+    def coverage(gpus_by_host: dict[str, int]) -> pl.DataFrame:
+        return pl.DataFrame([(host, g) for host, gpus in gpus_by_host.items() for g in range(gpus)],
+                            schema=["host", "gpu_index"], orient="row")
+
+    assert default_hosts(coverage({"node-c": 8, "node-a": 8, "node-b": 8})) == ["node-a", "node-b"]
+    assert default_hosts(coverage({"node-a": 4, "node-b": 4})) == ["node-a", "node-b"]
+    assert default_hosts(coverage({"big-node": 24, "node-z": 1})) == ["big-node"]  # at least one host
+    assert default_hosts(pl.DataFrame(schema={"host": pl.String, "gpu_index": pl.Int32})) == []
+
+
+def test_telemetry_of_24_gpus_draws_the_first_two_hosts_and_says_so(monkeypatch, three_nodes):
+    at = _run(monkeypatch, three_nodes, "pages/telemetry.py")
+    assert at.multiselect(key="telemetry_hosts").value == ["node-a", "node-b"]
+    power_chart = _charts(at)[0]
+    assert len([t for t in power_chart["data"] if str(t.get("name", "")).startswith(("node-a", "node-b"))]) == 16
+    assert not any(str(t.get("name", "")).startswith("node-c") for t in power_chart["data"])
+    assert any(c.value == "Showing 2 of 3 hosts: pick more under Hosts." for c in at.caption)
+
+
+def test_live_view_of_24_gpus_shows_the_first_two_hosts_until_more_are_picked(monkeypatch, three_nodes):
+    at = _run(monkeypatch, three_nodes, "pages/live.py")
+    assert len(_metrics(at)) == 16
+    at.multiselect(key="live_hosts").set_value(["node-a", "node-b", "node-c"]).run()
+    assert len(_metrics(at)) == 24 and _metrics(at)["node-c GPU 7"] == "307 W"
 
 
 def test_power_whatif_slider_recomputes_the_capped_figures(monkeypatch, sample):

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import polars as pl
 import streamlit as st
 
 from analysis import timeline
 from dashboard import charts
 from dashboard import data
-from dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, dataset, frame, naive
+from dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, dataset, default_hosts, frame, naive
 
 LIVE_METRICS = ("power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c")
 
@@ -34,11 +35,23 @@ def live_view() -> None:
     if coverage.is_empty():
         st.info(f"No telemetry yet. {NO_TELEMETRY} This view refreshes every {refresh_s} s.", icon=":material/info:")
         return
+    hosts_all = sorted(coverage["host"].unique().to_list())
+    hosts = hosts_all
+    if len(hosts_all) > 1:
+        hosts = st.multiselect("Hosts", hosts_all, default=default_hosts(coverage), key="live_hosts")
+        if len(hosts) < len(hosts_all):
+            st.caption(f"Showing {len(hosts)} of {len(hosts_all)} hosts: pick more under Hosts.")
+        coverage = coverage.filter(pl.col("host").is_in(hosts))
+        if coverage.is_empty():
+            st.info("Pick at least one host.", icon=":material/info:")
+            return
     last = naive(coverage["last_ts"].max())
     start = last - timedelta(minutes=minutes)
     interval_s = float(coverage["interval_s"].median() or 1.0)
     bucket_s = timeline.bucket_seconds(minutes * 60, interval_s, max_points=600)
     series = frame(current, timeline.telemetry_timeline, bucket_s=bucket_s, start=start, end=last + timedelta(seconds=bucket_s))
+    if series.height and len(hosts) < len(hosts_all):
+        series = series.filter(pl.col("host").is_in(hosts))
     age_s = (datetime.now(timezone.utc).replace(tzinfo=None) - last).total_seconds()
     latest = series.sort("bucket_start").group_by("host", "gpu_index").last().sort("host", "gpu_index") if series.height else series
     st.caption(f"Last sample {last:%Y-%m-%d %H:%M:%S} UTC ({_age(age_s)} ago), buckets of {bucket_s:g} s; "

@@ -10,7 +10,8 @@ import streamlit as st
 from analysis import timeline
 from dashboard import charts
 from dashboard.pages.common import (
-    NO_TELEMETRY, caption_dataset, chart, frame, require_dataset, require_tables, telemetry_bucket_s, telemetry_range,
+    NO_TELEMETRY, caption_dataset, chart, default_hosts, frame, require_dataset, require_tables, telemetry_bucket_s,
+    telemetry_range,
 )
 
 DEFAULT_METRICS = ["power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c", "mem_used_bytes"]
@@ -28,7 +29,10 @@ first, end_max, interval_s = telemetry_range(coverage)
 
 with st.container(border=True):
     c1, c2, c3 = st.columns([1, 1, 2])
-    hosts = c1.multiselect("Hosts", hosts_all, default=hosts_all, key="telemetry_hosts")
+    hosts_first = default_hosts(coverage)
+    hosts = c1.multiselect("Hosts", hosts_all, default=hosts_first, key="telemetry_hosts",
+                           help=None if len(hosts_first) == len(hosts_all) else
+                           f"The first {len(hosts_first)} of {len(hosts_all)} hosts are shown at first: add more here.")
     gpu_choices = coverage.filter(pl.col("host").is_in(hosts))
     labels = {charts.gpu_label(h, g, len(hosts_all)): (h, g) for h, g in gpu_choices.select("host", "gpu_index").iter_rows()}
     picked = c2.multiselect("GPUs", list(labels), default=list(labels), key="telemetry_gpus")
@@ -54,6 +58,8 @@ keep = pl.DataFrame({"host": [labels[p][0] for p in picked], "gpu_index": [label
                     schema={"host": pl.String, "gpu_index": pl.Int32})
 if series.height:
     series = series.join(keep, on=["host", "gpu_index"], how="semi")
+if len(hosts) < len(hosts_all):
+    st.caption(f"Showing {len(hosts)} of {len(hosts_all)} hosts: pick more under Hosts.")
 st.caption(
     f"{len(picked)} GPU(s), {span_s / 60:.1f} min in buckets of {bucket_s:g} s "
     f"(sampled every {interval_s:.3g} s): the line is the bucket's mean, the band its min–max "
