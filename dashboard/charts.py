@@ -550,7 +550,9 @@ def interconnect_timeline_figure(timeline: pl.DataFrame, link: str, bucket_s: fl
 
 
 def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
-    """Total kernel launch and queuing time per profiler step, one line per rank.
+    """Total kernel launch and queuing time per profiler step, one line per rank;
+    past 16 ranks, the ranks' min-max band and median with the two ranks of
+    lowest and highest mean TKLQT (128 lines were a tangle and a legend of 128).
 
     Markers only where there are few points (each is an SVG element of its
     own), and a tick per step only where there are few steps."""
@@ -560,7 +562,10 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
         return empty_figure(title, "No profiler steps with launches.")
     mode = "lines+markers" if frame.height <= _MARKERS_MAX_POINTS else "lines"
     fig = new_figure()
-    for group in frame.sort("rank", "step").partition_by("rank", maintain_order=True):
+    ranks = frame["rank"].n_unique()
+    if ranks > _TKLQT_RANK_LINES_MAX:
+        _tklqt_spread(fig, frame, ranks)
+    for group in _tklqt_rank_lines(frame, ranks).sort("rank", "step").partition_by("rank", maintain_order=True):
         rank = int(group["rank"][0])
         fig.add_trace(go.Scatter(
             x=group["step"].to_list(), y=(group["tklqt_ns"] / 1e6).to_list(), mode=mode, name=f"rank {rank}",
@@ -574,6 +579,34 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
     return _layout(fig, title, "Profiler step", "TKLQT (ms)", legend_title="rank")
 
 
+def _tklqt_spread(fig: go.Figure, frame: pl.DataFrame, ranks: int) -> None:
+    """The ranks' minimum to maximum per step as a band, and their median."""
+    spread = frame.group_by("step").agg(
+        low=pl.col("tklqt_ns").min() / 1e6, median=pl.col("tklqt_ns").median() / 1e6, high=pl.col("tklqt_ns").max() / 1e6,
+    ).sort("step")
+    steps = spread["step"].to_list()
+    band = {"color": "rgba(127, 127, 127, 0.25)", "width": 0}
+    fig.add_trace(go.Scatter(x=steps, y=spread["high"].to_list(), mode="lines", line=band, name=f"all {ranks} ranks: max",
+                             showlegend=False, hovertemplate="step %{x}: max %{y:.2f} ms<extra></extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=spread["low"].to_list(), mode="lines", line=band, fill="tonexty",
+                             fillcolor=band["color"], name=f"all {ranks} ranks: min to max",
+                             hovertemplate="step %{x}: min %{y:.2f} ms<extra></extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=spread["median"].to_list(), mode="lines", name="median rank",
+                             line={"color": theme.LIMIT_LINE_COLOUR, "width": 2},
+                             hovertemplate="step %{x}: median %{y:.2f} ms<extra></extra>"))
+
+
+def _tklqt_rank_lines(frame: pl.DataFrame, ranks: int) -> pl.DataFrame:
+    """The ranks drawn one by one: all of few, else the lowest and highest
+    by mean TKLQT (the likeliest to be CPU- and GPU-bound)."""
+    if ranks <= _TKLQT_RANK_LINES_MAX:
+        return frame
+    means = frame.group_by("rank").agg(pl.col("tklqt_ns").mean()).sort("tklqt_ns", "rank")
+    return frame.filter(pl.col("rank").is_in([means["rank"][0], means["rank"][-1]]))
+
+
+# Ranks drawn one line each up to this many; past it, a band, the median and two ranks.
+_TKLQT_RANK_LINES_MAX = 16
 # Line charts draw markers up to this many points in all.
 _MARKERS_MAX_POINTS = 100
 # A tick per profiler step up to this many steps.

@@ -93,6 +93,26 @@ def test_tklqt_draws_lines_only_for_many_steps() -> None:
     assert {trace.mode for trace in fig.data} == {"lines"} and fig.layout.xaxis.dtick is None
 
 
+def test_tklqt_of_many_ranks_draws_their_band_median_and_two_extreme_ranks() -> None:
+    # 40 ranks x 3 steps; rank r's TKLQT is r ms at every step, but rank 7 is 100 ms at step 2.
+    rows = [(r, s, (100.0 if (r, s) == (7, 2) else float(r)) * 1e6) for r in range(40) for s in range(3)]
+    steps = pl.DataFrame(rows, schema=["rank", "step", "tklqt_ns"], orient="row").with_columns(
+        verdict=pl.lit("gpu_bound"), gpu_idle_share=pl.lit(0.1))
+    fig = charts.tklqt_figure(steps)
+    assert [trace.name for trace in fig.data] == [
+        "all 40 ranks: max", "all 40 ranks: min to max", "median rank", "rank 0", "rank 39"]
+    high, low, median = fig.data[0], fig.data[1], fig.data[2]
+    assert list(high.y) == [39.0, 39.0, 100.0] and list(low.y) == [0.0, 0.0, 0.0] and low.fill == "tonexty"
+    # 0..39, then with 7 raised to 100: 0..6, 8..39, 100, whose middle two are 20 and 21.
+    assert list(median.y) == [19.5, 19.5, 20.5]
+
+
+def test_tklqt_of_16_ranks_still_draws_each_rank() -> None:
+    steps = pl.DataFrame({"rank": list(range(16)), "step": [1] * 16, "tklqt_ns": [1e6] * 16,
+                          "verdict": ["gpu_bound"] * 16, "gpu_idle_share": [0.1] * 16})
+    assert [trace.name for trace in charts.tklqt_figure(steps).data] == [f"rank {r}" for r in range(16)]
+
+
 def test_coverage_draws_each_host_and_epoch_run_on_one_utc_axis() -> None:
     coverage = pl.DataFrame({
         "host": ["node-a", "node-a"], "gpu_index": [0, 1],
