@@ -57,12 +57,11 @@ def live_view() -> None:
     st.caption(f"Last sample {last:%Y-%m-%d %H:%M:%S} UTC ({_age(age_s)} ago), buckets of {bucket_s:g} s; "
                f"refreshed {datetime.now(timezone.utc):%H:%M:%S} UTC.")
     if latest.height:
-        hosts = latest["host"].n_unique()
         cols = st.columns(min(latest.height, 8))
         for i, row in enumerate(latest.iter_rows(named=True)):
             power = row["power_w_mean"]
             cols[i % len(cols)].metric(
-                charts.gpu_label(row["host"], row["gpu_index"], hosts),
+                charts.gpu_label(row["host"], row["gpu_index"], len(hosts_all)),
                 "–" if power is None else f"{power:.0f} W",
                 help="Mean power in the last bucket",
             )
