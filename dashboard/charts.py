@@ -562,10 +562,12 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
         return empty_figure(title, "No profiler steps with launches.")
     mode = "lines+markers" if frame.height <= _MARKERS_MAX_POINTS else "lines"
     fig = new_figure()
+    lines = frame
     ranks = frame["rank"].n_unique()
     if ranks > _TKLQT_RANK_LINES_MAX:
         _tklqt_spread(fig, frame, ranks)
-    for group in _tklqt_rank_lines(frame, ranks).sort("rank", "step").partition_by("rank", maintain_order=True):
+        lines = _tklqt_extreme_ranks(frame)
+    for group in lines.sort("rank", "step").partition_by("rank", maintain_order=True):
         rank = int(group["rank"][0])
         fig.add_trace(go.Scatter(
             x=group["step"].to_list(), y=(group["tklqt_ns"] / 1e6).to_list(), mode=mode, name=f"rank {rank}",
@@ -596,11 +598,9 @@ def _tklqt_spread(fig: go.Figure, frame: pl.DataFrame, ranks: int) -> None:
                              hovertemplate="step %{x}: median %{y:.2f} ms<extra></extra>"))
 
 
-def _tklqt_rank_lines(frame: pl.DataFrame, ranks: int) -> pl.DataFrame:
-    """The ranks drawn one by one: all of few, else the lowest and highest
-    by mean TKLQT (the likeliest to be CPU- and GPU-bound)."""
-    if ranks <= _TKLQT_RANK_LINES_MAX:
-        return frame
+def _tklqt_extreme_ranks(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the ranks of lowest and highest mean TKLQT (the likeliest
+    to be CPU- and GPU-bound), drawn beside the band."""
     means = frame.group_by("rank").agg(pl.col("tklqt_ns").mean()).sort("tklqt_ns", "rank")
     return frame.filter(pl.col("rank").is_in([means["rank"][0], means["rank"][-1]]))
 
@@ -924,9 +924,9 @@ def skew_heatmap_figure(skew: pl.DataFrame) -> go.Figure:
     frame = skew.filter(pl.col("step").is_not_null()) if skew.height else skew
     if frame.is_empty():
         return empty_figure(title, "No collectives seen by more than one rank within profiler steps.")
-    ranks = sorted(frame["rank"].unique().to_list())
+    ranks = frame["rank"].n_unique()
     first_step, last_step = int(frame["step"].min()), int(frame["step"].max())
-    columns = max(_HEATMAP_MIN_COLUMNS, min(_HEATMAP_MAX_COLUMNS, _HEATMAP_MAX_CELLS // len(ranks)))
+    columns = max(_HEATMAP_MIN_COLUMNS, min(_HEATMAP_MAX_COLUMNS, _HEATMAP_MAX_CELLS // ranks))
     width = -(-(last_step - first_step + 1) // columns)  # steps per column
     cells = (
         frame.with_columns(column=first_step + (pl.col("step") - first_step) // width * width)
@@ -938,7 +938,7 @@ def skew_heatmap_figure(skew: pl.DataFrame) -> go.Figure:
     x = [int(c) for c in column_names]
     z = wide.select(column_names).rows()
     limit = max((abs(v) for row in z for v in row if v is not None), default=1.0) or 1.0
-    labelled = len(ranks) <= _RANK_LABELS_MAX
+    labelled = ranks <= _RANK_LABELS_MAX
     heatmap: dict[str, Any] = {
         "x": x, "y": [f"rank {r}" for r in wide["rank"]] if labelled else wide["rank"].to_list(), "z": z,
         "zmin": -limit, "zmax": limit,
@@ -961,7 +961,7 @@ def skew_heatmap_figure(skew: pl.DataFrame) -> go.Figure:
     if not labelled:
         fig.update_yaxes(tickformat="d")
     x_title = "Profiler step" if width == 1 else f"Profiler step ({width} steps a column)"
-    return _layout(fig, title, x_title, "Rank", height=140 + min(28 * len(ranks), _HEATMAP_MAX_PLOT_PX))
+    return _layout(fig, title, x_title, "Rank", height=140 + min(28 * ranks, _HEATMAP_MAX_PLOT_PX))
 
 
 # The arrival-skew heat map: cells in all (about; at least the minimum of

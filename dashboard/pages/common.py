@@ -190,6 +190,12 @@ def default_hosts(coverage: pl.DataFrame, max_gpus: int = DEFAULT_GPUS_MAX) -> l
     return chosen
 
 
+def caption_hosts_shown(hosts: list[str], hosts_all: list[str]) -> None:
+    """Say so where a page shows fewer hosts than the dataset has."""
+    if len(hosts) < len(hosts_all):
+        st.caption(f"Showing {len(hosts)} of {len(hosts_all)} hosts: pick more under Hosts.")
+
+
 def default_telemetry_window(ds: data.Dataset) -> tuple[float, datetime, datetime] | None:
     """`telemetry_timeline`'s arguments (bucket_s, start, end) for what the
     telemetry page draws first: the whole range (None: no telemetry)."""

@@ -11,7 +11,9 @@ import streamlit as st
 from analysis import timeline
 from dashboard import charts
 from dashboard import data
-from dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, dataset, default_hosts, frame, naive
+from dashboard.pages.common import (
+    NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, dataset, default_hosts, frame, naive,
+)
 
 LIVE_METRICS = ("power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c")
 
@@ -39,8 +41,7 @@ def live_view() -> None:
     hosts = hosts_all
     if len(hosts_all) > 1:
         hosts = st.multiselect("Hosts", hosts_all, default=default_hosts(coverage), key="live_hosts")
-        if len(hosts) < len(hosts_all):
-            st.caption(f"Showing {len(hosts)} of {len(hosts_all)} hosts: pick more under Hosts.")
+        caption_hosts_shown(hosts, hosts_all)
         coverage = coverage.filter(pl.col("host").is_in(hosts))
         if coverage.is_empty():
             st.info("Pick at least one host.", icon=":material/info:")

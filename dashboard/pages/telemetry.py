@@ -10,8 +10,8 @@ import streamlit as st
 from analysis import timeline
 from dashboard import charts
 from dashboard.pages.common import (
-    NO_TELEMETRY, caption_dataset, chart, default_hosts, frame, require_dataset, require_tables, telemetry_bucket_s,
-    telemetry_range,
+    NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, require_dataset, require_tables,
+    telemetry_bucket_s, telemetry_range,
 )
 
 DEFAULT_METRICS = ["power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c", "mem_used_bytes"]
@@ -58,8 +58,7 @@ keep = pl.DataFrame({"host": [labels[p][0] for p in picked], "gpu_index": [label
                     schema={"host": pl.String, "gpu_index": pl.Int32})
 if series.height:
     series = series.join(keep, on=["host", "gpu_index"], how="semi")
-if len(hosts) < len(hosts_all):
-    st.caption(f"Showing {len(hosts)} of {len(hosts_all)} hosts: pick more under Hosts.")
+caption_hosts_shown(hosts, hosts_all)
 st.caption(
     f"{len(picked)} GPU(s), {span_s / 60:.1f} min in buckets of {bucket_s:g} s "
     f"(sampled every {interval_s:.3g} s): the line is the bucket's mean, the band its min–max "
