@@ -238,6 +238,64 @@ def test_common_stem_strips_rank_suffix() -> None:
     assert common_stem([Path("sampled_128rank_rank0.json.gz"), Path("sampled_128rank_rank1.json.gz")]) == "sampled_128rank"
 
 
+@pytest.fixture
+def pool_for_small_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parallel ingest even of the small files these tests write."""
+    from collector.ingest import batch
+
+    monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", 0)
+
+
+class _CountingPool:
+    """Records the worker count of each pool `batch` starts."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from concurrent.futures import ProcessPoolExecutor
+
+        from collector.ingest import batch
+
+        self.sizes: list[int] = []
+        sizes = self.sizes
+
+        class Pool(ProcessPoolExecutor):
+            def __init__(self, max_workers: int, **kwargs) -> None:
+                sizes.append(max_workers)
+                super().__init__(max_workers=max_workers, **kwargs)
+
+        monkeypatch.setattr(batch, "ProcessPoolExecutor", Pool)
+
+
+def test_ingest_parses_small_inputs_in_this_process_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pools = _CountingPool(monkeypatch)
+    for rank in range(4):
+        write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels=rank + 1))
+    report = ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
+    assert (pools.sizes, sorted(r.rank for r in report.results)) == ([], [0, 1, 2, 3])
+
+
+def test_ingest_starts_workers_once_the_traces_reach_the_threshold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.ingest import batch
+
+    pools = _CountingPool(monkeypatch)
+    files = [write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank)) for rank in range(2)]
+    monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", sum(f.stat().st_size for f in files))
+    ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
+    assert pools.sizes == [1]
+
+
+def test_ingest_counts_a_gzip_file_at_its_decompressed_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.ingest import batch
+
+    pools = _CountingPool(monkeypatch)
+    text = kineto_json(rank=0)
+    files = [write(tmp_path / "in" / "rank0.json", text), tmp_path / "in" / "rank1.json.gz"]
+    files[1].write_bytes(gzip.compress(kineto_json(rank=1).encode()))
+    monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", len(text.encode()) + len(kineto_json(rank=1).encode()))
+    ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
+    assert pools.sizes == [1]
+
+
+@pytest.mark.usefixtures("pool_for_small_files")
 def test_ingest_parallel_same_rows_as_serial(tmp_path: Path) -> None:
     for rank in range(4):
         write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels=rank + 1))
@@ -248,30 +306,21 @@ def test_ingest_parallel_same_rows_as_serial(tmp_path: Path) -> None:
         [r.rows for r in parallel.results], key(rows_in(tmp_path / "parallel", "kernels")))
 
 
+@pytest.mark.usefixtures("pool_for_small_files")
 def test_ingest_parallel_reports_every_file_once_with_this_process_working_beside_the_workers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from concurrent.futures import ProcessPoolExecutor
-
-    from collector.ingest import batch
-
-    pools: list[int] = []
-
-    class CountingPool(ProcessPoolExecutor):
-        def __init__(self, max_workers: int, **kwargs) -> None:
-            pools.append(max_workers)
-            super().__init__(max_workers=max_workers, **kwargs)
-
-    monkeypatch.setattr(batch, "ProcessPoolExecutor", CountingPool)
+    pools = _CountingPool(monkeypatch)
     for rank in range(7):
         write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels=rank + 1))
     write(tmp_path / "in" / "rank7.json", kineto_json(rank=7)[:-40])  # cut short: invalid JSON
     report = ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=3)
-    assert pools == [2]  # three files at a time: two workers and this process
+    assert pools.sizes == [2]  # three files at a time: two workers and this process
     assert sorted(r.ranks[0] for r in report.results) == list(range(7))
     assert [Path(f.path).name for f in report.failures] == ["rank7.json"]
     assert sorted(r["rank"] for r in rows_in(tmp_path / "out", "runs")) == list(range(7))
 
 
+@pytest.mark.usefixtures("pool_for_small_files")
 def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
