@@ -321,6 +321,53 @@ def test_ingest_parallel_reports_every_file_once_with_this_process_working_besid
 
 
 @pytest.mark.usefixtures("pool_for_small_files")
+def test_ingest_parallel_this_process_parses_the_largest_file_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from collector.ingest import batch
+
+    parent, real_ingest_file, mine = os.getpid(), batch.ingest_file, []
+
+    def recording(path, *args, **kwargs):
+        if os.getpid() == parent:
+            mine.append(Path(path).name)
+        return real_ingest_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "ingest_file", recording)
+    for rank in range(4):
+        write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels=30 if rank == 2 else 2))
+    ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
+    assert mine[0] == "rank2.json"
+
+
+@pytest.mark.usefixtures("pool_for_small_files")
+def test_ingest_parallel_workers_exit_once_no_file_is_left(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+    import os
+    import time
+
+    from collector.ingest import batch
+
+    parent, real_ingest_file, workers_alive = os.getpid(), batch.ingest_file, []
+
+    def waits_for_the_workers(path, *args, **kwargs):
+        # This process's file (the largest) outlasts the worker's: the
+        # worker should be gone before it ends, not at the end of the run.
+        if os.getpid() == parent:
+            deadline = time.monotonic() + 20
+            while multiprocessing.active_children() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            workers_alive.append(len(multiprocessing.active_children()))
+        return real_ingest_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "ingest_file", waits_for_the_workers)
+    write(tmp_path / "in" / "rank0.json", kineto_json(rank=0, kernels=30))
+    write(tmp_path / "in" / "rank1.json", kineto_json(rank=1))
+    report = ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
+    assert (workers_alive, sorted(r.rank for r in report.results)) == ([0], [0, 1])
+
+
+@pytest.mark.usefixtures("pool_for_small_files")
 def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
@@ -334,9 +381,9 @@ def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, mo
         return real_ingest_file(path, *args, **kwargs)
 
     monkeypatch.setattr(batch, "ingest_file", dies_on_rank3_in_a_worker)
-    # rank3 is the largest, so the worker, which gets the first file, takes it.
+    # This process takes the largest file (rank0), the worker the next (rank3).
     for rank in range(6):
-        write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels=40 if rank == 3 else 2))
+        write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank, kernels={0: 60, 3: 40}.get(rank, 2)))
     report = ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
     # Only the file the worker died on fails: this process parses the rest.
     assert [(Path(f.path).name, "worker failed: BrokenProcessPool" in f.message) for f in report.failures] == [

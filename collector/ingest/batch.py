@@ -8,6 +8,8 @@ pickling); see `store` for the layout and why writes are per source file.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import glob
 import multiprocessing
@@ -21,7 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from collector.errors import DatasetError, TraceError
 from collector.ingest.buffer import GZIP_MAGIC
@@ -158,6 +160,13 @@ def ingest_file(path: str, run: str, out: str, explicit: bool = True) -> FileRes
     `explicit` is false for files found in a folder: those of no known
     format come back as SkippedFile rather than FileFailure.
     """
+    try:
+        return _ingest_file(path, run, out, explicit)
+    finally:
+        release_freed_memory()
+
+
+def _ingest_file(path: str, run: str, out: str, explicit: bool) -> FileResult | FileFailure | SkippedFile:
     started = time.perf_counter()
     run = sanitise_run(run)
     try:
@@ -179,6 +188,31 @@ def ingest_file(path: str, run: str, out: str, explicit: bool = True) -> FileRes
     ranks = tuple(sorted(set(runs.column("rank").to_pylist()))) if runs is not None else ()
     return FileResult(path, format_name, run, ranks, rows, parsed.events or sum(rows.values()),
                       time.perf_counter() - started)
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by the last file back to the system (glibc's
+    `malloc_trim`; elsewhere nothing).
+
+    glibc keeps freed heap memory for reuse: after a 216,000-event file a
+    process held 155 MB where 117 MB were in use. A process that waits for
+    its next file (this one beside its workers, a worker with no file left,
+    the collector watching a trace folder) then holds that memory for
+    nothing. The call costs well under a millisecond.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
 
 
 def _run_task(task: _Task, out: str) -> FileResult | FileFailure | SkippedFile:
@@ -218,15 +252,19 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
         context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
         with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start) as pool:
             try:
-                # The first submissions start the workers: before any other thread
-                # exists (the feeder, the progress bar), so none is running when they fork.
+                # This process takes the largest file: it lives to the end anyway,
+                # while a worker with no file left exits (see _feed) and gives
+                # its memory back. The first submissions start the workers: before
+                # any other thread exists (the feeder, the progress bar), so none
+                # is running when they fork.
+                own = queue.take(1)
                 first = [(pool.submit(_run_task, task, str(out)), task) for task in queue.take(workers - 1)]
                 feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
                 feeder.start()
                 with _Progress(len(tasks), progress) as bar:
                     workers_done = False
                     while True:
-                        mine = queue.take(1)
+                        mine, own = own or queue.take(1), []
                         if mine:
                             yield _run_task(mine[0], str(out))
                             bar.advance()
@@ -289,6 +327,9 @@ def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, _Task]], queue:
                     except Exception:  # the pool broke (a worker died) or is shutting down
                         queue.put_back(follow)  # for this process, which still parses
     finally:
+        # No file is left to hand out: let the workers exit now rather than
+        # hold their memory until this process finishes its last file.
+        pool.shutdown(wait=False)
         finished.put(None)
 
 
