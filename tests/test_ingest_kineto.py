@@ -117,6 +117,16 @@ def test_kineto_kernel_times_exact_ns_on_epoch(parsed: ParsedTrace) -> None:
     assert (gemm["start_ns"], gemm["dur_ns"], gemm["end_ns"]) == (BASE_NS + 1_200_999, 30_002, BASE_NS + 1_231_001)
 
 
+def test_kineto_event_without_dur_has_null_duration(tmp_path: Path) -> None:
+    trace = synthetic_trace()
+    without_dur = dict(gpu("kernel", "no_dur_kernel", 1_500.0, 1.0))
+    del without_dur["dur"]
+    trace["traceEvents"].append(without_dur)
+    kernels = kineto.parse(write_trace(tmp_path / "trace.json", trace), "demo").tables["kernels"].to_pylist()
+    row = next(r for r in kernels if r["name"] == "no_dur_kernel")
+    assert (row["dur_ns"], row["end_ns"], row["start_ns"] is not None) == (None, None, True)
+
+
 def test_kineto_hard_float_converts_exactly(parsed: ParsedTrace) -> None:
     assert kernel(parsed, "vectorized")["start_ns"] == BASE_NS + 4469105770633943
 
