@@ -35,11 +35,11 @@ from collector.ingest.store import STAGING_DIR, sanitise_run, source_id, write_s
 # failed, so a broad net (.txt, .out: NCCL logs under job-log names) is safe.
 TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".csv", ".csv.gz", ".log", ".txt", ".out")
 # Below this much trace content in all (decompressed), one process parses
-# everything: a forked worker costs ~30 ms and, by RSS, another ~75 MB (the
-# imported modules it shares with this process), more than it saves on a
-# few MB. Two 1.7 MB Kineto files took 0.54 s in two processes and 0.62 s
-# in one (medians of 5, noise ±0.1 s) at 180 vs 108 MB; 13 MB in three
-# files took 0.82 vs 0.94 s, worth the worker.
+# everything: a forked worker's pool takes ~12 ms to start and stop and, by
+# RSS, another ~75 MB (the imported modules it shares with this process),
+# more than it saves on a few MB. Two 1.7 MB Kineto files took 0.54 s in
+# two processes and 0.62 s in one (medians of 5, noise ±0.1 s) at 180 vs
+# 108 MB; 13 MB in three files took 0.82 vs 0.94 s, worth the worker.
 PARALLEL_MIN_CONTENT_BYTES = 8 << 20
 _STEM_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".csv", ".log", ".gz")
 
