@@ -49,15 +49,19 @@ class Finding:
         return asdict(self)
 
 
-def format_duration_ns(ns: float | None) -> str:
-    """A duration for a finding's sentence: 1.23 s, 38.2 ms or 388.2 µs."""
-    if ns is None:
-        return "an unknown time"
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.1f} µs"
+def format_duration_ns(ns: float | None, missing: str = "an unknown time") -> str:
+    """A duration for people, in the largest unit that keeps it at 1 or
+    more, to three significant digits: 1.23 s, 38.2 ms, 388 µs, 12 ns,
+    1,234 s. The one formatter of findings, reports and the dashboard, so
+    a number reads the same everywhere; `missing` stands for None and NaN."""
+    if ns is None or ns != ns:
+        return missing
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            value = ns / scale
+            digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+            return f"{value:,.{digits}f} {unit}"
+    return f"{ns:,.0f} ns"
 
 
 FindingSource = Callable[[duckdb.DuckDBPyConnection], list[Finding]]

@@ -285,16 +285,6 @@ def naive(value: Any) -> Any:
     return value.replace(tzinfo=None) if isinstance(value, datetime) and value.tzinfo else value
 
 
-def fmt_duration_ns(value: float | int | None) -> str:
-    if value is None:
-        return "–"
-    value = float(value)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f} ns"
-
-
 def fmt_share(value: float | None) -> str:
     return "–" if value is None else f"{value:.0%}" if abs(value) >= 0.1 else f"{value:.1%}"
 

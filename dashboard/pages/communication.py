@@ -7,9 +7,10 @@ import polars as pl
 import streamlit as st
 
 from analysis import communication, time_breakdown, timeline
+from analysis.findings import format_duration_ns
 from dashboard import charts
 from dashboard.pages.common import (
-    NO_TRACES, caption_dataset, chart, fmt_duration_ns, fmt_share, frame, require_dataset, require_tables, run_picker,
+    NO_TRACES, caption_dataset, chart, fmt_share, frame, require_dataset, require_tables, run_picker,
 )
 
 st.title("Communication")
@@ -35,7 +36,7 @@ ranking = _of_run(frame(ds, communication.stragglers))
 
 m = st.columns(4)
 m[0].metric("Collective calls (all ranks)", f"{int(stats['count'].sum()):,}" if stats.height else "0")
-m[1].metric("Collective GPU time (all ranks)", fmt_duration_ns(stats["total_ns"].sum()) if stats.height else "–")
+m[1].metric("Collective GPU time (all ranks)", format_duration_ns(stats["total_ns"].sum()) if stats.height else "–")
 if overlap.height and overlap["comm_ns"].sum():
     m[2].metric("Communication hidden under compute", fmt_share(overlap["overlapped_ns"].sum() / overlap["comm_ns"].sum()))
 if ranking.height:

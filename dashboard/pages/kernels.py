@@ -9,9 +9,10 @@ import polars as pl
 import streamlit as st
 
 from analysis import launch, time_breakdown, timeline
+from analysis.findings import format_duration_ns
 from dashboard import charts
 from dashboard.pages.common import (
-    NO_TRACES, caption_dataset, chart, fetch, fmt_duration_ns, fmt_share, frame, require_dataset, require_tables,
+    NO_TRACES, caption_dataset, chart, fetch, fmt_share, frame, require_dataset, require_tables,
     TIMELINE_STEP_INDEX, run_picker, timeline_choices,
 )
 
@@ -46,7 +47,7 @@ if ranks.height:
                      "each other; undecided: idle time that launch timing does not explain.")
     m[1].metric("Ranks with that verdict", f"{n} of {ranks.height}")
     m[2].metric("GPU idle in the steps", fmt_share(ranks["gpu_idle_ns"].sum() / ranks["step_ns"].sum()))
-    m[3].metric("Typical launch delay", fmt_duration_ns(ranks["step_launch_delay_p50_ns"].median()),
+    m[3].metric("Typical launch delay", format_duration_ns(ranks["step_launch_delay_p50_ns"].median(), missing="–"),
                 help="Median over the ranks of each step's median launch delay (call return to kernel start)")
     with st.expander("Per rank"):
         st.dataframe(ranks.select(
@@ -128,7 +129,7 @@ if rank_list and step_numbers:
         merged = kernel_runs.filter(pl.col("kernel_count") > 1)
         st.caption(f"{kernel_runs['kernels_in_window'][0]:,} kernels in {kernel_runs.height:,} shapes"
                    + (f": {merged['kernel_count'].sum():,} of them less than "
-                      f"{fmt_duration_ns(kernel_runs['pixel_ns'][0])} apart drawn as {merged.height:,} runs "
+                      f"{format_duration_ns(kernel_runs['pixel_ns'][0])} apart drawn as {merged.height:,} runs "
                       "(hover one for its kernels; narrow the window to separate them)." if merged.height else "."))
     chart(charts.kernel_timeline_figure(kernel_runs), key="kernels_timeline")
 else:

@@ -12,6 +12,15 @@ import decimal
 import math
 from typing import Any
 
+from analysis.findings import format_duration_ns
+
+
+# `_ns` columns that are instants, not durations (`start_ns`, `window_end_ns`).
+_INSTANT_NS = ("start_ns", "end_ns", "ts_ns", "first_ns", "last_ns")
+# Instants from here on (1970-01-12) are on the Unix epoch; trace-relative
+# times (traces without a known epoch) are far smaller.
+_EPOCH_NS_FROM = 10**15
+
 
 def format_value(column: str, value: Any) -> str:
     if value is None:
@@ -31,8 +40,13 @@ def format_value(column: str, value: Any) -> str:
     name = column.lower()
     if name.endswith("_ts_us"):
         return dt.datetime.fromtimestamp(value / 1e6, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    if name.endswith("_ns") and not name.endswith("_start_ns") and not name.endswith("_end_ns"):
-        return duration(value)
+    if name.endswith(_INSTANT_NS):
+        # On the epoch: a time of day; trace-relative (no epoch known): as read.
+        if abs(value) >= _EPOCH_NS_FROM:
+            return dt.datetime.fromtimestamp(value / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+        return str(value)
+    if name.endswith("_ns"):
+        return format_duration_ns(value)
     if name.endswith("_bytes_per_s"):
         if abs(value) >= 1e9 or value == 0:
             return f"{value / 1e9:,.1f} GB/s"
@@ -50,16 +64,6 @@ def format_value(column: str, value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
-
-
-def duration(ns: float) -> str:
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:,.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:,.2f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:,.1f} µs"
-    return f"{ns:,.0f} ns"
 
 
 def size(nbytes: float) -> str:

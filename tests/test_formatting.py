@@ -1,0 +1,38 @@
+"""How numbers read: one duration format for findings, reports and the dashboard."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.findings import format_duration_ns
+from dashboard.report.format import format_value
+
+
+@pytest.mark.parametrize(("ns", "text"), [
+    (1_234_567_890, "1.23 s"),
+    (38_240_000, "38.2 ms"),
+    (388_200, "388 µs"),
+    (12, "12 ns"),
+    (1_234_000_000_000, "1,234 s"),
+    (-2_500_000, "-2.50 ms"),
+    (0, "0 ns"),
+])
+def test_duration_has_three_significant_digits_in_the_largest_unit(ns: float, text: str) -> None:
+    assert format_duration_ns(ns) == text
+
+
+def test_missing_duration_reads_as_the_caller_says() -> None:
+    assert (format_duration_ns(None), format_duration_ns(float("nan"), missing="–")) == ("an unknown time", "–")
+
+
+def test_report_formats_ns_columns_as_durations() -> None:
+    assert format_value("exposed_ns", 38_240_000) == "38.2 ms"
+
+
+@pytest.mark.parametrize("column", ["start_ns", "window_end_ns", "ts_ns", "telemetry_first_ns"])
+def test_report_formats_epoch_ns_instants_as_utc_times(column: str) -> None:
+    assert format_value(column, 1_767_229_205_752_000_123) == "2026-01-01 01:00:05.752 UTC"
+
+
+def test_report_keeps_trace_relative_instants_as_read() -> None:
+    assert format_value("start_ns", 38_240_000) == "38240000"
