@@ -42,8 +42,12 @@ Measures, per load:
 - peak memory: the largest sum of RSS over the process and all its
   children (both tools parse in forked worker pools), sampled every 20 ms
   from /proc; pages a worker still shares with its parent count twice, so
-  both tools' figures are upper bounds. Beside it, the largest single
-  process's max RSS (from wait4).
+  both tools' figures are upper bounds. Never less than the largest
+  single process's own high-water mark (VmHWM, read with each sample and
+  reported by the tool's process as it ends), which a peak shorter than
+  20 ms cannot escape; that mark is printed beside it as "largest
+  process". (wait4's ru_maxrss is not used: it also counts this script's
+  pages, which the child held between fork and exec.)
 The machine's load average is printed with each input: other work on the
 machine slows both tools and makes the rounds disagree.
 Reported: the median wall and the largest peak over the rounds, the ratios
@@ -94,7 +98,8 @@ analysis = TraceAnalysis(trace_dir=sys.argv[1])
 t2 = time.perf_counter()
 ranks = sorted(analysis.t.traces)
 rows = sum(len(analysis.t.get_trace(r)) for r in ranks)
-print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": len(ranks), "rows": rows}))
+hwm_kib = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": len(ranks), "rows": rows, "hwm_bytes": hwm_kib * 1024}))
 """
 
 _GPULENS_CHILD = """
@@ -104,7 +109,8 @@ from dashboard.cli import main
 t1 = time.perf_counter()
 rc = main(["ingest", sys.argv[1], "--out", sys.argv[2], "--jobs", sys.argv[3]])
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "rc": rc}))
+hwm_kib = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "rc": rc, "hwm_bytes": hwm_kib * 1024}))
 """
 
 
@@ -132,23 +138,23 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-def _tree_rss_bytes(root: int) -> int:
-    """RSS of `root` and its descendants, from /proc/PID/statm (cheap: reading
-    smaps for PSS costs tens of ms per large process, enough to slow the
-    tools being measured on a small machine)."""
-    total, stack = 0, [root]
+def _tree_memory_bytes(root: int) -> tuple[int, int]:
+    """(sum of RSS, largest VmHWM) over `root` and its descendants, from
+    /proc/PID/status (cheap: reading smaps for PSS costs tens of ms per
+    large process, enough to slow the tools being measured on a small
+    machine)."""
+    total, largest, stack = 0, 0, [root]
     while stack:
         pid = stack.pop()
         stack.extend(_children(pid))
         try:
-            with open(f"/proc/{pid}/statm") as handle:
-                total += int(handle.read().split()[1]) * _PAGE_BYTES
-        except (OSError, IndexError, ValueError):
-            pass  # gone between listing and reading
-    return total
+            with open(f"/proc/{pid}/status") as handle:
+                fields = dict(line.split(":", 1) for line in handle if line.startswith(("VmRSS", "VmHWM")))
+            total += int(fields["VmRSS"].split()[0]) * 1024
+            largest = max(largest, int(fields["VmHWM"].split()[0]) * 1024)
+        except (OSError, KeyError, ValueError):
+            pass  # gone between listing and reading, or a zombie (no Vm lines)
+    return total, largest
 
 
 def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path) -> Load:
@@ -157,19 +163,21 @@ def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path) -> 
         started = time.perf_counter()
         # Its own session, so a timeout can end the workers too.
         process = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, start_new_session=True)
-        peak = [0]
+        peak, largest = [0], [0]
         done = threading.Event()
 
         def sample() -> None:
             while not done.is_set():
-                peak[0] = max(peak[0], _tree_rss_bytes(process.pid))
+                tree_rss, process_hwm = _tree_memory_bytes(process.pid)
+                peak[0] = max(peak[0], tree_rss, process_hwm)
+                largest[0] = max(largest[0], process_hwm)
                 done.wait(_SAMPLE_S)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         timer = threading.Timer(timeout_s, lambda: os.killpg(process.pid, 9))
         timer.start()
-        _, status, usage = os.wait4(process.pid, 0)
+        _, status, _ = os.wait4(process.pid, 0)
         wall_s = time.perf_counter() - started
         timer.cancel()
         done.set()
@@ -183,7 +191,10 @@ def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path) -> 
         if not ok:
             tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
             detail["error"] = "timed out" if process.returncode == -9 else " | ".join(tail)
-    return Load(tool, wall_s, peak[0], usage.ru_maxrss * 1024, ok, detail)
+    # The tool's own process reports its final high-water mark itself (a
+    # peak in its last 20 ms would escape the sampler).
+    largest[0] = max(largest[0], detail.get("hwm_bytes", 0))
+    return Load(tool, wall_s, max(peak[0], largest[0]), largest[0], ok, detail)
 
 
 def load_hta(hta_python: str, folder: Path, timeout_s: float) -> Load:
