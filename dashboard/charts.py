@@ -574,10 +574,7 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
             line={"color": theme.gpu_colour(rank)}, customdata=list(zip(group["verdict"].to_list(), (group["gpu_idle_share"] * 100).to_list())),
             hovertemplate=f"rank {rank}, step %{{x}}<br>TKLQT %{{y:.2f}} ms<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
         ))
-    if frame["step"].n_unique() <= _STEP_TICKS_MAX:
-        fig.update_xaxes(dtick=1)
-    else:
-        fig.update_xaxes(tickformat="d")
+    _step_ticks(fig, one_per_step=frame["step"].n_unique() <= _STEP_TICKS_MAX)
     return _layout(fig, title, "Profiler step", "TKLQT (ms)", legend_title="rank")
 
 
@@ -611,6 +608,15 @@ _TKLQT_RANK_LINES_MAX = 16
 _MARKERS_MAX_POINTS = 100
 # A tick per profiler step up to this many steps.
 _STEP_TICKS_MAX = 30
+
+
+def _step_ticks(fig: go.Figure, one_per_step: bool) -> None:
+    """Profiler steps on x: a tick at each where asked, else Plotly's own
+    spacing (never fractional: steps are whole numbers)."""
+    if one_per_step:
+        fig.update_xaxes(dtick=1)
+    else:
+        fig.update_xaxes(tickformat="d")
 
 
 def launch_histogram_figure(histogram: pl.DataFrame, metric: str) -> go.Figure:
@@ -953,10 +959,7 @@ def skew_heatmap_figure(skew: pl.DataFrame) -> go.Figure:
         heatmap["hovertemplate"] = (f"{rank_text}, steps %{{x}}–%{{customdata}}: %{{z:.1f}} µs after the median rank"
                                     "<extra></extra>")
     fig = new_figure(go.Heatmap(**heatmap))
-    if len(x) <= _STEP_TICKS_MAX and width == 1:
-        fig.update_xaxes(dtick=1)
-    else:
-        fig.update_xaxes(tickformat="d")
+    _step_ticks(fig, one_per_step=len(x) <= _STEP_TICKS_MAX and width == 1)
     fig.update_yaxes(autorange="reversed")
     if not labelled:
         fig.update_yaxes(tickformat="d")
