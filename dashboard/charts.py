@@ -184,6 +184,10 @@ def coverage_figure(coverage: pl.DataFrame, runs: pl.DataFrame) -> go.Figure:
         return empty_figure(title, "Nothing on the UTC clock: no telemetry, and no traces on the epoch.")
     span = max(end for *_, end, _ in rows) - min(start for _, _, start, _, _ in rows)
     min_width = span / _COVERAGE_MIN_WIDTH_DIVISOR
+    # 40 px a row for a few hosts; a fleet's rows share what 20 rows would
+    # take, down to a label's height, with bars thinner than their pitch.
+    row_px = 40 if len(rows) <= 20 else max(_COVERAGE_MIN_ROW_PX, 800 // len(rows))
+    bar_px = min(16, row_px - 4)
     fig = new_figure()
     for kind, colour in (("telemetry", theme.CATEGORY_COLOURS["compute"]), ("trace run", theme.CATEGORY_COLOURS["communication"])):
         x: list[Any] = []
@@ -198,15 +202,17 @@ def coverage_figure(coverage: pl.DataFrame, runs: pl.DataFrame) -> go.Figure:
             custom += (detail, detail, None)
         if x:
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=kind, connectgaps=False,
-                                     line={"color": colour, "width": 16}, customdata=custom,
+                                     line={"color": colour, "width": bar_px}, customdata=custom,
                                      hovertemplate="%{customdata[0]}<br>%{customdata[1]} (%{customdata[2]})<extra></extra>"))
     labels = [label for _, label, *_ in rows]
     fig.update_yaxes(type="category", categoryorder="array", categoryarray=list(reversed(labels)))
-    return _layout(fig, title, TIME_AXIS, "Host or trace run", height=160 + 40 * len(rows), legend_title="data")
+    return _layout(fig, title, TIME_AXIS, "Host or trace run", height=160 + row_px * len(rows), legend_title="data")
 
 
 # Spans are drawn at least this fraction of the axis wide.
 _COVERAGE_MIN_WIDTH_DIVISOR = 300
+# A row is never lower than its label (12 px text).
+_COVERAGE_MIN_ROW_PX = 14
 
 
 def _epoch_ns(ns: int) -> datetime:

@@ -143,6 +143,24 @@ def test_coverage_draws_a_short_run_as_a_sliver_with_its_true_span_in_the_hover(
     assert tuple(traces.customdata[0][1:]) == ("2026-01-01 01:00:00 to 2026-01-01 01:00:05 UTC", "5 s")
 
 
+def _hosts_coverage(hosts: int) -> pl.DataFrame:
+    return pl.DataFrame({"host": [f"node-{h:03d}" for h in range(hosts)], "gpu_index": [0] * hosts,
+                         "first_ts": [datetime(2026, 1, 1, 0, 0, tzinfo=timezone.utc)] * hosts,
+                         "last_ts": [datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)] * hosts})
+
+
+def test_coverage_gives_a_few_hosts_40_px_each() -> None:
+    fig = charts.coverage_figure(_hosts_coverage(4), pl.DataFrame())
+    assert (fig.layout.height, fig.data[0].line.width) == (160 + 4 * 40, 16)
+
+
+def test_coverage_of_a_fleet_shares_the_height_of_20_rows_down_to_a_label_each() -> None:
+    forty = charts.coverage_figure(_hosts_coverage(40), pl.DataFrame())
+    three_hundred = charts.coverage_figure(_hosts_coverage(300), pl.DataFrame())
+    assert (forty.layout.height, forty.data[0].line.width) == (160 + 40 * 20, 16)
+    assert (three_hundred.layout.height, three_hundred.data[0].line.width) == (160 + 300 * 14, 10)
+
+
 def test_coverage_says_so_when_nothing_is_on_the_utc_clock() -> None:
     runs = pl.DataFrame({"run": ["old"], "ranks": [1], "time_base": ["trace"], "first_ns": [5], "last_ns": [9]})
     fig = charts.coverage_figure(pl.DataFrame(), runs)
