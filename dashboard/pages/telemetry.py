@@ -10,8 +10,8 @@ import streamlit as st
 from analysis import timeline
 from dashboard import charts
 from dashboard.pages.common import (
-    NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, require_dataset, require_tables,
-    telemetry_bucket_s, telemetry_range,
+    DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, require_dataset,
+    require_tables, telemetry_bucket_s, telemetry_range,
 )
 
 DEFAULT_METRICS = ["power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c", "mem_used_bytes"]
@@ -32,7 +32,8 @@ with st.container(border=True):
     hosts_first = default_hosts(coverage)
     hosts = c1.multiselect("Hosts", hosts_all, default=hosts_first, key="telemetry_hosts",
                            help=None if len(hosts_first) == len(hosts_all) else
-                           f"The first {len(hosts_first)} of {len(hosts_all)} hosts are shown at first: add more here.")
+                           f"The page opens on the first hosts up to {DEFAULT_GPUS_MAX} GPUs in all: every GPU is a line "
+                           "in each chart, and many lines keep the browser busy. Add hosts here.")
     gpu_choices = coverage.filter(pl.col("host").is_in(hosts))
     labels = {charts.gpu_label(h, g, len(hosts_all)): (h, g) for h, g in gpu_choices.select("host", "gpu_index").iter_rows()}
     picked = c2.multiselect("GPUs", list(labels), default=list(labels), key="telemetry_gpus")
