@@ -26,7 +26,7 @@ from queue import SimpleQueue
 from typing import Callable, Iterable, Iterator
 
 from collector.errors import DatasetError, TraceError
-from collector.ingest.buffer import GZIP_MAGIC
+from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
 from collector.ingest.store import STAGING_DIR, sanitise_run, source_id, write_source
 
@@ -233,7 +233,8 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
     process parses those not yet handed out.
     """
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-    if workers > 1 and sum(map(_content_bytes, tasks)) < PARALLEL_MIN_CONTENT_BYTES:
+    sizes = {task: content_bytes(task.path) for task in tasks} if workers > 1 else {}
+    if workers > 1 and sum(sizes.values()) < PARALLEL_MIN_CONTENT_BYTES:
         workers = 1  # too little work to pay for a worker: see PARALLEL_MIN_CONTENT_BYTES
     if workers == 1:
         with _Progress(len(tasks), progress) as bar:
@@ -246,7 +247,7 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
     # collector from touching (so copying) the shared objects there.
     format_modules()
     gc.freeze()
-    queue = _TaskQueue(sorted(tasks, key=_content_bytes, reverse=True))
+    queue = _TaskQueue(sorted(tasks, key=sizes.__getitem__, reverse=True))
     finished: SimpleQueue = SimpleQueue()  # the workers' outcomes, then None
     try:
         context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
@@ -331,23 +332,6 @@ def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, _Task]], queue:
         # hold their memory until this process finishes its last file.
         pool.shutdown(wait=False)
         finished.put(None)
-
-
-def _content_bytes(task: _Task) -> int:
-    """The file's size once decompressed (a gzip file's own count of it,
-    its last 4 bytes: the size mod 4 GiB), which is what the parse costs;
-    0 where it cannot be read (the parse reports why)."""
-    try:
-        with open(task.path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(0)
-            if size < 18 or handle.read(2) != GZIP_MAGIC:
-                return size
-            handle.seek(-4, os.SEEK_END)
-            # Past 4 GiB the count wraps: never less than the compressed size.
-            return max(size, int.from_bytes(handle.read(4), "little"))
-    except OSError:
-        return 0
 
 
 def _worker_start() -> None:

@@ -12,7 +12,7 @@ Unreadable or truncated input is a TraceError naming the file.
 
 from __future__ import annotations
 
-import struct
+import os
 import zlib
 from pathlib import Path
 from typing import Iterator
@@ -67,18 +67,32 @@ def _gunzip(compressed: bytes) -> Iterator[bytes]:
             return
 
 
-def read_buffer(path: Path) -> bytearray:
-    """The whole decompressed content in one buffer."""
-    size_hint = 0
+def content_bytes(path: Path | str) -> int:
+    """The file's size once decompressed, as its own bytes say: a gzip
+    file's count of it (its last 4 bytes, ISIZE: the size mod 4 GiB, so
+    never taken below the compressed size); other files their size. 0
+    where it cannot be read (`iter_chunks` reports why)."""
     try:
         with open(path, "rb") as handle:
-            if handle.read(2) == GZIP_MAGIC:
-                compressed_bytes = handle.seek(-4, 2) + 4
-                # A truncated file's last bytes are not ISIZE: cap the guess
-                # at a generous JSON compression ratio; the buffer can grow.
-                size_hint = min(struct.unpack("<I", handle.read(4))[0], 64 * compressed_bytes)
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(0)
+            if size < 18 or handle.read(2) != GZIP_MAGIC:  # 18: a gzip header and trailer
+                return size
+            handle.seek(-4, os.SEEK_END)
+            return max(size, int.from_bytes(handle.read(4), "little"))
     except OSError:
-        pass  # iter_chunks reports it
+        return 0
+
+
+def read_buffer(path: Path) -> bytearray:
+    """The whole decompressed content in one buffer."""
+    try:
+        # A truncated gzip file's last bytes are not ISIZE: cap the guess at
+        # a generous JSON compression ratio; the buffer can grow, and is cut
+        # to the content at the end.
+        size_hint = min(content_bytes(path), 64 * os.path.getsize(path))
+    except OSError:
+        size_hint = 0  # iter_chunks reports it
     buffer = bytearray(size_hint)
     size = 0
     for chunk in iter_chunks(path):
