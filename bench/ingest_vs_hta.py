@@ -89,6 +89,11 @@ MEMORY_TARGET = 3.0
 _SAMPLE_S = 0.02
 _EVENT = re.compile(rb'"ph"\s*:')
 
+# Both children end by reporting their own high-water mark (see run_measured).
+_CHILD_HWM = '''
+hwm_kib = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+'''
+
 _HTA_CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
@@ -98,7 +103,7 @@ analysis = TraceAnalysis(trace_dir=sys.argv[1])
 t2 = time.perf_counter()
 ranks = sorted(analysis.t.traces)
 rows = sum(len(analysis.t.get_trace(r)) for r in ranks)
-hwm_kib = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+""" + _CHILD_HWM + """
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": len(ranks), "rows": rows, "hwm_bytes": hwm_kib * 1024}))
 """
 
@@ -109,7 +114,7 @@ from dashboard.cli import main
 t1 = time.perf_counter()
 rc = main(["ingest", sys.argv[1], "--out", sys.argv[2], "--jobs", sys.argv[3]])
 t2 = time.perf_counter()
-hwm_kib = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+""" + _CHILD_HWM + """
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "rc": rc, "hwm_bytes": hwm_kib * 1024}))
 """
 
@@ -169,7 +174,7 @@ def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path) -> 
         def sample() -> None:
             while not done.is_set():
                 tree_rss, process_hwm = _tree_memory_bytes(process.pid)
-                peak[0] = max(peak[0], tree_rss, process_hwm)
+                peak[0] = max(peak[0], tree_rss)
                 largest[0] = max(largest[0], process_hwm)
                 done.wait(_SAMPLE_S)
 
