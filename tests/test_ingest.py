@@ -5,13 +5,15 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from collector.errors import TraceError
-from collector.ingest import UNKNOWN_FORMAT, detect_format, ingest_paths, source_id
+from collector.ingest import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules, ingest_paths, source_id
 from collector.ingest.batch import common_stem
 from collector.ingest.store import STAGING_DIR
 
@@ -73,6 +75,21 @@ def test_detect_format_nccl_log(tmp_path: Path) -> None:
     pytest.importorskip("collector.ingest.nccl_log")
     line = "node01:2201:2201 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
     assert detect_format(write(tmp_path / "slurm-42.out", line)) == "nccl_log"
+
+
+def test_detect_format_imports_only_the_formats_it_tries(tmp_path: Path) -> None:
+    # A fresh interpreter, so modules other tests imported do not count.
+    path = write(tmp_path / "trace.json", kineto_json())
+    code = ("import sys; from collector.ingest.formats import detect_format; "
+            f"print(detect_format({str(path)!r}), sorted(m for m in sys.modules if m.startswith('collector.ingest.')"
+            " and m.rsplit('.', 1)[1] in ('nsys', 'rocprof', 'nccl_log')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["kineto", "[]"]
+
+
+def test_each_format_module_is_named_after_its_format() -> None:
+    # module_for() finds a parser by this name alone.
+    assert [module.FORMAT for module in format_modules()] == list(FORMAT_MODULES)
 
 
 def test_detect_format_unknown_names_the_file(tmp_path: Path) -> None:
@@ -250,9 +267,8 @@ class _CountingPool:
     """Records the worker count of each pool `batch` starts."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import concurrent.futures
         from concurrent.futures import ProcessPoolExecutor
-
-        from collector.ingest import batch
 
         self.sizes: list[int] = []
         sizes = self.sizes
@@ -262,7 +278,8 @@ class _CountingPool:
                 sizes.append(max_workers)
                 super().__init__(max_workers=max_workers, **kwargs)
 
-        monkeypatch.setattr(batch, "ProcessPoolExecutor", Pool)
+        # batch imports the pool from here when it starts one.
+        monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Pool)
 
 
 def test_ingest_parses_small_inputs_in_this_process_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

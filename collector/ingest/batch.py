@@ -12,23 +12,25 @@ import ctypes
 import functools
 import gc
 import glob
-import multiprocessing
 import os
 import re
 import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from collector.errors import DatasetError, TraceError
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
 from collector.ingest.store import STAGING_DIR, sanitise_run, source_id, write_source
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 # File names a directory is searched for (the watcher looks for the same).
 # Files found this way whose content is no known format are skipped, not
@@ -246,6 +248,10 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
     # instead of each importing its own copy (~13 MB each). And keep the
     # collector from touching (so copying) the shared objects there.
     format_modules()
+    # Imported here: a run small enough for one process never pays for them.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     gc.freeze()
     queue = _TaskQueue(sorted(tasks, key=sizes.__getitem__, reverse=True))
     finished: SimpleQueue = SimpleQueue()  # the workers' outcomes, then None

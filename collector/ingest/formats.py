@@ -25,28 +25,29 @@ _loaded: dict[str, ModuleType | None] = {}
 
 def format_modules() -> list[ModuleType]:
     """The format modules that can be imported, in sniffing order."""
-    modules = []
-    for name in FORMAT_MODULES:
-        if name not in _loaded:
-            try:
-                _loaded[name] = importlib.import_module(f"{__package__}.{name}")
-            except ModuleNotFoundError as error:
-                # Only "that module is not there"; a module that exists but
-                # fails to import is a bug to surface, not a format to skip.
-                if error.name != f"{__package__}.{name}":
-                    raise
-                _loaded[name] = None
-        module = _loaded[name]
-        if module is not None:
-            modules.append(module)
-    return modules
+    return [module for module in map(_load, FORMAT_MODULES) if module is not None]
+
+
+def _load(name: str) -> ModuleType | None:
+    """One format module, imported on first use; None where it is not there."""
+    if name not in _loaded:
+        try:
+            _loaded[name] = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as error:
+            # Only "that module is not there"; a module that exists but
+            # fails to import is a bug to surface, not a format to skip.
+            if error.name != f"{__package__}.{name}":
+                raise
+            _loaded[name] = None
+    return _loaded[name]
 
 
 def module_for(format_name: str) -> ModuleType:
-    for module in format_modules():
-        if module.FORMAT == format_name:
-            return module
-    raise KeyError(format_name)
+    """The module that parses `format_name` (each module is named after its format)."""
+    module = _load(format_name) if format_name in FORMAT_MODULES else None
+    if module is None:
+        raise KeyError(format_name)
+    return module
 
 
 def read_head(path: Path) -> bytes:
@@ -66,7 +67,10 @@ def detect_format(path: str | Path) -> str:
     head = read_head(path)
     if not head.strip():
         raise TraceError(str(path), "empty file")
-    for module in format_modules():
-        if module.sniff(head, path):
+    # Each module is imported only when the ones before it have said no:
+    # a Kineto file never pays for the NCCL log's regular expressions.
+    for name in FORMAT_MODULES:
+        module = _load(name)
+        if module is not None and module.sniff(head, path):
             return module.FORMAT
     raise TraceError(str(path), UNKNOWN_FORMAT)
