@@ -181,6 +181,8 @@ def ingest(paths, out, run_name, jobs):
     for result in report.results:
         click.echo(f"{result.path}: {result.format}, run {result.run}, rank {result.rank}, "
                    f"{result.rows.get('kernels', 0)} kernels", err=True)
+    for shared in report.shared_ranks:
+        click.echo(f"gpulens: warning: {shared.message}", err=True)
     for failure in report.failures:
         click.echo(f"gpulens: error: {failure.message}", err=True)
     if report.failures:

@@ -14,7 +14,7 @@ import pytest
 
 from collector.errors import TraceError
 from collector.ingest import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules, ingest_paths, source_id
-from collector.ingest.batch import common_stem
+from collector.ingest.batch import SharedRank, common_stem
 from collector.ingest.store import STAGING_DIR
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
@@ -244,6 +244,33 @@ def test_ingest_files_of_one_call_form_one_run(tmp_path: Path) -> None:
     second = write(tmp_path / "b" / "job7_rank1.json", kineto_json(rank=1))
     report = ingest_paths([first, second], tmp_path / "out", jobs=1)
     assert (report.runs, sorted(r.rank for r in report.results)) == (["job7"], [0, 1])
+
+
+def test_ingest_reports_a_rank_that_two_files_claim(tmp_path: Path) -> None:
+    # Two jobs' rank-0 traces in one call: analyses would merge them as one rank.
+    first = write(tmp_path / "job1" / "rank0.json", kineto_json(rank=0))
+    second = write(tmp_path / "job2" / "rank0.json", kineto_json(rank=0))
+    third = write(tmp_path / "job2" / "rank1.json", kineto_json(rank=1))
+    report = ingest_paths([first, second, third], tmp_path / "out", run="mixed", jobs=1)
+    assert report.shared_ranks == [SharedRank("mixed", "kineto", 0, (str(first), str(second)))]
+
+
+def test_ingest_of_distinct_ranks_reports_no_shared_rank(tmp_path: Path) -> None:
+    for rank in range(3):
+        write(tmp_path / "job" / f"rank{rank}.json", kineto_json(rank=rank))
+    assert ingest_paths([tmp_path / "job"], tmp_path / "out", jobs=1).shared_ranks == []
+
+
+def test_ingest_command_warns_of_a_shared_rank_and_succeeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dashboard import cli
+
+    # Traces without distributedInfo all default to rank 0.
+    files = [write(tmp_path / name, kineto_json(rank=None)) for name in ("train.json", "eval.json")]
+    code = cli.main(["ingest", *map(str, files), "--out", str(tmp_path / "out"), "--run", "r"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gpulens: warning:")]
+    assert (code, warnings) == (0, [
+        f"gpulens: warning: run r: rank 0 comes from 2 kineto files ({tmp_path / 'eval.json'}, {tmp_path / 'train.json'}); "
+        "analyses merge them as one rank (ingest separate jobs with their own --run)"])
 
 
 def test_ingest_failure_message_is_file_then_problem(tmp_path: Path) -> None:

@@ -166,6 +166,18 @@ def test_report_ingests_raw_traces_into_a_temporary_dataset(small: Path, capsys:
     assert f"Made from `{small / 'raw' / 'kineto'}`" in out
 
 
+def test_report_warns_when_two_traces_claim_one_rank(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rank0 = sorted((small / "raw" / "kineto").glob("rank-0.*"))[0]
+    again = tmp_path / "rerun" / rank0.name
+    again.parent.mkdir()
+    shutil.copy(rank0, again)
+    code, _, err = gpulens("report", str(rank0), str(again), "--run", "two", "-o", str(tmp_path / "r.md"), capsys=capsys)
+    warnings = [line for line in err.splitlines() if line.startswith("gpulens: warning:")]
+    paths = ", ".join(sorted([str(rank0), str(again)]))
+    assert (code, warnings) == (0, [f"gpulens: warning: run two: rank 0 comes from 2 kineto files ({paths}); "
+                                    "analyses merge them as one rank (ingest separate jobs with their own --run)"])
+
+
 def test_report_keeps_the_ingested_dataset_where_asked(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     traces = sorted((small / "raw" / "kineto").glob("rank-[01].*"))
     keep = tmp_path / "kept"

@@ -86,6 +86,22 @@ class SkippedFile:
     reason: str
 
 
+@dataclass(frozen=True)
+class SharedRank:
+    """One rank of one run that several files of one format claim."""
+
+    run: str
+    format: str
+    rank: int
+    paths: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return (f"run {self.run}: rank {self.rank} comes from {len(self.paths)} {self.format} files "
+                f"({', '.join(self.paths)}); "
+                "analyses merge them as one rank (ingest separate jobs with their own --run)")
+
+
 @dataclass
 class IngestReport:
     results: list[FileResult] = field(default_factory=list)
@@ -108,6 +124,21 @@ class IngestReport:
     def rows(self, table: str | None = None) -> int:
         """Rows written, in one table or in all."""
         return sum(n for r in self.results for t, n in r.rows.items() if table in (None, t))
+
+    @property
+    def shared_ranks(self) -> list[SharedRank]:
+        """Ranks that two or more files of one format claim in one run.
+
+        Analyses key a run's rows by rank, so such files are merged as one
+        rank: two jobs' traces ingested under one run name, or traces that
+        do not say their rank (each then rank 0, or the rank its name says).
+        """
+        files: dict[tuple[str, str, int], list[str]] = {}
+        for result in self.results:
+            for rank in result.ranks:
+                files.setdefault((result.run, result.format, rank), []).append(result.path)
+        return [SharedRank(run, format_name, rank, tuple(sorted(paths)))
+                for (run, format_name, rank), paths in sorted(files.items()) if len(paths) > 1]
 
     @property
     def events_per_s(self) -> float | None:
