@@ -185,6 +185,8 @@ def ingest(paths, out, run_name, jobs):
         click.echo(f"gpulens: warning: {shared.message}", err=True)
     for failure in report.failures:
         click.echo(f"gpulens: error: {failure.message}", err=True)
+    if report.results:
+        click.echo(f"gpulens: {report.summary(out)}", err=True)
     if report.failures:
         raise _IngestFailed(f"{len(report.failures)} of {len(report.failures) + len(report.results)} files could not be ingested")
     if not report.results:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from collector.errors import TraceError
 from collector.ingest import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules, ingest_paths, source_id
-from collector.ingest.batch import SharedRank, common_stem
+from collector.ingest.batch import SharedRank, common_stem, rank_ranges
 from collector.ingest.store import STAGING_DIR
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
@@ -271,6 +272,30 @@ def test_ingest_command_warns_of_a_shared_rank_and_succeeds(tmp_path: Path, caps
     assert (code, warnings) == (0, [
         f"gpulens: warning: run r: rank 0 comes from 2 kineto files ({tmp_path / 'eval.json'}, {tmp_path / 'train.json'}); "
         "analyses merge them as one rank (ingest separate jobs with their own --run)"])
+
+
+@pytest.mark.parametrize(("ranks", "text"), [
+    ([3], "3"),
+    ([0, 1, 2, 3], "0-3"),
+    ([0, 1, 2, 3, 5, 7, 8], "0-3, 5, 7-8"),
+    ([2, 4, 6], "2, 4, 6"),
+])
+def test_rank_ranges_groups_consecutive_ranks(ranks: list[int], text: str) -> None:
+    assert rank_ranges(ranks) == text
+
+
+def test_ingest_command_ends_with_a_summary_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dashboard import cli
+
+    for rank in range(3):
+        write(tmp_path / "job" / f"rank{rank}.json", kineto_json(rank=rank, kernels=2))
+    write(tmp_path / "job" / "notes.txt", "not a trace")
+    out = tmp_path / "out"
+    code = cli.main(["ingest", str(tmp_path / "job"), "--out", str(out)])
+    last = capsys.readouterr().err.splitlines()[-1]
+    # 3 events a file: one CPU op and two kernels.
+    assert (code, re.sub(r"in [\d.]+ s \([\d,]+ events/s\)", "in T", last)) == (
+        0, f"gpulens: ingested 3 files into run job (ranks 0-2): 9 events in T; 1 other file skipped (not traces); dataset {out}")
 
 
 def test_ingest_failure_message_is_file_then_problem(tmp_path: Path) -> None:

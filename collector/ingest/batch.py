@@ -140,6 +140,22 @@ class IngestReport:
         return [SharedRank(run, format_name, rank, tuple(sorted(paths)))
                 for (run, format_name, rank), paths in sorted(files.items()) if len(paths) > 1]
 
+    def summary(self, out: Path) -> str:
+        """One line on what was ingested: files, run, ranks, events, time."""
+        files = len(self.results)
+        ranks = sorted({rank for result in self.results for rank in result.ranks})
+        line = f"ingested {files} file{'s' if files != 1 else ''}"
+        if self.runs:
+            line += f" into run {', '.join(self.runs)}"
+        if ranks:
+            line += f" ({'rank' if len(ranks) == 1 else 'ranks'} {rank_ranges(ranks)})"
+        line += f": {self.events:,} events in {self.seconds:.2f} s"
+        if self.events_per_s:
+            line += f" ({self.events_per_s:,.0f} events/s)"
+        if self.skipped:
+            line += f"; {len(self.skipped)} other file{'s' if len(self.skipped) != 1 else ''} skipped (not traces)"
+        return f"{line}; dataset {out}"
+
     @property
     def events_per_s(self) -> float | None:
         return self.events / self.seconds if self.seconds > 0 else None
@@ -519,6 +535,20 @@ def common_stem(files: list[Path]) -> str:
     prefix = os.path.commonprefix(stems)
     prefix = re.sub(r"(?i)[-_.\s]*(?:rank)?[-_.\s]*\d*$", "", prefix)
     return prefix
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """Sorted ranks as runs: [0, 1, 2, 3, 5, 7, 8] → "0-3, 5, 7-8"."""
+    parts: list[str] = []
+    start = previous = ranks[0]
+    for rank in [*ranks[1:], None]:
+        if rank is not None and rank == previous + 1:
+            previous = rank
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if rank is not None:
+            start = previous = rank
+    return ", ".join(parts)
 
 
 def _one_line(text: str) -> str:
