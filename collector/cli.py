@@ -99,6 +99,8 @@ class _WatcherThread(threading.Thread):
                 log.error("watching traces: %s", error)
                 continue
             if report is not None:
+                for result in report.results:
+                    log.info("ingested %s", result.line)
                 for failure in report.failures:
                     log.error("%s", failure.message)
 
@@ -179,8 +181,7 @@ def ingest(paths, out, run_name, jobs):
 
     report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
     for result in report.results:
-        click.echo(f"{result.path}: {result.format}, run {result.run}, rank {result.rank}, "
-                   f"{result.rows.get('kernels', 0)} kernels", err=True)
+        click.echo(result.line, err=True)
     for shared in report.shared_ranks:
         click.echo(f"gpulens: warning: {shared.message}", err=True)
     for failure in report.failures:

@@ -100,3 +100,24 @@ def test_watch_ignores_files_that_are_not_traces(tmp_path: Path) -> None:
 
 def test_watch_missing_folder_is_quiet(tmp_path: Path) -> None:
     assert TraceWatcher(tmp_path / "not-yet", tmp_path / "out").poll() is None
+
+
+def test_collect_logs_each_trace_its_watcher_ingests(tmp_path: Path, caplog) -> None:
+    import logging
+    import time
+
+    from collector.cli import _WatcherThread
+
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    trace = folder / "rank1.json"
+    trace.write_text(kineto_text(rank=1))
+    thread = _WatcherThread(TraceWatcher(folder, out, run="job"), period_s=0.02)
+    with caplog.at_level(logging.INFO, logger="gpulens.watch"):
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.02)
+        thread.stop.set()
+        thread.join(timeout=10)
+    assert [r.getMessage() for r in caplog.records] == [f"ingested {trace}: kineto, run job, rank 1, 3 kernels"]

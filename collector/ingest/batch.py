@@ -59,6 +59,11 @@ class FileResult:
     seconds: float
 
     @property
+    def line(self) -> str:
+        """What the file gave, in one line (as `gpulens ingest` prints it)."""
+        return f"{self.path}: {self.format}, run {self.run}, rank {self.rank}, {self.rows.get('kernels', 0)} kernels"
+
+    @property
     def rank(self) -> int | None:
         """The file's rank, where it holds exactly one."""
         return self.ranks[0] if len(self.ranks) == 1 else None
