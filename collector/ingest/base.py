@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from collector.errors import TraceError
+from collector.ingest.buffer import GZIP_MAGIC
 from collector.schema import TRACE_SCHEMAS
 
 
@@ -73,28 +73,16 @@ def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | N
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
 def open_maybe_gzip(path: Path):
-    """A binary file object, decompressing `.gz` content (detected by magic)."""
+    """A binary file object, decompressing `.gz` content (detected by magic),
+    for readers that stop early (a format's sniff, nsys's SQLite copy); whole
+    files are read with `buffer.read_buffer`."""
     handle = open(path, "rb")
     magic = handle.read(2)
     handle.seek(0)
-    if magic == _GZIP_MAGIC:
+    if magic == GZIP_MAGIC:
         return gzip.GzipFile(fileobj=handle, mode="rb")
     return handle
-
-
-def read_all(path: Path) -> bytes:
-    """The whole decompressed content; a truncated gzip is a TraceError."""
-    try:
-        with open_maybe_gzip(path) as handle:
-            return handle.read()
-    except (EOFError, gzip.BadGzipFile, OSError, ValueError) as error:
-        if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError)):
-            raise TraceError(str(path), f"cannot read: {error.strerror}") from error
-        raise TraceError(str(path), f"truncated or corrupt gzip ({error})") from error
 
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)

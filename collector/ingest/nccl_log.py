@@ -57,7 +57,8 @@ from typing import Any
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest.base import NCCL_DTYPES, ParsedTrace, build_table, dtype_bytes, normalise_op, rank_from_filename, read_all
+from collector.ingest.base import NCCL_DTYPES, ParsedTrace, build_table, dtype_bytes, normalise_op, rank_from_filename
+from collector.ingest.buffer import read_buffer
 
 FORMAT = "nccl_log"
 
@@ -146,7 +147,7 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def parse(path: Path, run: str) -> ParsedTrace:
-    lines = read_all(path).decode("utf-8", errors="replace").splitlines()
+    lines = read_buffer(path).decode("utf-8", errors="replace").splitlines()
     log = _Log()
     seen_info = False
     for line in lines:

@@ -49,7 +49,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from collector.errors import TraceError
-from collector.ingest.base import ParsedTrace, build_table, read_all, rank_from_filename
+from collector.ingest.base import ParsedTrace, build_table, rank_from_filename
+from collector.ingest.buffer import read_buffer
 from collector.ingest.categories import categorise
 from collector.schema import TS_TYPE
 
@@ -111,7 +112,7 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def parse(path: Path, run: str) -> ParsedTrace:
-    data = read_all(path)
+    data = read_buffer(path)
     kind = _file_kind(_header(data[:65536]))
     if kind is None:
         raise TraceError(str(path), "not a rocprofv3 kernel, API or memory-copy CSV trace (unknown header)")
@@ -225,7 +226,7 @@ def _file_kind(header: set[str]) -> str | None:
     return None
 
 
-def _read_csv(path: Path, data: bytes) -> pa.Table:
+def _read_csv(path: Path, data: bytes | bytearray) -> pa.Table:
     types = {name: pa.int64() for name in _INT_COLUMNS} | {name: pa.string() for name in _TEXT_COLUMNS}
     try:
         return pacsv.read_csv(io.BytesIO(data), convert_options=pacsv.ConvertOptions(column_types=types))
@@ -246,7 +247,7 @@ def _read_agents(path: Path) -> _Agents:
     info = next((candidate for candidate in candidates if candidate.is_file()), None)
     if info is None:
         return _Agents(gpu_index, gpu_name)
-    text = read_all(info).decode("utf-8", errors="replace")
+    text = read_buffer(info).decode("utf-8", errors="replace")
     gpus = sorted(
         (int(row["Logical_Node_Id"]), row.get("Product_Name") or row.get("Name") or None)
         for row in csv.DictReader(io.StringIO(text))
