@@ -49,7 +49,8 @@ def synthetic_events() -> list[dict]:
         event("cpu_op", "record_param_comms", 2000.0, 100.0, **{
             "External id": 20, "Collective name": "allreduce", "In msg nelems": 1048576, "Out msg nelems": 1048576,
             "Group size": 32, "dtype": "BFloat16", "Process Group Name": "3", "Process Group Description": "dp",
-            "Process Group Ranks": f"[{ranks_shown}, ...]", "Seq": 42}),
+            "Process Group Ranks": f"[{ranks_shown}, ...]", "Global rank start": 3, "Global rank stride": 4,
+            "Seq": 42}),
         event("cuda_runtime", "cudaLaunchKernelExC", 2050.0, 4.0, **{"External id": 20, "correlation": 600}),
         gpu("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 2100.0, 400.25,
             correlation=600, stream=13, **{"External id": 20}),
@@ -302,6 +303,53 @@ def test_kineto_no_gpu_events_is_an_error(tmp_path: Path) -> None:
         kineto.parse(path, "r")
 
 
+def test_kineto_collective_kernels_without_cpu_ops_or_annotations(tmp_path: Path) -> None:
+    # activities=[ProfilerActivity.CUDA]: GPU events only, no CPU ops to attach.
+    events = [gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 100.0, 50.0,
+                  correlation=7)]
+    result = kineto.parse(write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=events)), "r")
+    assert [(c["op"], c["start_ns"], c["cpu_start_ns"]) for c in rows(result, "collectives")] == [
+        ("all_reduce", BASE_NS + 100_000, None)]
+
+
+def test_kineto_id_beyond_int64_is_null_not_a_lost_file(tmp_path: Path) -> None:
+    events = [gpu("kernel", "k", 100.0, 5.0, correlation=2**64 - 1), gpu("kernel", "k", 200.0, 5.0, correlation=9)]
+    result = kineto.parse(write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=events)), "r")
+    assert [k["correlation_id"] for k in rows(result, "kernels")] == [None, 9]
+
+
+def test_kineto_invalid_utf8_in_a_name_costs_only_that_character(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", synthetic_trace())
+    path.write_bytes(path.read_bytes().replace(b"train.py(10): step", b"caf\xe9.py(10): step"))
+    assert kineto.parse(path, "r").tables["kernels"].num_rows == 6
+
+
+def test_kineto_invalid_utf8_in_a_kernel_name_is_replaced(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", synthetic_trace())
+    path.write_bytes(path.read_bytes().replace(b"sm90_xmma_gemm_bf16", b"sm90_xmma_gemm_\xff"))
+    assert kernel(kineto.parse(path, "r"), "sm90_xmma_gemm_")["name"] == "sm90_xmma_gemm_\ufffd"
+
+
+def test_kineto_trace_with_a_byte_order_mark(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", synthetic_trace())
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert kineto.sniff(path.read_bytes(), path)
+    assert kineto.parse(path, "r").tables["kernels"].num_rows == 6
+
+
+@pytest.mark.parametrize("dtype, element_bytes", [
+    ("Float8_e4m3fnuz", 1), ("Float8_e5m2fnuz", 1), ("Float8_e4m3fn", 1), ("ComplexHalf", 4), ("BFloat16", 2),
+    ("ComplexDouble", 16),
+])
+def test_collective_bytes_of_every_pytorch_dtype(tmp_path: Path, dtype: str, element_bytes: int) -> None:
+    events = synthetic_events()
+    for e in events:
+        if e.get("args", {}).get("dtype") == "BFloat16":
+            e["args"]["dtype"] = dtype
+    result = kineto.parse(write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=events)), "r")
+    assert rows(result, "collectives")[0]["bytes"] == 1048576 * element_bytes
+
+
 def test_kineto_sniff_needs_trace_events() -> None:
     assert (kineto.sniff(b'{"traceEvents": []}', Path("x")), kineto.sniff(b'{"a": 1}', Path("x"))) == (True, False)
 
@@ -323,6 +371,17 @@ def test_group_ranks_truncated_rebuilt_from_start_and_stride() -> None:
 
 def test_group_ranks_unrebuildable_is_null() -> None:
     assert parse_group_ranks("[0, 5, 6, ...]", 40) is None
+
+
+def test_group_ranks_truncated_without_stride_are_not_guessed() -> None:
+    # {0..29} begins 0..63 as well as a flattened mesh group 0..31 + 64..95.
+    shown = "[" + ", ".join(map(str, range(30))) + ", ...]"
+    assert parse_group_ranks(shown, 64, start=0) is None
+
+
+def test_group_ranks_truncated_of_a_group_not_strided_are_null() -> None:
+    shown = "[" + ", ".join(map(str, range(30))) + ", ...]"
+    assert parse_group_ranks(shown, 64, start=0, stride=-1) is None
 
 
 # --- the real traces -------------------------------------------------------------------

@@ -59,7 +59,12 @@ def int_array(values: list[Any], type: pa.DataType = pa.int64()) -> pa.Array:
     try:
         return pa.array(values, type=type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return pa.array([to_int(v) for v in values], type=type)
+        # An id beyond the column's range (a uint64 written by a profiler
+        # bug or a hash) is NULL too: one bad id must not cost the file.
+        bits = type.bit_width
+        low, high = (0, 1 << bits) if pa.types.is_unsigned_integer(type) else (-(1 << (bits - 1)), 1 << (bits - 1))
+        ints = (to_int(v) for v in values)
+        return pa.array([i if i is not None and low <= i < high else None for i in ints], type=type)
 
 
 def str_array(values: list[Any]) -> pa.Array:

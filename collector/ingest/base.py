@@ -103,7 +103,11 @@ DTYPE_BYTES: dict[str, int] = {
     "int16": 2, "short": 2, "int32": 4, "int": 4, "uint32": 4,
     "int64": 8, "long": 8, "uint64": 8,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-    "complexfloat": 8, "complexdouble": 16, "complex64": 8, "complex128": 16,
+    # The ROCm (MI300) fp8 variants, the MX scale type, and packed fp4 (two
+    # values a byte: element counts of such tensors count the bytes).
+    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1,
+    "complexhalf": 4, "complexfloat": 8, "complexdouble": 16, "complex32": 4, "complex64": 8, "complex128": 16,
+    "qint8": 1, "quint8": 1, "qint32": 4, "bits8": 1, "bits16": 2,
     # C++ type names, as `Input type` args write them.
     "unsigned char": 1, "signed char": 1, "uint16": 2,
 }

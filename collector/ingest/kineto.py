@@ -61,7 +61,7 @@ _DECODER = msgspec.json.Decoder(KinetoTrace)
 def sniff(head: bytes, path: Path) -> bool:
     """A JSON object with `traceEvents` (or Kineto's header keys, when a
     large `distributedInfo` pushes `traceEvents` past the head)."""
-    if not head.lstrip().startswith(b"{"):
+    if not head.removeprefix(kineto_stream.UTF8_BOM).lstrip().startswith(b"{"):
         return False
     if b'"traceEvents"' in head:
         return True
@@ -96,8 +96,12 @@ def _read(path: Path) -> tuple[KinetoTrace, Accumulator]:
     data = read_buffer(path)
     if not _NOT_BLANK.match(data):
         raise TraceError(str(path), "empty file")
+    data = data.removeprefix(kineto_stream.UTF8_BOM)
     try:
-        trace = _DECODER.decode(data)
+        try:
+            trace = _DECODER.decode(data)
+        except UnicodeDecodeError:
+            trace = _DECODER.decode(kineto_stream.valid_utf8(data))
     except msgspec.ValidationError as error:
         raise TraceError(str(path), f"not a PyTorch profiler (Kineto) trace: {error}") from None
     except msgspec.DecodeError as error:

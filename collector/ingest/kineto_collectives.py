@@ -57,6 +57,8 @@ class EventRows:
     kept: dict[int, KinetoEvent]
 
     def take(self, column: str, indices: list[int]) -> list[Any]:
+        if not indices:  # also where the table has no rows, hence no columns
+            return []
         return self.columns[column].take(pa.array(indices, type=pa.int64())).to_pylist()
 
 
@@ -99,9 +101,10 @@ def parse_group_ranks(value: Any, group_size: int | None, start: int | None = No
     PyTorch writes at most 30 ranks and then `...` (`"[0, 1, ..., 29, ...]"`);
     some writers keep the last one (`"[0, 1, 2, ..., 127]"`). A truncated
     list is rebuilt from `Global rank start`/`Global rank stride` where
-    given (a stride below 1 means "not strided"), else from the stride of
-    its first ranks, and kept only if it agrees with every rank shown and
-    the group size. None when it cannot be rebuilt.
+    given (a stride below 1 means "not strided"), else, where the last rank
+    is shown too, from the stride of its first ranks; and kept only if it
+    agrees with every rank shown and the group size. None when it cannot be
+    rebuilt: a guess would put traffic on ranks that never sent it.
     """
     if isinstance(value, list):
         ranks = [to_int(v) for v in value]
@@ -131,13 +134,16 @@ def _ranks_from_text(text: str | None, group_size: int | None, start: int | None
                 return None
             (tail if truncated else head).append(number)
         if not truncated:
-            return tuple(head)
+            return tuple(head) if head else None  # `[]`: the ranks are not stated
     elif text is not None:
         return None
     if group_size is None or group_size < 1:
         return None
     if start is None or stride is None or stride < 1:
-        if len(head) >= 2:
+        # No stride stated (or -1: "not strided"). The ranks shown fit many
+        # groups ({0..29} begins both 0..63 and 0..31 + 64..95), so infer a
+        # stride only where the last rank is shown too and checks it.
+        if len(head) >= 2 and tail:
             start, stride = head[0], head[1] - head[0]
         elif len(head) == 1 and group_size == 1:
             return tuple(head)

@@ -56,6 +56,9 @@ _EVENTS = msgspec.json.Decoder(list[KinetoEvent])
 _PHASED = msgspec.json.Decoder(PHASED_EVENTS)
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def decode_events(data: bytes) -> list[PhasedEvent] | list[KinetoEvent]:
     """A JSON array of events: by phase (fast), else with the lenient decoder
     (an event without `ph` or of an unknown phase; see `kineto_schema`).
@@ -64,6 +67,17 @@ def decode_events(data: bytes) -> list[PhasedEvent] | list[KinetoEvent]:
         return _PHASED.decode(data)
     except msgspec.ValidationError:
         return _EVENTS.decode(data)
+    except UnicodeDecodeError:
+        return decode_events(valid_utf8(data))
+
+
+def valid_utf8(data: bytes | bytearray) -> bytes:
+    """`data` with bytes that are not UTF-8 replaced by U+FFFD.
+
+    Names are C++ symbols and Python frames; a stray Latin-1 byte in one of
+    them (a path, a docstring) should cost that character, not the trace.
+    """
+    return bytes(data).decode("utf-8", errors="replace").encode("utf-8")
 
 
 class NotStreamable(Exception):
@@ -90,6 +104,10 @@ class TraceStream:
             window.extend(chunk)
             return True
 
+        while len(window) < len(UTF8_BOM) and more():
+            pass
+        if window.startswith(UTF8_BOM):  # Windows editors write one
+            del window[: len(UTF8_BOM)]
         match = _TRACE_EVENTS.search(window)
         while match is None:
             searched = max(0, len(window) - 64)  # the key may straddle two chunks
@@ -148,7 +166,10 @@ class TraceStream:
 
 def _decode(decoder: msgspec.json.Decoder, data: bytes | bytearray) -> KinetoTrace:
     try:
-        return decoder.decode(data)
+        try:
+            return decoder.decode(data)
+        except UnicodeDecodeError:
+            return decoder.decode(valid_utf8(data))
     except msgspec.DecodeError:
         raise NotStreamable from None
 
