@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.errors import TraceError
+from collector.errors import DatasetError, TraceError
 from collector.ingest import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules, ingest_paths, source_id
 from collector.ingest.batch import SharedRank, common_stem, rank_ranges
 from collector.ingest.store import STAGING_DIR
@@ -238,6 +239,60 @@ def test_ingest_glob_run_named_by_common_stem(tmp_path: Path) -> None:
         write(tmp_path / f"llama_rank{rank}.json", kineto_json(rank=rank))
     report = ingest_paths([str(tmp_path / "llama_rank*.json")], tmp_path / "out", jobs=1)
     assert report.runs == ["llama"]
+
+
+def test_ingest_glob_of_folders_takes_the_traces_in_them(tmp_path: Path) -> None:
+    for node, rank in (("node1", 0), ("node2", 1)):
+        write(tmp_path / "job a" / node / f"rank{rank}.json", kineto_json(rank=rank))
+    report = ingest_paths([str(tmp_path / "job a" / "node*")], tmp_path / "out", jobs=1)
+    assert (report.failures, sorted(r.rank for r in report.results)) == ([], [0, 1])
+
+
+def test_ingest_recursive_glob_run_named_after_the_folder_holding_the_files(tmp_path: Path) -> None:
+    for node, rank in (("node1", 0), ("node2", 1)):
+        write(tmp_path / "job a" / node / f"rank{rank}.json", kineto_json(rank=rank))
+    report = ingest_paths([str(tmp_path / "job a" / "**" / "rank*.json")], tmp_path / "out", jobs=1)
+    assert report.runs == ["job a"]
+
+
+def test_common_stem_is_empty_when_names_share_only_part_of_a_word() -> None:
+    assert common_stem([Path("base.json"), Path("big_mini.json")]) == ""
+
+
+def test_ingest_same_file_by_name_and_through_a_link_is_one_file(tmp_path: Path) -> None:
+    trace = write(tmp_path / "t.json", kineto_json(kernels=3))
+    (tmp_path / "link.json").symlink_to(trace)
+    report = ingest_paths([trace, tmp_path / "link.json"], tmp_path / "out", jobs=1)
+    assert (len(report.results), len(rows_in(tmp_path / "out", "kernels"))) == (1, 3)
+
+
+def test_ingest_into_an_unwritable_dataset_fails_once_before_parsing(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    trace = write(tmp_path / "t.json", kineto_json())
+    with pytest.raises(DatasetError, match=re.escape(f"{tmp_path / 'afile' / 'ds'}: cannot write the dataset there")):
+        ingest_paths([trace], tmp_path / "afile" / "ds", jobs=1)
+
+
+def test_ingest_that_cannot_move_every_table_into_place_keeps_the_earlier_ingest_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = write(tmp_path / "t.json", kineto_json(kernels=3))
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="r", jobs=1)
+    before = {p: p.read_bytes() for p in dataset_files(out)}
+    trace.write_text(kineto_json(kernels=5))
+    real_replace, failed = os.replace, []
+
+    def replace_failing_on_the_runs_table(src, dst):
+        # The new runs file cannot be moved in (once: putting back the old one works).
+        if Path(src).name == "runs.parquet" and not failed:
+            failed.append(dst)
+            raise PermissionError(13, "Permission denied", str(dst))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_failing_on_the_runs_table)
+    report = ingest_paths([trace], out, run="r", jobs=1)
+    assert report.failures[0].problem.endswith("runs/" + dataset_files(out)[-1].name + ": cannot write: Permission denied")
+    assert {p: p.read_bytes() for p in dataset_files(out)} == before
 
 
 def test_ingest_files_of_one_call_form_one_run(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import glob
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -43,6 +44,8 @@ TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".csv", ".csv
 # two processes and 0.62 s in one (medians of 5, noise ±0.1 s) at 180 vs
 # 108 MB; 13 MB in three files took 0.82 vs 0.94 s, worth the worker.
 PARALLEL_MIN_CONTENT_BYTES = 8 << 20
+# Where a shared stem may end in each name: at its end, a separator or a number.
+_STEM_END = re.compile(r"$|[-_.\s\d]")
 _STEM_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".csv", ".log", ".gz")
 
 
@@ -193,6 +196,7 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     """
     started = time.perf_counter()
     out = Path(out)
+    check_writable(out)
     tasks, failures = _expand(list(paths), out, run)
     report = IngestReport(failures=failures)
     for outcome in _run(tasks, out, jobs, progress):
@@ -206,6 +210,17 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     report.failures.sort(key=lambda f: f.path)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def check_writable(out: Path) -> None:
+    """Raise DatasetError, before any file is parsed, where the dataset
+    folder cannot be made or written: one line, not one per file."""
+    try:
+        (out / STAGING_DIR).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out / STAGING_DIR):
+            pass
+    except OSError as error:
+        raise DatasetError(f"{out}: cannot write the dataset there: {error.strerror or error}") from None
 
 
 def ingest_file(path: str, run: str, out: str, explicit: bool = True) -> FileResult | FileFailure | SkippedFile:
@@ -378,6 +393,8 @@ def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, _Task]], queue:
                 task = tasks.pop(future)
                 try:
                     finished.put(future.result())
+                except KeyboardInterrupt:  # Ctrl-C reached the worker too; this process stops
+                    finished.put(FileFailure(task.path, "interrupted"))
                 except Exception as error:  # the worker process itself died
                     finished.put(FileFailure(task.path, _one_line(f"worker failed: {type(error).__name__}: {error}")))
                 for follow in queue.take(1):
@@ -471,9 +488,14 @@ def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[li
         elif path.exists():
             found.append((path, True))
         elif glob.has_magic(str(argument)):
-            matches = sorted(Path(p) for p in glob.glob(str(argument), recursive=True) if Path(p).is_file())
-            found.extend((file, True) for file in matches)
-            if not matches:
+            # A pattern that names folders (`job/node*`) means what the shell's
+            # expansion of it would: the traces in them.
+            matches = sorted(Path(p) for p in glob.glob(str(argument), recursive=True))
+            files = [(match, True) for match in matches if match.is_file()]
+            for folder in (match for match in matches if match.is_dir()):
+                files.extend((file, False) for file in find_traces(folder, out))
+            found.extend(files)
+            if not files:
                 failures.append(FileFailure(str(argument), "no files match"))
         else:
             failures.append(FileFailure(str(argument), "no such file or directory"))
@@ -481,7 +503,7 @@ def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[li
     tasks: list[_Task] = []
     seen: set[str] = set()
     for file, explicit in found:
-        key = os.path.abspath(file)
+        key = os.path.realpath(file)  # one file through a link and by name is one file
         if key not in seen:
             seen.add(key)
             tasks.append(_Task(str(file), name, explicit))
@@ -489,12 +511,15 @@ def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[li
 
 
 def default_run_name(arguments: list[str | Path], files: list[Path]) -> str:
-    """One folder: its name; else the stem its files share; else the folder."""
+    """One folder: its name; else the stem its files share; else the folder
+    that holds them all (never a glob's own text, such as `**`)."""
     if len(arguments) == 1 and Path(arguments[0]).is_dir():
         return _dir_name(Path(arguments[0]))
     stem = common_stem(files) if files else ""
     if stem:
         return stem
+    if files:
+        return _dir_name(Path(os.path.commonpath([os.path.abspath(f.parent) for f in files])))
     first = Path(arguments[0]) if arguments else Path(".")
     return _dir_name(first if first.is_dir() else first.parent)
 
@@ -533,12 +558,15 @@ def trace_stem(name: str) -> str:
 
 
 def common_stem(files: list[Path]) -> str:
-    """The name the files share: `job_rank0`, `job_rank1` → `job`."""
+    """The name the files share: `job_rank0`, `job_rank1` → `job`; empty
+    where they share only part of a word (`base`, `big` share no `b`)."""
     stems = [trace_stem(f.name) for f in files]
     if len(stems) == 1:
         return stems[0]
     prefix = os.path.commonprefix(stems)
     prefix = re.sub(r"(?i)[-_.\s]*(?:rank)?[-_.\s]*\d*$", "", prefix)
+    if not all(_STEM_END.match(stem, len(prefix)) for stem in stems):
+        return ""
     return prefix
 
 

@@ -78,10 +78,12 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
     the file that could not be written.
     """
     tables = derive_trace_tables(tables)
-    out.mkdir(parents=True, exist_ok=True)
-    staging_root = out / STAGING_DIR
-    staging_root.mkdir(exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{source}-", dir=staging_root))
+    try:
+        staging_root = out / STAGING_DIR
+        staging_root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{source}-", dir=staging_root))
+    except OSError as error:
+        raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
     try:
         staged: dict[str, Path] = {}
         for table, data in tables.items():
@@ -90,18 +92,47 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
             staged[table] = _write_staged(data, staging / f"{table}.parquet")
         for temporary in staged.values():
             _fsync_file(temporary)
-        written: dict[str, int] = {}
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
+    try:
+        _swap_in(out, run, source, staged, staging)
+        written = {table: tables[table].num_rows for table in staged}
+        _remove_stale(out, run, source, written)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap_in(out: Path, run: str, source: str, staged: dict[str, Path], staging: Path) -> None:
+    """Move the staged tables into place, all or none.
+
+    The source's current files are moved aside first; if any move fails,
+    the new files are taken out again and the old ones put back, so the
+    source never mixes one ingest's kernels with another's runs row.
+    """
+    moved_aside: list[tuple[Path, Path]] = []  # (aside, destination)
+    placed: list[Path] = []
+    destination = out
+    try:
         for table, temporary in staged.items():
             destination = table_path(out, run, table, source)
             destination.parent.mkdir(parents=True, exist_ok=True)
+            if destination.exists():
+                aside = staging / f"previous-{table}.parquet"
+                os.replace(destination, aside)
+                moved_aside.append((aside, destination))
             os.replace(temporary, destination)
-            written[table] = tables[table].num_rows
-        _remove_stale(out, run, source, written)
-        return written
+            placed.append(destination)
     except OSError as error:
-        raise DatasetError(f"{error.filename or out}: cannot write: {error.strerror or error}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        for path in placed:
+            path.unlink(missing_ok=True)
+        for aside, original in moved_aside:
+            try:
+                os.replace(aside, original)
+            except OSError:
+                pass  # reported below: the dataset may have lost this table's old file
+        raise DatasetError(f"{destination}: cannot write: {error.strerror or error}") from None
 
 
 def trace_parquet_options(schema: pa.Schema) -> dict:
