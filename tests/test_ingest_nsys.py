@@ -8,11 +8,13 @@ declares them).
 from __future__ import annotations
 
 import gzip
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from collector.derive import derive_trace_tables
 from collector.errors import TraceError
 from collector.ingest import nsys
 from collector.schema import TRACE_SCHEMAS
@@ -35,6 +37,7 @@ STRINGS = {
     6: "cudaMemcpyAsync_v3020",
     7: "cudaLaunchKernel_v7000",
     8: "ProfilerStep#3",
+    9: "cudaGetDeviceCount_v3020",
 }
 
 SCHEMA = {
@@ -101,16 +104,41 @@ ROWS = {
 }
 
 
-def build_export(path: Path, leave_out: tuple[str, ...] = ()) -> Path:
-    """An nsys SQLite export with the tables above, less `leave_out`."""
+# A second process in the same export (`nsys profile torchrun ...` records
+# every rank's process). CUPTI numbers correlation ids per process, so its
+# launch reuses id 11, which pid 4242 also has.
+OTHER_PID = 5353
+OTHER_GLOBAL_PID = (1 << 48) + (OTHER_PID << 24)
+SECOND_PROCESS = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": [(1_030_000, 1_040_000, 1, 1, 7, 11, OTHER_GLOBAL_PID, 1, 2, None, 16, 512, 1, 1, 128, 1, 1, 0, 0, 201)],
+    "CUPTI_ACTIVITY_KIND_RUNTIME": [(1_021_000, 1_025_000, 1, OTHER_GLOBAL_PID + OTHER_PID, 11, 7, 0, None)],
+    "NVTX_EVENTS": [(1_018_000, 1_050_000, 59, None, None, None, "forward", OTHER_GLOBAL_PID + OTHER_PID, None, None, 0, None, None)],
+}
+
+# A process with no GPU work (a launcher), with a runtime call and a range.
+LAUNCHER_PID = 777
+LAUNCHER_GLOBAL_PID = (1 << 48) + (LAUNCHER_PID << 24)
+LAUNCHER = {
+    "CUPTI_ACTIVITY_KIND_RUNTIME": [(800_000, 801_000, 1, LAUNCHER_GLOBAL_PID + LAUNCHER_PID, 11, 9, 0, None)],
+    "NVTX_EVENTS": [(700_000, 1_300_000, 59, None, None, None, "launch", LAUNCHER_GLOBAL_PID + LAUNCHER_PID, None, None, 0, None, None)],
+}
+
+GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+
+
+def build_export(path: Path, leave_out: tuple[str, ...] = (), extra_rows: dict[str, list[tuple]] | None = None,
+                 empty: tuple[str, ...] = ()) -> Path:
+    """An nsys SQLite export with the tables above, less `leave_out`, plus
+    `extra_rows`; the tables in `empty` have no rows."""
     conn = sqlite3.connect(path)
     with conn:
         for table, columns in SCHEMA.items():
             if table in leave_out:
                 continue
             conn.execute(f"CREATE TABLE {table} ({columns})")
-            rows = ROWS[table]
-            conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+            rows = [] if table in empty else ROWS[table] + (extra_rows or {}).get(table, [])
+            if rows:
+                conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
     conn.close()
     return path
 
@@ -262,3 +290,100 @@ def test_runs_row_records_ingestion_and_events_are_counted(tmp_path: Path) -> No
     parsed = nsys.parse(build_export(tmp_path / "report.sqlite"), "r1")
     assert parsed.tables["runs"].column("ingested_at").null_count == 0
     assert parsed.events == 11
+
+
+def test_each_process_with_gpu_work_is_a_rank_in_pid_order(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", extra_rows=SECOND_PROCESS), "r1")
+    assert _rows(parsed.tables["kernels"], ["rank", "kind", "start_ns", "correlation_id"]) == [
+        {"rank": 0, "kind": "memcpy", "start_ns": EPOCH_NS + 900_000, "correlation_id": 10},
+        {"rank": 0, "kind": "memset", "start_ns": EPOCH_NS + 950_000, "correlation_id": 9},
+        {"rank": 0, "kind": "kernel", "start_ns": EPOCH_NS + 1_000_000, "correlation_id": 11},
+        {"rank": 0, "kind": "kernel", "start_ns": EPOCH_NS + 1_020_000, "correlation_id": 12},
+        {"rank": 1, "kind": "kernel", "start_ns": EPOCH_NS + 1_030_000, "correlation_id": 11},
+    ]
+
+
+def test_runtime_calls_take_their_process_rank(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", extra_rows=SECOND_PROCESS), "r1")
+    assert _rows(parsed.tables["api_calls"], ["rank", "pid", "correlation_id"]) == [
+        {"rank": 0, "pid": PID, "correlation_id": 10},
+        {"rank": 0, "pid": PID, "correlation_id": 9},
+        {"rank": 0, "pid": PID, "correlation_id": 11},
+        {"rank": 0, "pid": PID, "correlation_id": 12},
+        {"rank": 1, "pid": OTHER_PID, "correlation_id": 11},
+    ]
+
+
+def test_kernels_link_to_launch_calls_of_their_own_process(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", extra_rows=SECOND_PROCESS), "r1")
+    kernels = derive_trace_tables(parsed.tables)["kernels"]
+    launched_as_11 = [row for row in _rows(kernels, ["rank", "kind", "correlation_id", "launch_call_start_ns", "launch_delay_ns"])
+                      if row["kind"] == "kernel" and row["correlation_id"] == 11]
+    assert launched_as_11 == [
+        {"rank": 0, "kind": "kernel", "correlation_id": 11, "launch_call_start_ns": EPOCH_NS + 990_000, "launch_delay_ns": 4_000},
+        {"rank": 1, "kind": "kernel", "correlation_id": 11, "launch_call_start_ns": EPOCH_NS + 1_021_000, "launch_delay_ns": 5_000},
+    ]
+
+
+def test_nvtx_ranges_take_their_process_rank(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", extra_rows=SECOND_PROCESS), "r1")
+    assert _rows(parsed.tables["annotations"], ["rank", "pid", "name"]) == [
+        {"rank": 0, "pid": PID, "name": "ProfilerStep#3"},
+        {"rank": 0, "pid": PID, "name": "forward"},
+        {"rank": 0, "pid": PID, "name": "nccl:all_reduce"},
+        {"rank": 1, "pid": OTHER_PID, "name": "forward"},
+    ]
+
+
+def test_runs_has_a_row_per_process_saying_the_rank_is_its_order(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", extra_rows=SECOND_PROCESS), "r1")
+    runs = [{**row, "metadata_json": json.loads(row["metadata_json"])} for row in _rows(parsed.tables["runs"], ["rank", "pid", "metadata_json"])]
+    rank_source = "process order in the export (by pid, among processes with GPU work), not the job's rank"
+    assert [(run["rank"], run["pid"], run["metadata_json"]["pids"], run["metadata_json"]["rank_source"]) for run in runs] == [
+        (0, PID, [PID], rank_source),
+        (1, OTHER_PID, [OTHER_PID], rank_source),
+    ]
+
+
+def test_several_processes_ignore_the_file_name_rank(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "train_rank-2.sqlite", extra_rows=SECOND_PROCESS), "r1")
+    assert parsed.tables["runs"].column("rank").to_pylist() == [0, 1]
+
+
+def test_rows_of_processes_without_gpu_work_are_left_out(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", extra_rows=LAUNCHER), "r1")
+    assert set(parsed.tables["api_calls"].column("pid").to_pylist()) == {PID}
+    assert set(parsed.tables["annotations"].column("pid").to_pylist()) == {PID}
+    runs = _rows(parsed.tables["runs"], ["rank", "pid", "metadata_json"])
+    assert [(run["rank"], run["pid"], json.loads(run["metadata_json"])["pids_without_gpu_work"]) for run in runs] == [(0, PID, [LAUNCHER_PID])]
+
+
+def test_gpu_rows_without_global_pid_make_one_rank(tmp_path: Path) -> None:
+    path = build_export(tmp_path / "report.sqlite", leave_out=GPU_TABLES, extra_rows=SECOND_PROCESS)
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+                 "streamId INTEGER NOT NULL, correlationId INTEGER, bytes INTEGER NOT NULL, memKind INTEGER)")
+    conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (950000, 951000, 0, 7, 9, 1024, 3)")
+    conn.commit()
+    conn.close()
+    parsed = nsys.parse(path, "r1")
+    assert _rows(parsed.tables["api_calls"], ["rank", "pid"]) == [{"rank": 0, "pid": PID}] * 4 + [{"rank": 0, "pid": OTHER_PID}]
+    assert _rows(parsed.tables["runs"], ["rank", "pid"]) == [{"rank": 0, "pid": None}]
+
+
+def test_export_without_gpu_tables_raises(tmp_path: Path) -> None:
+    path = build_export(tmp_path / "report.sqlite", leave_out=GPU_TABLES)
+    with pytest.raises(TraceError, match=r"no GPU events \(kernels, memcpy or memset\)"):
+        nsys.parse(path, "r1")
+
+
+def test_export_with_empty_gpu_tables_raises(tmp_path: Path) -> None:
+    path = build_export(tmp_path / "report.sqlite", empty=GPU_TABLES)
+    with pytest.raises(TraceError, match=r"no GPU events \(kernels, memcpy or memset\)"):
+        nsys.parse(path, "r1")
+
+
+def test_export_with_only_memcpy_and_memset_is_ingested(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", leave_out=("CUPTI_ACTIVITY_KIND_KERNEL",)), "r1")
+    assert parsed.tables["kernels"].column("kind").to_pylist() == ["memcpy", "memset"]
+    assert _rows(parsed.tables["runs"], ["rank", "pid"]) == [{"rank": 0, "pid": PID}]

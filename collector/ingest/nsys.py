@@ -26,9 +26,24 @@ so `start_ns = utcEpochNs + start` and `runs.time_base = 'epoch'` (with
 `epoch_offset_ns` = the offset that was added). Without that table the times
 stay session-relative (`time_base = 'trace'`).
 
-The rank comes from the file name (`rank-3.sqlite`) or is 0. NCCL kernels
-carry no collective arguments here, so `collectives` stays empty. Tables the
-export lacks (no memset, no NVTX) simply give no rows.
+Processes and ranks. `nsys profile torchrun ...` records every rank's
+process in one export, and CUPTI numbers correlation ids per process, so
+they repeat across processes. Each process that did GPU work (the
+`globalPid` of its kernel, memcpy and memset rows) gets its own rank, and
+its runtime calls and NVTX ranges (the pid in their `globalTid`) that rank,
+so kernels link to launch calls by (rank, correlation id) within their own
+process. The export does not know the job's ranks: one such process takes
+the file name's rank (`rank-3.sqlite`) or 0; several are numbered 0, 1, ...
+in pid order, with `rank_source` in `runs.metadata_json` saying so. `runs`
+has one row per rank, with the process's pid. Rows of processes with no GPU
+work (a launcher) belong to no rank and are left out; their pids are listed
+as `pids_without_gpu_work`. GPU rows without `globalPid` cannot be split:
+then every row gets the one rank.
+
+An export with no kernel, memcpy or memset rows is an error, as in the
+Kineto parser. NCCL kernels carry no collective arguments here, so
+`collectives` stays empty. Tables the export lacks (no memset, no NVTX)
+simply give no rows.
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ import sqlite3
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -49,7 +65,7 @@ import pyarrow as pa
 from collector.errors import TraceError
 from collector.ingest.base import ParsedTrace, build_table, open_maybe_gzip, rank_from_filename
 from collector.ingest.categories import categorise
-from collector.schema import TS_TYPE
+from collector.schema import TRACE_SCHEMAS, TS_TYPE
 
 FORMAT = "nsys"
 
@@ -62,12 +78,14 @@ _NVTX_PUSH_POP = 59
 _NVTX_START_END = 60
 
 # --- the mapping: one query per source table, aliased to contract columns ---
-# `{...}` placeholders are optional columns (NULL where the export lacks them);
-# `:epoch_ns` is the session start on the epoch, or 0. Rows are sorted by
-# start afterwards, in Arrow (faster than SQLite's temporary b-tree).
+# `{...}` placeholders are optional columns (NULL where the export lacks them;
+# `{pid}` is the process in `globalPid`); `:epoch_ns` is the session start on
+# the epoch, or 0. Rows are sorted by start afterwards, in Arrow (faster than
+# SQLite's temporary b-tree).
 
 _KERNEL_SQL = """
 select
+    {pid} as pid,
     k.deviceId as device,
     k.streamId as stream,
     coalesce(demangled.value, short.value) as name,
@@ -84,6 +102,7 @@ left join StringIds as short on short.id = k.shortName
 
 _MEMCPY_SQL = """
 select
+    {pid} as pid,
     m.deviceId as device,
     m.streamId as stream,
     m.copyKind as copy_kind,
@@ -99,6 +118,7 @@ from CUPTI_ACTIVITY_KIND_MEMCPY as m
 
 _MEMSET_SQL = """
 select
+    {pid} as pid,
     m.deviceId as device,
     m.streamId as stream,
     {memKind} as mem_kind,
@@ -182,33 +202,79 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     activity = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS"}
     if "StringIds" not in tables or not tables & activity:
         raise TraceError(str(path), "no StringIds or CUDA/NVTX activity tables: not an nsys SQLite export")
-    rank = rank_from_filename(path)
-    rank = 0 if rank is None else rank
     epoch_ns = _session_start_epoch_ns(conn, tables)
     params = {"epoch_ns": epoch_ns or 0}
 
-    parsed = ParsedTrace(format=FORMAT)
     gpu = [_kernels(conn, tables, params), _memcpys(conn, tables, params), _memsets(conn, tables, params)]
+    gpu = [columns for columns in gpu if columns.get("start_ns")]
+    if not gpu:
+        raise TraceError(str(path), "no GPU events (kernels, memcpy or memset)")
+    processes = _processes(gpu, path)
+    cpu = {"api_calls": _runtime_calls(conn, tables, params), "annotations": _nvtx_ranges(conn, tables, params)}
+
+    parsed = ParsedTrace(format=FORMAT)
     produced = {
-        "kernels": _by_start([_table("kernels", columns, run, rank) for columns in gpu if columns], "device"),
-        "api_calls": _by_start([_table("api_calls", _runtime_calls(conn, tables, params), run, rank)], "tid"),
-        "annotations": _by_start([_table("annotations", _nvtx_ranges(conn, tables, params), run, rank)], "tid"),
+        "kernels": _by_start([_table("kernels", columns, run, processes) for columns in gpu], "device"),
+        "api_calls": _by_start([_table("api_calls", cpu["api_calls"], run, processes)], "tid"),
+        "annotations": _by_start([_table("annotations", cpu["annotations"], run, processes)], "tid"),
     }
     parsed.tables = {name: table for name, table in produced.items() if table is not None and table.num_rows}
-    parsed.tables["runs"] = _runs_table(conn, tables, path, run, rank, epoch_ns)
+    without_gpu = processes.left_out({pid for columns in cpu.values() for pid in columns.get("pid", ())})
+    parsed.tables["runs"] = _runs_table(conn, tables, path, run, processes, without_gpu, epoch_ns)
     parsed.events = sum(table.num_rows for name, table in parsed.tables.items() if name != "runs")
     return parsed
 
 
-# --- one function per source table: contract columns as lists --------------------
+# --- processes and ranks ------------------------------------------------------------
 
 Columns = dict[str, list[Any]]
+
+_RANK_BY_PROCESS_ORDER = "process order in the export (by pid, among processes with GPU work), not the job's rank"
+
+
+@dataclass(frozen=True)
+class _Processes:
+    """The rank of each process's rows (see the module docstring)."""
+
+    # pid -> rank for each process with GPU work; empty when GPU rows carry
+    # no pid, and then every row gets `rank`.
+    rank_by_pid: dict[int, int]
+    rank: int
+    # For runs.metadata_json; None where the rank is the file name's or 0.
+    rank_source: str | None
+
+    def ranks(self, pids: list[int | None]) -> list[int | None]:
+        """Each row's rank; None for a process without GPU work."""
+        if not self.rank_by_pid:
+            return [self.rank] * len(pids)
+        return [self.rank_by_pid.get(pid) for pid in pids]
+
+    def left_out(self, pids: set[int | None]) -> list[int]:
+        """Those of `pids` whose rows get no rank."""
+        if not self.rank_by_pid:
+            return []
+        return sorted(pid for pid in pids if pid is not None and pid not in self.rank_by_pid)
+
+
+def _processes(gpu: list[Columns], path: Path) -> _Processes:
+    pids = {pid for columns in gpu for pid in columns["pid"]}
+    named = rank_from_filename(path)
+    rank = 0 if named is None else named
+    if None in pids:
+        # No globalPid: the processes cannot be told apart.
+        return _Processes({}, rank, None)
+    if len(pids) == 1:
+        return _Processes({pids.pop(): rank}, rank, None)
+    return _Processes({pid: order for order, pid in enumerate(sorted(pids))}, 0, _RANK_BY_PROCESS_ORDER)
+
+
+# --- one function per source table: contract columns as lists --------------------
 
 
 def _kernels(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         return {}
-    columns = _query(conn, _KERNEL_SQL, params)
+    columns = _query(conn, _KERNEL_SQL.format(**_global_pid(conn, "CUPTI_ACTIVITY_KIND_KERNEL", "k")), params)
     columns["kind"] = ["kernel"] * len(columns["name"])
     columns["category"] = _mapped(columns["name"], lambda name: categorise(name or "", "kernel"))
     return columns
@@ -218,7 +284,7 @@ def _memcpys(conn: sqlite3.Connection, tables: set[str], params: dict[str, int])
     table = "CUPTI_ACTIVITY_KIND_MEMCPY"
     if table not in tables:
         return {}
-    sql = _MEMCPY_SQL.format(**_optional_columns(conn, table, "m", ["srcKind", "dstKind"]))
+    sql = _MEMCPY_SQL.format(**_global_pid(conn, table, "m"), **_optional_columns(conn, table, "m", ["srcKind", "dstKind"]))
     columns = _query(conn, sql, params)
     kinds = list(zip(columns.pop("copy_kind"), columns.pop("src_kind"), columns.pop("dst_kind")))
     columns["name"] = _mapped(kinds, lambda kind: _memcpy_name(*kind))
@@ -231,7 +297,7 @@ def _memsets(conn: sqlite3.Connection, tables: set[str], params: dict[str, int])
     table = "CUPTI_ACTIVITY_KIND_MEMSET"
     if table not in tables:
         return {}
-    sql = _MEMSET_SQL.format(**_optional_columns(conn, table, "m", ["memKind"]))
+    sql = _MEMSET_SQL.format(**_global_pid(conn, table, "m"), **_optional_columns(conn, table, "m", ["memKind"]))
     columns = _query(conn, sql, params)
     columns["name"] = _mapped(columns.pop("mem_kind"), _memset_name)
     columns["kind"] = ["memset"] * len(columns["name"])
@@ -262,27 +328,36 @@ def _nvtx_ranges(conn: sqlite3.Connection, tables: set[str], params: dict[str, i
     return columns
 
 
-def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str, rank: int, epoch_ns: int | None) -> pa.Table:
+def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str, processes: _Processes,
+                without_gpu: list[int], epoch_ns: int | None) -> pa.Table:
+    """One row per rank: per process with GPU work, or one for the whole export."""
     gpus = _gpus(conn, tables)
-    pids = _kernel_pids(conn, tables)
     names = {gpu["name"] for gpu in gpus if gpu.get("name")}
-    metadata = {"gpus": gpus, "pids": pids}
-    row = {
-        "run": run,
-        "rank": rank,
-        "host": _hostname(conn, tables),
-        # One process and one GPU model are the usual case; otherwise leave it to metadata.
-        "pid": pids[0] if len(pids) == 1 else None,
-        "device_name": names.pop() if len(names) == 1 else None,
-        "source_path": str(path.resolve()),
-        "source_format": FORMAT,
-        "epoch_offset_ns": epoch_ns,
-        "time_base": "epoch" if epoch_ns is not None else "trace",
-        "backend": "cuda",
-        "metadata_json": json.dumps(metadata, sort_keys=True),
-    }
-    columns = {name: [value] for name, value in row.items()}
-    columns["ingested_at"] = pa.array([time.time_ns() // 1000], type=pa.int64()).cast(TS_TYPE)
+    host = _hostname(conn, tables)
+    ranked = sorted(processes.rank_by_pid.items(), key=lambda item: item[1]) or [(None, processes.rank)]
+    rows = []
+    for pid, rank in ranked:
+        metadata: dict[str, Any] = {"gpus": gpus, "pids": [] if pid is None else [pid]}
+        if processes.rank_source:
+            metadata["rank_source"] = processes.rank_source
+        if without_gpu:
+            metadata["pids_without_gpu_work"] = without_gpu
+        rows.append({
+            "run": run,
+            "rank": rank,
+            "host": host,
+            "pid": pid,
+            # One GPU model is the usual case; otherwise leave it to metadata.
+            "device_name": next(iter(names)) if len(names) == 1 else None,
+            "source_path": str(path.resolve()),
+            "source_format": FORMAT,
+            "epoch_offset_ns": epoch_ns,
+            "time_base": "epoch" if epoch_ns is not None else "trace",
+            "backend": "cuda",
+            "metadata_json": json.dumps(metadata, sort_keys=True),
+        })
+    columns = {name: [row[name] for row in rows] for name in rows[0]}
+    columns["ingested_at"] = pa.array([time.time_ns() // 1000] * len(rows), type=pa.int64()).cast(TS_TYPE)
     return build_table("runs", columns)
 
 
@@ -326,14 +401,6 @@ def _gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict[str, Any]]:
     return [dict(zip(wanted, row)) for row in cursor]
 
 
-def _kernel_pids(conn: sqlite3.Connection, tables: set[str]) -> list[int]:
-    table = "CUPTI_ACTIVITY_KIND_KERNEL"
-    if table not in tables or "globalPid" not in _columns(conn, table):
-        return []
-    cursor = conn.execute(f"select distinct globalPid / {_PID_DIVISOR} % {_PID_DIVISOR} from {table} order by 1")
-    return [int(row[0]) for row in cursor if row[0] is not None]
-
-
 def _hostname(conn: sqlite3.Connection, tables: set[str]) -> str | None:
     # Best effort: newer exports list the target's environment as name/value pairs.
     table = "TARGET_INFO_SYSTEM_ENV"
@@ -354,11 +421,20 @@ def _mapped(values: list[Any], function: Any) -> list[Any]:
     return out
 
 
-def _table(name: str, columns: Columns, run: str, rank: int) -> pa.Table | None:
+def _table(name: str, columns: Columns, run: str, processes: _Processes) -> pa.Table | None:
+    """Contract table `name` from `columns`, each row given its process's rank
+    (rows of processes without one left out)."""
     if not columns:
         return None
-    rows = len(next(iter(columns.values())))
-    return build_table(name, {**columns, "run": [run] * rows, "rank": [rank] * rows}, num_rows=rows)
+    ranks = processes.ranks(columns["pid"])
+    if None in ranks:
+        keep = [row for row, rank in enumerate(ranks) if rank is not None]
+        columns = {column: [values[row] for row in keep] for column, values in columns.items()}
+        ranks = [ranks[row] for row in keep]
+    if "pid" not in TRACE_SCHEMAS[name].names:
+        columns = {column: values for column, values in columns.items() if column != "pid"}
+    rows = len(ranks)
+    return build_table(name, {**columns, "run": [run] * rows, "rank": ranks}, num_rows=rows)
 
 
 def _by_start(parts: list[pa.Table | None], then: str) -> pa.Table | None:
@@ -378,6 +454,13 @@ def _query(conn: sqlite3.Connection, sql: str, params: dict[str, int]) -> Column
     rows = cursor.fetchall()
     values = list(zip(*rows)) if rows else [() for _ in names]
     return {name: list(column) for name, column in zip(names, values)}
+
+
+def _global_pid(conn: sqlite3.Connection, table: str, alias: str) -> dict[str, str]:
+    """`{pid}`: the process of a GPU activity row, from its `globalPid` (bits 24-47, as in `globalTid`)."""
+    if "globalPid" not in _columns(conn, table):
+        return {"pid": "null"}
+    return {"pid": f"{alias}.globalPid / {_PID_DIVISOR} % {_PID_DIVISOR}"}
 
 
 def _optional_columns(conn: sqlite3.Connection, table: str, alias: str, names: list[str]) -> dict[str, str]:
