@@ -16,7 +16,7 @@ import pytest
 
 from collector.errors import DatasetError, TraceError
 from collector.ingest import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules, ingest_paths, source_id
-from collector.ingest.batch import SharedRank, common_stem, rank_ranges
+from collector.ingest.batch import FileResult, SharedRank, common_stem, rank_ranges
 from collector.ingest.store import STAGING_DIR
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
@@ -356,6 +356,11 @@ def test_ingest_command_ends_with_a_summary_line(tmp_path: Path, capsys: pytest.
 def test_ingest_failure_message_is_file_then_problem(tmp_path: Path) -> None:
     report = ingest_paths([tmp_path / "gone.json"], tmp_path / "out")
     assert report.failures[0].message == f"{tmp_path / 'gone.json'}: no such file or directory"
+
+
+def test_file_line_names_a_multi_rank_files_ranks_and_collectives() -> None:
+    result = FileResult("job.log", "nccl_log", "job", (0, 1, 2, 3), {"collectives": 40}, 400, 0.1)
+    assert result.line == "job.log: nccl_log, run job, ranks 0-3, 0 kernels, 40 collectives"
 
 
 def test_common_stem_strips_rank_suffix() -> None:

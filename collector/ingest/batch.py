@@ -64,7 +64,11 @@ class FileResult:
     @property
     def line(self) -> str:
         """What the file gave, in one line (as `gpulens ingest` prints it)."""
-        return f"{self.path}: {self.format}, run {self.run}, rank {self.rank}, {self.rows.get('kernels', 0)} kernels"
+        ranks = f"rank {self.ranks[0]}" if len(self.ranks) == 1 else f"ranks {rank_ranges(list(self.ranks))}" if self.ranks else "no rank"
+        line = f"{self.path}: {self.format}, run {self.run}, {ranks}, {self.rows.get('kernels', 0)} kernels"
+        if self.rows.get("collectives"):
+            line += f", {self.rows['collectives']} collectives"
+        return line
 
     @property
     def rank(self) -> int | None:
