@@ -77,3 +77,15 @@ def test_categorise_compute_kernel_named_generic_is_compute() -> None:
 
 def test_categorise_memcpy_kind_is_memory_whatever_the_name() -> None:
     assert categorise("ncclDevKernel_looks_like_nccl", "memcpy") == "memory"
+
+
+@pytest.mark.parametrize("name", [
+    "__amd_rocclr_fillBufferAligned",  # hipMemset*
+    "__amd_rocclr_fillBufferAligned2D",  # hipMemset2D*
+    "__amd_rocclr_copyBuffer",  # hipMemcpy* device to device
+    "__amd_rocclr_copyBufferAligned.kd",  # the code-object symbol, as some traces name it
+    "__amd_rocclr_copyBufferRectAligned",  # hipMemcpy2D*
+])
+def test_categorise_rocm_blit_kernels_are_memory(name: str) -> None:
+    assert categorise(name, "kernel") == "memory"
+

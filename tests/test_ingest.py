@@ -326,7 +326,8 @@ def test_ingest_command_warns_of_a_shared_rank_and_succeeds(tmp_path: Path, caps
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gpulens: warning:")]
     assert (code, warnings) == (0, [
         f"gpulens: warning: run r: rank 0 comes from 2 kineto files ({tmp_path / 'eval.json'}, {tmp_path / 'train.json'}); "
-        "analyses merge them as one rank (ingest separate jobs with their own --run)"])
+        "analyses merge them as one rank (ingest separate jobs with their own --run; where the traces do not say "
+        "their rank, put it in each file's or folder's name: rank3/...)"])
 
 
 @pytest.mark.parametrize(("ranks", "text"), [
@@ -356,6 +357,31 @@ def test_ingest_command_ends_with_a_summary_line(tmp_path: Path, capsys: pytest.
 def test_ingest_failure_message_is_file_then_problem(tmp_path: Path) -> None:
     report = ingest_paths([tmp_path / "gone.json"], tmp_path / "out")
     assert report.failures[0].message == f"{tmp_path / 'gone.json'}: no such file or directory"
+
+
+ROCPROF_KERNELS = (
+    '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id",'
+    '"Start_Timestamp","End_Timestamp","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X",'
+    '"Grid_Size_Y","Grid_Size_Z"\n'
+    '"KERNEL_DISPATCH","GPU 0",1,0,{pid},1,57,"Cijk_Alik_Bljk_HHS_BH_MT128x128x32",3,1552000000300000,1552000000312000,'
+    '256,1,1,131072,1,1\n'
+)
+ROCPROF_HIP = (
+    '"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+    '"HIP_RUNTIME_API","hipLaunchKernel",{pid},{pid},3,1552000000290000,1552000000295000\n'
+)
+
+
+def test_ingest_rocprof_files_of_one_process_are_one_source_with_kernels_linked_to_their_launches(tmp_path: Path) -> None:
+    for pid in (4242, 4243):
+        write(tmp_path / "job" / f"rank{pid - 4242}" / f"{pid}_kernel_trace.csv", ROCPROF_KERNELS.format(pid=pid))
+        write(tmp_path / "job" / f"rank{pid - 4242}" / f"{pid}_hip_api_trace.csv", ROCPROF_HIP.format(pid=pid))
+    report = ingest_paths([tmp_path / "job"], tmp_path / "out", jobs=1)
+    kernels = rows_in(tmp_path / "out", "kernels")
+    assert [(r.path, r.rank) for r in report.results] == [
+        (str((tmp_path / "job" / "rank0").resolve() / "4242_*"), 0), (str((tmp_path / "job" / "rank1").resolve() / "4243_*"), 1)]
+    assert sorted((k["rank"], k["launch_call_name"], k["launch_delay_ns"]) for k in kernels) == [
+        (0, "hipLaunchKernel", 5_000), (1, "hipLaunchKernel", 5_000)]
 
 
 def test_file_line_names_a_multi_rank_files_ranks_and_collectives() -> None:

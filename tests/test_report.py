@@ -175,7 +175,9 @@ def test_report_warns_when_two_traces_claim_one_rank(small: Path, tmp_path: Path
     warnings = [line for line in err.splitlines() if line.startswith("gpulens: warning:")]
     paths = ", ".join(sorted([str(rank0), str(again)]))
     assert (code, warnings) == (0, [f"gpulens: warning: run two: rank 0 comes from 2 kineto files ({paths}); "
-                                    "analyses merge them as one rank (ingest separate jobs with their own --run)"])
+                                    "analyses merge them as one rank (ingest separate jobs with their own --run; "
+                                    "where the traces do not say their rank, put it in each file's or folder's name: "
+                                    "rank3/...)"])
 
 
 def test_report_keeps_the_ingested_dataset_where_asked(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

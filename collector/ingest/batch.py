@@ -44,6 +44,8 @@ TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".csv", ".csv
 # two processes and 0.62 s in one (medians of 5, noise ±0.1 s) at 180 vs
 # 108 MB; 13 MB in three files took 0.82 vs 0.94 s, worth the worker.
 PARALLEL_MIN_CONTENT_BYTES = 8 << 20
+ROCPROF = "rocprof"
+_ROCPROF_ENDINGS = ("_trace.csv", "_trace.csv.gz")
 # Where a shared stem may end in each name: at its end, a separator or a number.
 _STEM_END = re.compile(r"$|[-_.\s\d]")
 _STEM_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".csv", ".log", ".gz")
@@ -110,8 +112,9 @@ class SharedRank:
     @property
     def message(self) -> str:
         return (f"run {self.run}: rank {self.rank} comes from {len(self.paths)} {self.format} files "
-                f"({', '.join(self.paths)}); "
-                "analyses merge them as one rank (ingest separate jobs with their own --run)")
+                f"({', '.join(self.paths)}); analyses merge them as one rank "
+                "(ingest separate jobs with their own --run; where the traces do not say their rank, "
+                "put it in each file's or folder's name: rank3/...)")
 
 
 @dataclass
@@ -179,11 +182,19 @@ class IngestReport:
 
 @dataclass(frozen=True)
 class _Task:
+    # The file; for a source of several files, what names them together.
     path: str
     run: str
     # Named on the command line (an unknown format is then an error) rather
     # than found in a directory (then it is skipped: READMEs, stats CSVs).
     explicit: bool
+    # The files of a source that spans several (rocprofv3 writes a CSV per
+    # trace kind per process), parsed and written together; else empty.
+    parts: tuple[str, ...] = ()
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return self.parts or (self.path,)
 
 
 def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None, jobs: int | None = None,
@@ -227,32 +238,38 @@ def check_writable(out: Path) -> None:
         raise DatasetError(f"{out}: cannot write the dataset there: {error.strerror or error}") from None
 
 
-def ingest_file(path: str, run: str, out: str, explicit: bool = True) -> FileResult | FileFailure | SkippedFile:
-    """Detect, parse and write one file (the unit a worker runs).
+def ingest_file(path: str, run: str, out: str, explicit: bool = True,
+                parts: tuple[str, ...] = ()) -> FileResult | FileFailure | SkippedFile:
+    """Detect, parse and write one file (the unit a worker runs), or the
+    `parts` of one rocprofv3 process together, `path` naming them.
 
     `explicit` is false for files found in a folder: those of no known
     format come back as SkippedFile rather than FileFailure.
     """
     try:
-        return _ingest_file(path, run, out, explicit)
+        return _ingest_file(path, run, out, explicit, parts)
     finally:
         release_freed_memory()
 
 
-def _ingest_file(path: str, run: str, out: str, explicit: bool) -> FileResult | FileFailure | SkippedFile:
+def _ingest_file(path: str, run: str, out: str, explicit: bool,
+                 parts: tuple[str, ...]) -> FileResult | FileFailure | SkippedFile:
     started = time.perf_counter()
     run = sanitise_run(run)
     try:
-        format_name = detect_format(path)
+        format_name = ROCPROF if parts else detect_format(path)
     except TraceError as error:
         if not explicit and error.problem == UNKNOWN_FORMAT:
             return SkippedFile(path, error.problem)
         return FileFailure(path, error.problem)
     try:
-        parsed = module_for(format_name).parse(Path(path), run)
+        if parts:
+            parsed = module_for(ROCPROF).parse_process([Path(part) for part in parts], run)
+        else:
+            parsed = module_for(format_name).parse(Path(path), run)
         rows = write_source(Path(out), run, source_id(path), parsed.tables)
     except TraceError as error:
-        return FileFailure(path, error.problem)
+        return FileFailure(error.path if parts else path, error.problem)  # a process's part: the file itself
     except DatasetError as error:
         return FileFailure(path, str(error))
     except Exception as error:  # a parser bug must not stop the other files
@@ -289,7 +306,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def _run_task(task: _Task, out: str) -> FileResult | FileFailure | SkippedFile:
-    return ingest_file(task.path, task.run, out, task.explicit)
+    return ingest_file(task.path, task.run, out, task.explicit, task.parts)
 
 
 def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Iterator[FileResult | FileFailure | SkippedFile]:
@@ -306,7 +323,7 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
     process parses those not yet handed out.
     """
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-    sizes = {task: content_bytes(task.path) for task in tasks} if workers > 1 else {}
+    sizes = {task: sum(map(content_bytes, task.files)) for task in tasks} if workers > 1 else {}
     if workers > 1 and sum(sizes.values()) < PARALLEL_MIN_CONTENT_BYTES:
         workers = 1  # too little work to pay for a worker: see PARALLEL_MIN_CONTENT_BYTES
     if workers == 1:
@@ -506,12 +523,29 @@ def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[li
     name = sanitise_run(run if run is not None else default_run_name(arguments, [file for file, _ in found]))
     tasks: list[_Task] = []
     seen: set[str] = set()
+    processes: dict[str, list[tuple[Path, bool]]] = {}
     for file, explicit in found:
         key = os.path.realpath(file)  # one file through a link and by name is one file
-        if key not in seen:
-            seen.add(key)
+        if key in seen:
+            continue
+        seen.add(key)
+        process = _rocprof_process(file)
+        if process is not None:
+            processes.setdefault(process, []).append((file, explicit))
+        else:
             tasks.append(_Task(str(file), name, explicit))
+    for process, files in processes.items():
+        tasks.append(_Task(process, name, any(explicit for _, explicit in files), tuple(str(f) for f, _ in files)))
     return tasks, failures
+
+
+def _rocprof_process(file: Path) -> str | None:
+    """The process a rocprofv3 trace CSV belongs to (all its CSVs are one
+    source: kernels link to the HIP calls in the process's other file), or
+    None. The name is checked before the module is imported."""
+    if not file.name.lower().endswith(_ROCPROF_ENDINGS):
+        return None
+    return module_for(ROCPROF).process_key(file)
 
 
 def default_run_name(arguments: list[str | Path], files: list[Path]) -> str:

@@ -4,7 +4,11 @@
   (`ncclKernel_*` before NCCL 2.19, `ncclDevKernel_*` after, the symmetric
   `ncclSymkDevKernel_*` of NCCL 2.27+, RCCL's `ncclDevKernel_Generic*`),
   MSCCL/MSCCL++ kernels, and any kernel that carries collective arguments;
-- memory: memcpy and memset activities (and their kernel-named forms);
+- memory: memcpy and memset activities (and their kernel-named forms),
+  and the kernels the ROCm runtime (ROCclr) runs to do a hipMemset* or a
+  device-to-device hipMemcpy*: `__amd_rocclr_fillBuffer*`,
+  `__amd_rocclr_copyBuffer*` and their image forms (traces may add
+  `.kd`). They are kernel activities that only fill or copy memory;
 - compute: everything else.
 
 The rule is tested against every kernel name in `../shared/traces`.
@@ -29,7 +33,11 @@ _COMMUNICATION_NAME = re.compile(
     r")",
     re.IGNORECASE,
 )
-_MEMORY_NAME = re.compile(r"^(?:Memcpy|Memset|\[?CUDA mem(?:cpy|set)|hipMemcpy|hipMemset)", re.IGNORECASE)
+_MEMORY_NAME = re.compile(
+    r"^(?:Memcpy|Memset|\[?CUDA mem(?:cpy|set)|hipMemcpy|hipMemset"
+    r"|__amd_rocclr_(?:fill|copy)(?:Buffer|Image))",  # ROCclr's blit kernels (not its streamOps/scheduler ones)
+    re.IGNORECASE,
+)
 
 
 def categorise(name: str, kind: str = "kernel", has_collective_args: bool = False) -> str:

@@ -1,11 +1,18 @@
 """rocprofv3 CSV traces (`--kernel-trace --hip-trace --memory-copy-trace
 --marker-trace --output-format csv`) → trace tables.
 
-rocprofv3 writes one CSV per trace kind, named `<pid>_<kind>.csv`; each file
-is ingested on its own and recognised by its header row:
+rocprofv3 writes one CSV per trace kind per process, `<prefix><kind>.csv`,
+beside `<prefix>agent_info.csv`; the prefix is `<pid>_` by default (`-o
+NAME` makes it `NAME_`). The files of one process are parsed together
+(`parse_process`; the batch ingest groups files by `process_key`), so one
+source holds the process's kernels and the HIP calls that launched them
+(derive links them by correlation id, which rocprofv3 numbers per process),
+and one runs row. `parse` reads one file alone. Each file is recognised by
+its header row:
 
 - `*_kernel_trace.csv` → `kernels` (kind `kernel`); RCCL kernels
-  (`ncclDevKernel_Generic_4(...)`) fall in communication.
+  (`ncclDevKernel_Generic_4(...)`) fall in communication, the runtime's
+  fill/copy kernels (`__amd_rocclr_fillBufferAligned`) in memory.
 - `*_memory_copy_trace.csv` → `kernels` (kind `memcpy`), named as Kineto
   names ROCm copies (`Memcpy HtoD (Host -> Device)`).
 - `*_hip_api_trace.csv`, `*_hsa_api_trace.csv`, `*_rccl_api_trace.csv` →
@@ -29,8 +36,22 @@ Decisions, each for a stated reason:
   queue, which stands in (work on one queue runs in order, like a stream).
 - Memory copies run on the GPU end of the copy (destination for HtoD, else
   the source).
-
-The rank comes from the file name or is 0.
+- Source: a process's `runs.source_path` is its file prefix and a `*`
+  (`/data/job/4242_*`), the same text as its `process_key`: its rows come
+  from all its files (listed in `runs.metadata_json` `files`), no one of
+  them, and a process ingested again keeps one source id. A file read
+  alone is its own source.
+- No GPU events: a process (or a file read alone) with no kernel and no
+  memory copy is an error, as a Kineto trace without GPU activity is; a
+  HIP API trace alone has API calls that launched nothing we can see.
+- Rank: the one the file name states (`-o rank%rank%` → `rank3_...`), else
+  the nearest folder named for one (`rank3`, `rank-3`, `rank_3`: `-d
+  out/rank%rank%` or `rank%env{RANK}%`), else 0, with `rank_source` in
+  `runs.metadata_json` saying which ("default (the trace does not say)").
+  rocprofv3's default names (`%hostname%/%pid%/<pid>_...`) hold no rank.
+- Sniffing is by header, but a file named like a rocprofv3 trace is
+  claimed too, so a header that lacks a required column is reported
+  naming the columns, not as an unknown format.
 """
 
 from __future__ import annotations
@@ -56,10 +77,12 @@ from collector.schema import TS_TYPE
 
 FORMAT = "rocprof"
 
-# Columns that identify each kind of file (a file may have more).
-_KERNEL_HEADER = {"Kind", "Agent_Id", "Kernel_Name", "Correlation_Id", "Start_Timestamp", "End_Timestamp"}
-_API_HEADER = {"Domain", "Function", "Process_Id", "Thread_Id", "Correlation_Id", "Start_Timestamp", "End_Timestamp"}
-_COPY_HEADER = {"Kind", "Direction", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp", "End_Timestamp"}
+# Columns that identify each kind of file (a file may have more), in
+# rocprofv3's order (error messages list the missing ones in it).
+_KERNEL_HEADER = ("Kind", "Agent_Id", "Kernel_Name", "Correlation_Id", "Start_Timestamp", "End_Timestamp")
+_API_HEADER = ("Domain", "Function", "Process_Id", "Thread_Id", "Correlation_Id", "Start_Timestamp", "End_Timestamp")
+_COPY_HEADER = ("Kind", "Direction", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp", "End_Timestamp")
+_HEADERS = {"kernel": _KERNEL_HEADER, "memory_copy": _COPY_HEADER, "api": _API_HEADER}
 
 # Raw CSV column → contract column, per kind of file. Columns not listed are
 # derived below (device, grid, names) or ignored.
@@ -82,10 +105,22 @@ _COPY_NAMES = {
     "HOST_TO_HOST": "Memcpy HtoH (Host -> Host)",
 }
 
-_TRACE_SUFFIX = re.compile(r"(kernel_trace|memory_copy_trace|hip_api_trace|hsa_api_trace|marker_api_trace|rccl_api_trace)\.csv(\.gz)?$")
+# `<prefix><kind>.csv[.gz]`: the prefix (`4242_`, `NAME_` from `-o NAME`, or
+# none) is shared by all the files of one process.
+_TRACE_NAME = re.compile(
+    r"^(?P<prefix>(?:.*_)?)"
+    r"(?P<kind>kernel_trace|memory_copy_trace|hip_api_trace|hsa_api_trace|marker_api_trace|rccl_api_trace)"
+    r"\.csv(?:\.gz)?$"
+)
+_NAMED_KIND = {"kernel_trace": "kernel", "memory_copy_trace": "memory_copy"}  # the rest: api
 _AGENT = re.compile(r"^\s*(?:(Agent|GPU|CPU)[\s-]*)?(\d+)\s*$", re.IGNORECASE)
-_PID_PREFIX = re.compile(r"^(\d+)_")
+_PID_PREFIX = re.compile(r"^(\d+)_$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)")
+# A folder named for a rank: `rank3`, `rank-3`, `rank_3`, or such a word
+# among others (`node1.rank3`); not `rank3x` or `frank3`.
+_RANK_IN_FOLDER = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:$|[^a-z0-9])", re.IGNORECASE)
+DEFAULT_RANK_SOURCE = "default (the trace does not say)"
+NO_GPU_EVENTS = "no GPU events (kernels or memory copies)"
 
 
 @dataclass
@@ -107,42 +142,125 @@ class _Agents:
         return self.gpu_index.get(number)
 
 
+@dataclass
+class _File:
+    """One CSV of a process, read: its kind (`kernel`, `memory_copy`, `api`) and rows."""
+
+    path: Path
+    kind: str
+    table: pa.Table
+
+
 def sniff(head: bytes, path: Path) -> bool:
-    return _file_kind(_header(head)) is not None
+    """A rocprofv3 trace header, or a file named like a rocprofv3 trace
+    (whose header `parse` then checks, naming any missing column)."""
+    return _file_kind(_header(head)) is not None or _TRACE_NAME.match(path.name) is not None
+
+
+def process_key(path: Path) -> str | None:
+    """What all the trace files of one process share, for a file named like
+    a rocprofv3 trace (`<pid>_kernel_trace.csv`): its folder and file
+    prefix, `/abs/folder/4242_*` (also the process's `runs.source_path`);
+    None for any other name (agent_info.csv included), read alone."""
+    match = _TRACE_NAME.match(path.name)
+    return None if match is None else _prefix_path(path, match.group("prefix"))
 
 
 def parse(path: Path, run: str) -> ParsedTrace:
-    data = read_buffer(path)
-    kind = _file_kind(_header(data[:65536]))
-    if kind is None:
-        raise TraceError(str(path), "not a rocprofv3 kernel, API or memory-copy CSV trace (unknown header)")
-    table = _read_csv(path, data)
-    agents = _read_agents(path)
-    rank = rank_from_filename(path)
-    rank = 0 if rank is None else rank
+    """One file alone, as its own source."""
+    return _parse_files([path], run, str(path.resolve()))
 
-    if kind == "kernel":
-        produced = {"kernels": _kernel_columns(table, agents)}
-    elif kind == "memory_copy":
-        produced = {"kernels": _copy_columns(table, agents)}
-    else:
-        is_marker = pc.fill_null(pc.starts_with(pc.utf8_upper(table.column("Domain")), "MARKER"), False)
-        produced = {
-            "api_calls": _renamed(table.filter(pc.invert(is_marker)), _API_COLUMNS),
-            "annotations": _marker_columns(table.filter(is_marker)),
-        }
-    parsed = ParsedTrace(format=FORMAT, events=table.num_rows)
-    for name, columns in produced.items():
-        built = _sorted_table(name, columns, run, rank)
-        if built.num_rows:
-            parsed.tables[name] = built
-    parsed.tables["runs"] = _runs_table(path, run, rank, table, agents, parsed.tables.get("kernels"))
+
+def parse_process(paths: list[Path], run: str) -> ParsedTrace:
+    """All the given trace files of one process (one `process_key`) as one
+    source: each contract table from all the files, one runs row."""
+    paths = sorted({Path(path) for path in paths}, key=lambda path: path.name)
+    if not paths:
+        raise ValueError("parse_process needs at least one file")
+    key = process_key(paths[0])
+    if key is None and len(paths) > 1:
+        raise TraceError(str(paths[0]), "not named like a rocprofv3 trace of one process (<pid>_<kind>.csv)")
+    for path in paths:
+        if process_key(path) != key:
+            raise TraceError(str(path), f"not a rocprofv3 trace file of the process {key}")
+    return _parse_files(paths, run, key or str(paths[0].resolve()))
+
+
+def rank_from_path(path: Path) -> tuple[int, str]:
+    """The rank a trace file's path states, and where it was found: the
+    file name, else the nearest folder named for one, else 0 by default."""
+    rank = rank_from_filename(path)
+    if rank is not None:
+        return rank, "file name"
+    for folder in path.absolute().parents:
+        match = _RANK_IN_FOLDER.search(folder.name)
+        if match:
+            return int(match.group(1)), f"folder name ({folder.name})"
+    return 0, DEFAULT_RANK_SOURCE
+
+
+def _parse_files(paths: list[Path], run: str, source_path: str) -> ParsedTrace:
+    files = [_read_file(path) for path in paths]
+    agents = _read_agents(paths[0])
+    rank, rank_source = rank_from_path(paths[0])
+    pieces: dict[str, list[pa.Table]] = {}
+    for file in files:
+        for name, columns in _contract_columns(file, agents).items():
+            pieces.setdefault(name, []).append(_table(name, columns, run, rank))
+    parsed = ParsedTrace(format=FORMAT, events=sum(file.table.num_rows for file in files))
+    for name, tables in pieces.items():
+        table = pa.concat_tables(tables).sort_by([("start_ns", "ascending")])
+        if table.num_rows:
+            parsed.tables[name] = table
+    if "kernels" not in parsed.tables:
+        raise TraceError(_gpu_source(files, source_path), NO_GPU_EVENTS)
+    parsed.tables["runs"] = _runs_table(paths, source_path, run, rank, rank_source, agents, parsed.tables)
     return parsed
+
+
+def _gpu_source(files: list[_File], source_path: str) -> str:
+    """Where GPU events were looked for: the kernel (else memory-copy) trace,
+    else the one file read, else the process's files."""
+    gpu_files = [file.path for file in files if file.kind != "api"]
+    if gpu_files:
+        return str(gpu_files[0])
+    return str(files[0].path) if len(files) == 1 else source_path
+
+
+def _read_file(path: Path) -> _File:
+    data = read_buffer(path)
+    header = _header(data[:65536])
+    kind = _file_kind(header)
+    if kind is not None:
+        return _File(path, kind, _read_csv(path, data))
+    if not data.strip():
+        raise TraceError(str(path), "empty file")
+    match = _TRACE_NAME.match(path.name)
+    if match is None:
+        raise TraceError(str(path), "not a rocprofv3 kernel, API or memory-copy CSV trace (unknown header)")
+    required = _HEADERS[_NAMED_KIND.get(match.group("kind"), "api")]
+    missing = [column for column in required if column not in header]
+    columns = f"column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    raise TraceError(str(path), f"rocprofv3 {match.group('kind')} CSV lacks the {columns}")
 
 
 # --- one function per kind of file: contract columns -------------------------------
 
 Columns = dict[str, Any]  # contract column → list or Arrow array
+
+
+def _contract_columns(file: _File, agents: _Agents) -> dict[str, Columns]:
+    """The contract tables one file gives, as columns."""
+    table = file.table
+    if file.kind == "kernel":
+        return {"kernels": _kernel_columns(table, agents)}
+    if file.kind == "memory_copy":
+        return {"kernels": _copy_columns(table, agents)}
+    is_marker = pc.fill_null(pc.starts_with(pc.utf8_upper(table.column("Domain")), "MARKER"), False)
+    return {
+        "api_calls": _renamed(table.filter(pc.invert(is_marker)), _API_COLUMNS),
+        "annotations": _marker_columns(table.filter(is_marker)),
+    }
 
 
 def _kernel_columns(table: pa.Table, agents: _Agents) -> Columns:
@@ -181,19 +299,28 @@ def _marker_columns(table: pa.Table) -> Columns:
     return columns
 
 
-def _runs_table(path: Path, run: str, rank: int, table: pa.Table, agents: _Agents, kernels: pa.Table | None) -> pa.Table:
-    pid_match = _PID_PREFIX.match(path.name)
-    pids = sorted(set(pc.unique(_column(table, "Process_Id")).to_pylist()) - {None})
-    pid = int(pid_match.group(1)) if pid_match else (pids[0] if len(pids) == 1 else None)
-    devices = set(pc.unique(kernels.column("device")).to_pylist()) if kernels is not None else set()
+def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_source: str, agents: _Agents,
+                tables: dict[str, pa.Table]) -> pa.Table:
+    match = _TRACE_NAME.match(paths[0].name)
+    pid_match = _PID_PREFIX.match(match.group("prefix")) if match else None
+    pids = set()
+    for name in ("api_calls", "annotations"):
+        if name in tables:
+            pids |= set(pc.unique(tables[name].column("pid")).to_pylist()) - {None}
+    pid = int(pid_match.group(1)) if pid_match else (pids.pop() if len(pids) == 1 else None)
+    devices = set(pc.unique(tables["kernels"].column("device")).to_pylist())
     names = {agents.gpu_name.get(device) for device in devices} - {None}
-    metadata = {"gpus": {str(index): agents.gpu_name.get(index) for index in sorted(set(agents.gpu_index.values()))}}
+    metadata = {
+        "gpus": {str(index): agents.gpu_name.get(index) for index in sorted(set(agents.gpu_index.values()))},
+        "rank_source": rank_source,
+        "files": [path.name for path in paths],
+    }
     row = {
         "run": run,
         "rank": rank,
         "pid": pid,
         "device_name": names.pop() if len(names) == 1 else None,
-        "source_path": str(path.resolve()),
+        "source_path": source_path,
         "source_format": FORMAT,
         "epoch_offset_ns": None,
         "time_base": "trace",
@@ -217,12 +344,9 @@ def _header(head: bytes) -> set[str]:
 
 
 def _file_kind(header: set[str]) -> str | None:
-    if _KERNEL_HEADER <= header:
-        return "kernel"
-    if _COPY_HEADER <= header:
-        return "memory_copy"
-    if _API_HEADER <= header:
-        return "api"
+    for kind, required in _HEADERS.items():
+        if header.issuperset(required):
+            return kind
     return None
 
 
@@ -239,10 +363,10 @@ def _read_agents(path: Path) -> _Agents:
     """GPU agents from the `<prefix>agent_info.csv` beside the trace, if any."""
     gpu_index: dict[int, int] = {}
     gpu_name: dict[int, str] = {}
-    match = _TRACE_SUFFIX.search(path.name)
+    match = _TRACE_NAME.match(path.name)
     if not match:
         return _Agents(gpu_index, gpu_name)
-    prefix = path.name[: match.start()]
+    prefix = match.group("prefix")
     candidates = [path.with_name(f"{prefix}agent_info.csv"), path.with_name(f"{prefix}agent_info.csv.gz")]
     info = next((candidate for candidate in candidates if candidate.is_file()), None)
     if info is None:
@@ -283,10 +407,14 @@ def _mapped(values: pa.ChunkedArray | pa.Array, function: Callable[[Any], Any], 
     return mapped.take(encoded.indices)
 
 
-def _sorted_table(name: str, columns: Columns, run: str, rank: int) -> pa.Table:
+def _table(name: str, columns: Columns, run: str, rank: int) -> pa.Table:
     rows = len(columns["start_ns"])
-    table = build_table(name, {**columns, "run": [run] * rows, "rank": [rank] * rows}, num_rows=rows)
-    return table.sort_by([("start_ns", "ascending")])
+    return build_table(name, {**columns, "run": [run] * rows, "rank": [rank] * rows}, num_rows=rows)
+
+
+def _prefix_path(path: Path, prefix: str) -> str:
+    """A process's files as one path: its folder and file prefix, `*`."""
+    return str(path.parent.resolve() / f"{prefix}*")
 
 
 def _profiler_step(name: str | None) -> int | None:
