@@ -101,6 +101,8 @@ class _WatcherThread(threading.Thread):
             if report is not None:
                 for result in report.results:
                     log.info("ingested %s", result.line)
+                    for warning in result.warnings:
+                        log.warning("%s: %s", result.path, warning)
                 for failure in report.failures:
                     log.error("%s", failure.message)
 
@@ -182,6 +184,8 @@ def ingest(paths, out, run_name, jobs):
     report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
     for result in report.results:
         click.echo(result.line, err=True)
+        for warning in result.warnings:
+            click.echo(f"gpulens: warning: {result.path}: {warning}", err=True)
     for shared in report.shared_ranks:
         click.echo(f"gpulens: warning: {shared.message}", err=True)
     for failure in report.failures:

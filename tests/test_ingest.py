@@ -384,6 +384,17 @@ def test_ingest_rocprof_files_of_one_process_are_one_source_with_kernels_linked_
         (0, "hipLaunchKernel", 5_000), (1, "hipLaunchKernel", 5_000)]
 
 
+def test_ingest_of_a_log_with_a_process_of_unknown_rank_reports_the_known_ranks(tmp_path: Path) -> None:
+    # The second process has no init line: its rank is unknown (NULL).
+    log = write(tmp_path / "job.log", """\
+node01:1001:1001 [0] NCCL INFO ncclCommInitRank comm 0x55d0a1b2c1d0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 commId 0x7d1e2f3a4b5c6d7e - Init COMPLETE
+node01:1001:1001 [0] NCCL INFO AllReduce: opCount 5 sendbuff 0x7f3a10000000 recvbuff 0x7f3a18000000 count 1000 datatype 7 op 0 root 0 comm 0x55d0a1b2c1d0 [nranks=2] stream 0x55d0a1b31000
+node01:1002:1002 [1] NCCL INFO AllReduce: opCount 5 sendbuff 0x7f3a10000000 recvbuff 0x7f3a18000000 count 1000 datatype 7 op 0 root 0 comm 0x55d0a1b2c1ff [nranks=2] stream 0x55d0a1b31000
+""")
+    report = ingest_paths([log], tmp_path / "out", jobs=1)
+    assert (report.failures, [r.ranks for r in report.results]) == ([], [(0,)])
+
+
 def test_file_line_names_a_multi_rank_files_ranks_and_collectives() -> None:
     result = FileResult("job.log", "nccl_log", "job", (0, 1, 2, 3), {"collectives": 40}, 400, 0.1)
     assert result.line == "job.log: nccl_log, run job, ranks 0-3, 0 kernels, 40 collectives"

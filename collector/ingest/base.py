@@ -40,6 +40,9 @@ class ParsedTrace:
     # Raw records read from the source (trace events, rows, log lines), for
     # throughput figures; 0 where a parser does not count them.
     events: int = 0
+    # What the user should know of a file that was still ingested (lines that
+    # could not be read): one line each, printed after the file's own line.
+    warnings: list[str] = field(default_factory=list)
 
     def rows(self, table: str) -> int:
         return self.tables[table].num_rows if table in self.tables else 0

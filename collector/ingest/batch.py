@@ -62,6 +62,8 @@ class FileResult:
     # Raw records the parser read (trace events, CSV rows, log lines).
     events: int
     seconds: float
+    # What the parser warned of (ParsedTrace.warnings).
+    warnings: tuple[str, ...] = ()
 
     @property
     def line(self) -> str:
@@ -275,9 +277,9 @@ def _ingest_file(path: str, run: str, out: str, explicit: bool,
     except Exception as error:  # a parser bug must not stop the other files
         return FileFailure(path, _one_line(f"unexpected error: {type(error).__name__}: {error}"))
     runs = parsed.tables.get("runs")
-    ranks = tuple(sorted(set(runs.column("rank").to_pylist()))) if runs is not None else ()
+    ranks = tuple(sorted({r for r in runs.column("rank").to_pylist() if r is not None})) if runs is not None else ()
     return FileResult(path, format_name, run, ranks, rows, parsed.events or sum(rows.values()),
-                      time.perf_counter() - started)
+                      time.perf_counter() - started, tuple(parsed.warnings))
 
 
 def release_freed_memory() -> None:
