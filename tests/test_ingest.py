@@ -311,6 +311,20 @@ def test_ingest_reports_a_rank_that_two_files_claim(tmp_path: Path) -> None:
     assert report.shared_ranks == [SharedRank("mixed", "kineto", 0, (str(first), str(second)))]
 
 
+def test_ingest_reports_a_rank_an_earlier_ingest_of_the_run_claimed(tmp_path: Path) -> None:
+    first = write(tmp_path / "job1" / "rank0.json", kineto_json(rank=0))
+    second = write(tmp_path / "job2" / "rank0.json", kineto_json(rank=0))
+    ingest_paths([first], tmp_path / "out", run="mixed", jobs=1)
+    report = ingest_paths([second], tmp_path / "out", run="mixed", jobs=1)
+    assert report.shared_ranks == [SharedRank("mixed", "kineto", 0, tuple(sorted((str(second), str(first.resolve())))))]
+
+
+def test_ingest_of_the_same_file_again_reports_no_shared_rank(tmp_path: Path) -> None:
+    trace = write(tmp_path / "rank0.json", kineto_json(rank=0))
+    ingest_paths([trace], tmp_path / "out", run="r", jobs=1)
+    assert ingest_paths([trace], tmp_path / "out", run="r", jobs=1).shared_ranks == []
+
+
 def test_ingest_of_distinct_ranks_reports_no_shared_rank(tmp_path: Path) -> None:
     for rank in range(3):
         write(tmp_path / "job" / f"rank{rank}.json", kineto_json(rank=rank))

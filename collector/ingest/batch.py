@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 from collector.errors import DatasetError, TraceError
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
-from collector.ingest.store import STAGING_DIR, sanitise_run, source_id, write_source
+from collector.ingest.store import STAGING_DIR, run_dir, sanitise_run, source_id, write_source
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -125,6 +125,9 @@ class IngestReport:
     failures: list[FileFailure] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
     seconds: float = 0.0
+    # (run, format, rank, source path) of the sources earlier ingests wrote
+    # into the runs of this one, for `shared_ranks`.
+    earlier: list[tuple[str, str, int, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -154,6 +157,10 @@ class IngestReport:
         for result in self.results:
             for rank in result.ranks:
                 files.setdefault((result.run, result.format, rank), []).append(result.path)
+        this_call = {os.path.realpath(result.path) for result in self.results}
+        for run, format_name, rank, source in self.earlier:
+            if os.path.realpath(source) not in this_call and (run, format_name, rank) in files:
+                files[(run, format_name, rank)].append(source)
         return [SharedRank(run, format_name, rank, tuple(sorted(paths)))
                 for (run, format_name, rank), paths in sorted(files.items()) if len(paths) > 1]
 
@@ -225,8 +232,27 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
             report.failures.append(outcome)
     report.results.sort(key=lambda r: r.path)
     report.failures.sort(key=lambda f: f.path)
+    report.earlier = _sources_in_runs(out, report.runs)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _sources_in_runs(out: Path, runs: list[str]) -> list[tuple[str, str, int, str]]:
+    """(run, format, rank, source path) of every source the dataset holds
+    in `runs`, this call's included (read from their `runs` tables)."""
+    if not runs:
+        return []
+    import pyarrow.parquet as pq
+
+    found = []
+    for run in runs:
+        for path in sorted((run_dir(out, run) / "runs").glob("*.parquet")):
+            try:
+                table = pq.read_table(path, columns=["source_format", "rank", "source_path"])
+            except (OSError, ValueError):  # unreadable: the analyses will say so
+                continue
+            found.extend((run, *row.values()) for row in table.to_pylist() if row["rank"] is not None)
+    return found
 
 
 def check_writable(out: Path) -> None:
