@@ -13,7 +13,8 @@ import click
 import pyarrow as pa
 
 
-@click.command()
+# SQL may start with a `--` comment: an argument, not an unknown option.
+@click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("dataset", type=click.Path(path_type=Path))
 @click.argument("sql")
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
@@ -35,31 +36,52 @@ def query(dataset, sql, output_format):
 
 def render(table, output_format: str) -> str:
     """A pyarrow table as text in `output_format`."""
-    rows = table.to_pylist()
     names = table.column_names
+    # By position: a join's two `name` columns are two columns.
+    rows = list(zip(*(column.to_pylist() for column in table.columns))) if names else []
     if output_format == "json":
         import orjson
 
-        return orjson.dumps(rows, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n"
+        keys = _unique(names)
+        objects = [dict(zip(keys, row)) for row in rows]
+        try:
+            return orjson.dumps(objects, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n"
+        except TypeError:  # an integer beyond 64 bits (a HUGEINT sum): JSON has room for it, orjson not
+            import json
+
+            return json.dumps(objects, default=_json_default, separators=(",", ":"), ensure_ascii=False) + "\n"
     if output_format == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(names)
         for row in rows:
-            writer.writerow([_text(row[n]) for n in names])
+            writer.writerow([_text(value) for value in row])
         return buffer.getvalue()
     from collector.cli import format_table
 
-    body = [tuple(_text(row[n]) for n in names) for row in rows]
+    body = [tuple(_text(value) for value in row) for row in rows]
     footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
     return format_table(names, body) + "\n" + footer + "\n"
+
+
+def _unique(names: list[str]) -> list[str]:
+    """JSON keys for the columns: a repeated name gets `_1`, `_2` (as DuckDB
+    names the columns of a table made from such a query)."""
+    keys: list[str] = []
+    for name in names:
+        key, n = name, 0
+        while key in keys:
+            n += 1
+            key = f"{name}_{n}"
+        keys.append(key)
+    return keys
 
 
 def _text(value) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.6g}" if abs(value) < 1e15 else f"{value:.0f}"
+        return repr(value)  # every digit the double holds: an energy in J is not 8.85963e+06
     if isinstance(value, dt.datetime):
         return value.isoformat()
     if isinstance(value, pa.MonthDayNano):
@@ -86,8 +108,11 @@ def interval_text(value: pa.MonthDayNano) -> str:
 
 def _json_default(value):
     if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, (dt.date, dt.time, dt.timedelta)):
+        # sum() of BIGINT is a HUGEINT (a decimal here): keep it an exact integer.
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
         return str(value)
     if isinstance(value, bytes):
         return value.hex()

@@ -135,13 +135,41 @@ def _check_derived_columns(con: duckdb.DuckDBPyConnection, root: Path) -> None:
             )
 
 
+# Statements that write files or reach past the dataset: `gpulens query`
+# reads a dataset that a collector may be writing, and a `COPY ... TO` one of
+# its Parquet files would replace a table's rows.
+_REFUSED_STATEMENTS = {"COPY", "EXPORT", "ATTACH", "DETACH", "LOAD", "COPY_DATABASE"}
+# Statements that return rows; one query at a time, so none is dropped unseen.
+_QUERIES = {"SELECT", "EXPLAIN", "CALL"}
+
+
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """Run one statement; DuckDB's error becomes a one-line QueryError."""
+    """Run a query (after any SET statements); DuckDB's error becomes a
+    one-line QueryError. Statements that write files are refused."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as error:
+        raise QueryError(f"SQL error: {' '.join(str(error).split())}") from error
+    kinds = [statement.type.name for statement in statements]
+    if not statements:
+        raise QueryError("SQL error: no statement given")
+    refused = sorted(set(kinds) & _REFUSED_STATEMENTS)
+    if refused:
+        raise QueryError(f"SQL error: {', '.join(refused)} statements are not run: gpulens query only reads the "
+                         "dataset (write results with --format csv or json)")
+    if sum(kind in _QUERIES for kind in kinds) > 1:
+        raise QueryError(f"SQL error: one query at a time ({sum(kind in _QUERIES for kind in kinds)} given)")
     try:
         relation = con.sql(sql)
         if relation is None:
             return pa.table({})
         return relation.to_arrow_table()
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None  # Ctrl-C: the command's own "aborted"
+    except RuntimeError as error:  # how DuckDB 2 reports the same interrupt
+        if "interrupted" in str(error).lower():
+            raise KeyboardInterrupt from None
+        raise
     except duckdb.Error as error:
         message = " ".join(str(error).split())
         raise QueryError(f"SQL error: {message}") from error

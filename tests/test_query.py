@@ -103,3 +103,51 @@ def test_missing_dataset_names_the_path(tmp_path):
     result = _gpulens("query", str(tmp_path / "nope"), "select 1")
     assert result.returncode != 0
     assert result.stderr.strip() == f"gpulens: error: {tmp_path / 'nope'}: no such dataset directory"
+
+
+def _query(capsys, dataset: Path, sql: str, output_format: str = "table") -> tuple[int, str, str]:
+    from dashboard import cli
+
+    code = cli.main(["query", str(dataset), sql, "--format", output_format])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_query_keeps_a_joins_two_columns_of_one_name_apart(tmp_path, capsys):
+    sql = "select 'gemm' as name, 50 as dur_ns, 'cudaLaunchKernel' as name, 4 as dur_ns"
+    assert _query(capsys, tmp_path, sql, "csv")[1] == "name,dur_ns,name,dur_ns\ngemm,50,cudaLaunchKernel,4\n"
+    assert json.loads(_query(capsys, tmp_path, sql, "json")[1]) == [
+        {"name": "gemm", "dur_ns": 50, "name_1": "cudaLaunchKernel", "dur_ns_1": 4}]
+
+
+def test_query_csv_writes_every_digit_of_a_double(tmp_path, capsys):
+    assert _query(capsys, tmp_path, "select 8859630.123456::double as energy_j", "csv")[1] == "energy_j\n8859630.123456\n"
+
+
+def test_query_json_keeps_a_sum_beyond_64_bits_an_exact_integer(tmp_path, capsys):
+    sql = "select sum(x) as total_ns from (values (3995705045432082993983::hugeint), (1::hugeint)) t(x)"
+    assert _query(capsys, tmp_path, sql, "json")[1] == '[{"total_ns":3995705045432082993984}]\n'
+
+
+def test_query_json_keeps_a_sum_of_bigints_an_integer(tmp_path, capsys):
+    assert _query(capsys, tmp_path, "select sum(x) as s from (values (1::bigint), (2::bigint)) t(x)", "json")[1] == '[{"s":3}]\n'
+
+
+def test_query_refuses_a_statement_that_writes_files(dataset, capsys):
+    target = dataset / "out.csv"
+    code, out, err = _query(capsys, dataset, f"copy (select * from kernels) to '{target}'")
+    assert (code, out, target.exists()) == (2, "", False)
+    assert err == ("gpulens: error: SQL error: COPY statements are not run: gpulens query only reads the dataset "
+                   "(write results with --format csv or json)\n")
+
+
+def test_query_runs_one_query_at_a_time(tmp_path, capsys):
+    assert _query(capsys, tmp_path, "select 1; select 2")[::2] == (2, "gpulens: error: SQL error: one query at a time (2 given)\n")
+
+
+def test_query_runs_settings_before_its_query(tmp_path, capsys):
+    assert _query(capsys, tmp_path, "set threads = 1; select 2 as b", "csv")[:2] == (0, "b\n2\n")
+
+
+def test_query_may_start_with_a_sql_comment(tmp_path, capsys):
+    assert _query(capsys, tmp_path, "-- the answer\nselect 42 as answer", "csv")[:2] == (0, "answer\n42\n")
