@@ -98,6 +98,46 @@ def test_watch_ignores_files_that_are_not_traces(tmp_path: Path) -> None:
         ["job.out", "metrics.csv"], [], [], None)
 
 
+def test_watch_reports_a_profiler_named_file_that_is_no_trace(tmp_path: Path) -> None:
+    folder, clock = tmp_path / "handler", FakeClock()
+    folder.mkdir()
+    bad = folder / "host_1.123.pt.trace.json"
+    append(bad, "this is not json\n", 1_000)
+    watcher = TraceWatcher(folder, tmp_path / "out", give_up_after_s=30.0, clock=clock)
+    watcher.poll()
+    watcher.poll()
+    clock.now_s = 31.0
+    report = watcher.poll()
+    assert [(f.path, f.problem.startswith("unknown trace format")) for f in report.failures] == [(str(bad), True)]
+
+
+def test_watch_restarted_does_not_ingest_again_what_the_dataset_holds(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    trace = folder / "host_1.123.pt.trace.json"
+    append(trace, kineto_text(), 1_000)  # written long before it was ingested
+    first = TraceWatcher(folder, out, clock=FakeClock())
+    first.poll()
+    assert len(first.poll().results) == 1
+    restarted = TraceWatcher(folder, out, clock=FakeClock())
+    assert (restarted.poll(), restarted.poll()) == (None, None)
+
+
+def test_watch_restarted_ingests_a_file_changed_since(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    trace = folder / "host_1.123.pt.trace.json"
+    append(trace, kineto_text(), 1_000)
+    first = TraceWatcher(folder, out, clock=FakeClock())
+    first.poll()
+    first.poll()
+    later_ns = (os.stat(next(out.glob("traces/run=*/runs/*.parquet"))).st_mtime_ns + 10**9)
+    os.utime(trace, ns=(later_ns, later_ns))
+    restarted = TraceWatcher(folder, out, clock=FakeClock())
+    restarted.poll()
+    assert [Path(r.path).name for r in restarted.poll().results] == [trace.name]
+
+
 def test_watch_missing_folder_is_quiet(tmp_path: Path) -> None:
     assert TraceWatcher(tmp_path / "not-yet", tmp_path / "out").poll() is None
 

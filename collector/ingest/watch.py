@@ -13,7 +13,13 @@ once it is complete:
 
 Each (path, size, mtime) is handled once: ingested, skipped (not a trace)
 or reported as failed. A file that changes afterwards is looked at again;
-ingesting it again replaces its rows (see `store`).
+ingesting it again replaces its rows (see `store`). A file the dataset
+already holds, ingested after its last change (its `runs` row's
+`ingested_at`), is not ingested again when the watcher restarts.
+
+Files named as `tensorboard_trace_handler` names its output
+(`*.pt.trace.json[.gz]`) are meant as traces: one that is no known format
+is reported, not skipped as other files in the folder are.
 """
 
 from __future__ import annotations
@@ -25,9 +31,26 @@ from pathlib import Path
 from typing import Callable
 
 from collector.ingest.batch import FileFailure, FileResult, IngestReport, SkippedFile, find_traces, ingest_file
-from collector.ingest.store import sanitise_run
+from collector.ingest.store import run_dir, sanitise_run
 
 Signature = tuple[int, int]  # size in bytes, mtime in ns
+_HANDLER_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+
+
+def _ingested_sources(out: Path, run: str) -> dict[str, int]:
+    """When each source of `run` in the dataset was ingested (its runs rows)."""
+    import pyarrow.parquet as pq
+
+    ingested: dict[str, int] = {}
+    for path in sorted((run_dir(out, run) / "runs").glob("*.parquet")):
+        try:
+            table = pq.read_table(path, columns=["source_path", "ingested_at"])
+        except (OSError, ValueError):
+            continue
+        for source, at in zip(table.column("source_path").to_pylist(), table.column("ingested_at").cast("int64").to_pylist()):
+            if source is not None and at is not None:
+                ingested[source] = max(ingested.get(source, 0), at * 1000)  # µs -> ns
+    return ingested
 
 
 @dataclass
@@ -48,11 +71,16 @@ class TraceWatcher:
         self._previous: dict[str, Signature] = {}
         self._handled: dict[str, Signature] = {}
         self._failing: dict[str, _Failing] = {}
+        # source path -> when the dataset last ingested it (ns since the epoch)
+        self._ingested_ns = _ingested_sources(self.out, self.run)
 
     def poll(self) -> IngestReport | None:
         """Ingest the files that became complete; None when nothing happened."""
         started = time.perf_counter()
         current = self._scan()
+        for path, signature in current.items():
+            if path not in self._handled and signature[1] <= self._ingested_ns.get(os.path.realpath(path), -1):
+                self._handled[path] = signature  # in the dataset since its last change
         ready = [path for path, signature in current.items()
                  if signature[0] > 0 and self._previous.get(path) == signature and self._handled.get(path) != signature]
         self._previous = current
@@ -77,7 +105,8 @@ class TraceWatcher:
         return signatures
 
     def _ingest(self, path: str, signature: Signature, report: IngestReport) -> None:
-        outcome = ingest_file(path, self.run, str(self.out), explicit=False)
+        explicit = path.lower().endswith(_HANDLER_SUFFIXES)
+        outcome = ingest_file(path, self.run, str(self.out), explicit=explicit)
         if isinstance(outcome, FileFailure) and not self._give_up(path, signature):
             return  # maybe still being written: try again at the next poll
         self._failing.pop(path, None)
