@@ -53,8 +53,11 @@ def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
 @click.option("--watch-traces", "watch_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also ingest each new trace file that appears in this folder once it is complete.")
 @click.option("--run", "run_name", default=None, help="Run name for traces ingested by --watch-traces.")
+@click.option("--no-telemetry", is_flag=True, default=False,
+              help="With --watch-traces: only ingest traces, sampling no GPU (a login node, a file server).")
 @_backend_options
-def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watch_dir, run_name, backend, sim_gpus, sim_profile, seed):
+def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watch_dir, run_name, no_telemetry,
+            backend, sim_gpus, sim_profile, seed):
     """Sample GPU telemetry into a Parquet dataset until stopped.
 
     SIGTERM or Ctrl-C flushes what is buffered and exits 0.
@@ -62,8 +65,16 @@ def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watc
     import socket
 
     from collector.daemon import CollectOptions, Collector
+    from collector.errors import UsageError
 
     logging.basicConfig(level=logging.INFO, format="gpulens collect: %(message)s", stream=sys.stderr)
+    if run_name is not None and watch_dir is None:
+        raise UsageError("--run names the traces of --watch-traces; give --watch-traces DIR too")
+    if no_telemetry:
+        if watch_dir is None:
+            raise UsageError("--no-telemetry leaves nothing to do without --watch-traces DIR")
+        _watch_only(watch_dir, out, run_name, duration_s)
+        return
     options = CollectOptions(
         out=out, interval_s=interval_s, flush_every_s=flush_every_s, slow_every_s=slow_every_s,
         duration_s=duration_s, host=host or socket.gethostname(),
@@ -107,12 +118,30 @@ class _WatcherThread(threading.Thread):
                     log.error("%s", failure.message)
 
 
-def _start_trace_watcher(directory: Path, out: Path, run: str | None) -> _WatcherThread:
+def _start_trace_watcher(directory: Path, out: Path, run: str | None, period_s: float = 2.0) -> _WatcherThread:
     from collector.ingest.watch import TraceWatcher
 
-    thread = _WatcherThread(TraceWatcher(directory, out, run))
+    watcher = TraceWatcher(directory, out, run)
+    logging.getLogger("gpulens.watch").info("watching %s for traces (run %s) into %s%s", directory, watcher.run, out,
+                                            "" if directory.is_dir() else " (the folder does not exist yet)")
+    thread = _WatcherThread(watcher, period_s)
     thread.start()
     return thread
+
+
+def _watch_only(directory: Path, out: Path, run: str | None, duration_s: float | None, period_s: float = 2.0) -> None:
+    """`collect --no-telemetry`: the trace watcher alone, until SIGTERM, Ctrl-C or --duration."""
+    import signal
+
+    thread = _start_trace_watcher(directory, out, run, period_s)
+    previous = {signum: signal.signal(signum, lambda *_: thread.stop.set()) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        thread.stop.wait(duration_s)
+    finally:
+        thread.stop.set()
+        thread.join(timeout=30)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @click.command()

@@ -161,3 +161,21 @@ def test_collect_logs_each_trace_its_watcher_ingests(tmp_path: Path, caplog) -> 
         thread.stop.set()
         thread.join(timeout=10)
     assert [r.getMessage() for r in caplog.records] == [f"ingested {trace}: kineto, run job, rank 1, 3 kernels"]
+
+
+def test_collect_without_telemetry_only_ingests_traces(tmp_path: Path) -> None:
+    from collector.cli import _watch_only
+
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    (folder / "host_1.123.pt.trace.json").write_text(kineto_text())
+    _watch_only(folder, out, "job", duration_s=1.0, period_s=0.02)
+    assert (kernel_rows(out), sorted(p.name for p in out.iterdir() if not p.name.startswith("."))) == (3, ["traces"])
+
+
+def test_collect_run_name_without_a_trace_folder_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    from dashboard import cli
+
+    code = cli.main(["collect", "--backend", "sim", "--run", "job", "--out", str(tmp_path / "out")])
+    assert (code, capsys.readouterr().err) == (
+        2, "gpulens: error: --run names the traces of --watch-traces; give --watch-traces DIR too\n")
