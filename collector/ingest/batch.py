@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 from collector.errors import DatasetError, TraceError
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
-from collector.ingest.store import STAGING_DIR, run_dir, sanitise_run, source_id, write_source
+from collector.ingest.store import STAGING_DIR, read_runs, sanitise_run, source_id, write_source
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -239,19 +239,12 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
 
 def _sources_in_runs(out: Path, runs: list[str]) -> list[tuple[str, str, int, str]]:
     """(run, format, rank, source path) of every source the dataset holds
-    in `runs`, this call's included (read from their `runs` tables)."""
-    if not runs:
-        return []
-    import pyarrow.parquet as pq
-
+    in `runs`, this call's included."""
     found = []
     for run in runs:
-        for path in sorted((run_dir(out, run) / "runs").glob("*.parquet")):
-            try:
-                table = pq.read_table(path, columns=["source_format", "rank", "source_path"])
-            except (OSError, ValueError):  # unreadable: the analyses will say so
-                continue
-            found.extend((run, *row.values()) for row in table.to_pylist() if row["rank"] is not None)
+        for row in read_runs(out, run, ["source_format", "rank", "source_path"]).to_pylist():
+            if row["rank"] is not None:
+                found.append((run, row["source_format"], row["rank"], row["source_path"]))
     return found
 
 

@@ -15,7 +15,7 @@ depend on the folder names.
 Atomicity: all tables of a source are first written under `OUT/.staging/`
 (same filesystem), fsynced, then renamed into place. Any failure before the
 renames leaves nothing of that source behind and the previous ingest of it
-untouched. Staged files sit in a per-attempt folder, so the node writer's
+untouched; a failed rename puts the previous ingest's files back. Staged files sit in a per-attempt folder, so the node writer's
 sweep of stray `*.tmp` files in `.staging/` cannot touch them.
 
 Durability: the staged files are fsynced (all written first, then synced,
@@ -67,6 +67,21 @@ def run_dir(out: Path, run: str) -> Path:
 
 def table_path(out: Path, run: str, table: str, source: str) -> Path:
     return run_dir(out, run) / table / f"{source}.parquet"
+
+
+def read_runs(out: Path, run: str, columns: list[str]) -> pa.Table:
+    """`columns` of the `runs` rows the dataset holds for `run`: one row per
+    source and rank. A file that cannot be read is left out (the analyses
+    name it)."""
+    tables = []
+    for path in sorted((run_dir(out, run) / "runs").glob("*.parquet")):
+        try:
+            tables.append(pq.read_table(path, columns=columns))
+        except (OSError, ValueError):
+            continue
+    if not tables:
+        return TRACE_SCHEMAS["runs"].empty_table().select(columns)
+    return pa.concat_tables(tables)
 
 
 def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) -> dict[str, int]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from collector.ingest.batch import FileFailure, FileResult, IngestReport, SkippedFile, find_traces, ingest_file
-from collector.ingest.store import run_dir, sanitise_run
+from collector.ingest.store import read_runs, sanitise_run
 
 Signature = tuple[int, int]  # size in bytes, mtime in ns
 _HANDLER_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
@@ -39,17 +39,11 @@ _HANDLER_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 
 def _ingested_sources(out: Path, run: str) -> dict[str, int]:
     """When each source of `run` in the dataset was ingested (its runs rows)."""
-    import pyarrow.parquet as pq
-
+    table = read_runs(out, run, ["source_path", "ingested_at"])
     ingested: dict[str, int] = {}
-    for path in sorted((run_dir(out, run) / "runs").glob("*.parquet")):
-        try:
-            table = pq.read_table(path, columns=["source_path", "ingested_at"])
-        except (OSError, ValueError):
-            continue
-        for source, at in zip(table.column("source_path").to_pylist(), table.column("ingested_at").cast("int64").to_pylist()):
-            if source is not None and at is not None:
-                ingested[source] = max(ingested.get(source, 0), at * 1000)  # µs -> ns
+    for source, at in zip(table.column("source_path").to_pylist(), table.column("ingested_at").cast("int64").to_pylist()):
+        if source is not None and at is not None:
+            ingested[source] = max(ingested.get(source, 0), at * 1000)  # µs -> ns
     return ingested
 
 
