@@ -98,10 +98,7 @@ def _read(path: Path) -> tuple[KinetoTrace, Accumulator]:
         raise TraceError(str(path), "empty file")
     data = data.removeprefix(kineto_stream.UTF8_BOM)
     try:
-        try:
-            trace = _DECODER.decode(data)
-        except UnicodeDecodeError:
-            trace = _DECODER.decode(kineto_stream.valid_utf8(data))
+        trace = kineto_stream.decode_utf8_leniently(_DECODER, data)
     except msgspec.ValidationError as error:
         raise TraceError(str(path), f"not a PyTorch profiler (Kineto) trace: {error}") from None
     except msgspec.DecodeError as error:

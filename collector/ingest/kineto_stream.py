@@ -64,20 +64,22 @@ def decode_events(data: bytes) -> list[PhasedEvent] | list[KinetoEvent]:
     (an event without `ph` or of an unknown phase; see `kineto_schema`).
     Raises msgspec.DecodeError where the lenient decoder does too."""
     try:
-        return _PHASED.decode(data)
+        return decode_utf8_leniently(_PHASED, data)
     except msgspec.ValidationError:
-        return _EVENTS.decode(data)
-    except UnicodeDecodeError:
-        return decode_events(valid_utf8(data))
+        return decode_utf8_leniently(_EVENTS, data)
 
 
-def valid_utf8(data: bytes | bytearray) -> bytes:
-    """`data` with bytes that are not UTF-8 replaced by U+FFFD.
+def decode_utf8_leniently(decoder: msgspec.json.Decoder, data: bytes | bytearray):
+    """`decoder.decode(data)`, where bytes that are not UTF-8 become U+FFFD.
 
     Names are C++ symbols and Python frames; a stray Latin-1 byte in one of
     them (a path, a docstring) should cost that character, not the trace.
+    The repair copies the text, so it is made only where decoding failed.
     """
-    return bytes(data).decode("utf-8", errors="replace").encode("utf-8")
+    try:
+        return decoder.decode(data)
+    except UnicodeDecodeError:
+        return decoder.decode(bytes(data).decode("utf-8", errors="replace").encode("utf-8"))
 
 
 class NotStreamable(Exception):
@@ -166,10 +168,7 @@ class TraceStream:
 
 def _decode(decoder: msgspec.json.Decoder, data: bytes | bytearray) -> KinetoTrace:
     try:
-        try:
-            return decoder.decode(data)
-        except UnicodeDecodeError:
-            return decoder.decode(valid_utf8(data))
+        return decode_utf8_leniently(decoder, data)
     except msgspec.DecodeError:
         raise NotStreamable from None
 
