@@ -88,6 +88,9 @@ def open_maybe_gzip(path: Path):
     return handle
 
 
+# A trace with nothing that ran on a GPU has nothing to analyse: an error.
+NO_GPU_EVENTS = "no GPU events (kernels, memcpy or memset)"
+
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 
 

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from collector.errors import TraceError
 from collector.ingest import kineto_stream
 from collector.ingest.arrays import constant, to_int
-from collector.ingest.base import ParsedTrace, build_table, rank_from_filename
+from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, rank_from_filename
 from collector.ingest.buffer import read_buffer
 from collector.ingest.kineto_collectives import build_collectives
 from collector.ingest.kineto_columns import TABLES, Accumulator
@@ -71,7 +71,7 @@ def sniff(head: bytes, path: Path) -> bool:
 def parse(path: Path, run: str) -> ParsedTrace:
     metadata, events = _read(path)
     if not events.rows["kernels"]:
-        raise TraceError(str(path), "no GPU events (kernels, memcpy or memset)")
+        raise TraceError(str(path), NO_GPU_EVENTS)
     clock = _clock(metadata, events.first_ts_ns())
     rank, rank_source = _rank(metadata, path)
     rows = {table: events.result(table, clock.offset_ns) for table in TABLES}

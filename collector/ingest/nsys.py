@@ -63,7 +63,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest.base import ParsedTrace, build_table, open_maybe_gzip, rank_from_filename
+from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, open_maybe_gzip, rank_from_filename
 from collector.ingest.categories import categorise
 from collector.schema import TRACE_SCHEMAS, TS_TYPE
 
@@ -208,7 +208,7 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     gpu = [_kernels(conn, tables, params), _memcpys(conn, tables, params), _memsets(conn, tables, params)]
     gpu = [columns for columns in gpu if columns.get("start_ns")]
     if not gpu:
-        raise TraceError(str(path), "no GPU events (kernels, memcpy or memset)")
+        raise TraceError(str(path), NO_GPU_EVENTS)
     processes = _processes(gpu, path)
     cpu = {"api_calls": _runtime_calls(conn, tables, params), "annotations": _nvtx_ranges(conn, tables, params)}
 
