@@ -157,8 +157,9 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     if refused:
         raise QueryError(f"SQL error: {', '.join(refused)} statements are not run: gpulens query only reads the "
                          "dataset (write results with --format csv or json)")
-    if sum(kind in _QUERIES for kind in kinds) > 1:
-        raise QueryError(f"SQL error: one query at a time ({sum(kind in _QUERIES for kind in kinds)} given)")
+    queries = sum(kind in _QUERIES for kind in kinds)
+    if queries > 1:
+        raise QueryError(f"SQL error: one query at a time ({queries} given)")
     try:
         relation = con.sql(sql)
         if relation is None:
