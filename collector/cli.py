@@ -114,6 +114,8 @@ class _WatcherThread(threading.Thread):
                     log.info("ingested %s", result.line)
                     for warning in result.warnings:
                         log.warning("%s: %s", result.path, warning)
+                for shared in report.shared_ranks:
+                    log.warning("%s", shared.message)
                 for failure in report.failures:
                     log.error("%s", failure.message)
 

@@ -138,6 +138,71 @@ def test_watch_restarted_ingests_a_file_changed_since(tmp_path: Path) -> None:
     assert [Path(r.path).name for r in restarted.poll().results] == [trace.name]
 
 
+def test_watch_ingests_a_rocprof_process_as_one_source(tmp_path: Path) -> None:
+    from tests.test_ingest_rocprof import HIP_API_TRACE, KERNEL_TRACE
+
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    (folder / "4242_kernel_trace.csv").write_text(KERNEL_TRACE)
+    (folder / "4242_hip_api_trace.csv").write_text(HIP_API_TRACE)
+    watcher = TraceWatcher(folder, out, clock=FakeClock())
+    watcher.poll()
+    report = watcher.poll()
+    kernels = pq.read_table(next(out.glob("traces/run=*/kernels/*.parquet")), columns=["correlation_id", "launch_call_name"])
+    assert ([r.path for r in report.results], sorted(kernels.to_pylist(), key=lambda k: k["correlation_id"])) == (
+        [str(folder.resolve() / "4242_*")],
+        [{"correlation_id": 101, "launch_call_name": "hipMemsetAsync"},
+         {"correlation_id": 103, "launch_call_name": "hipExtLaunchKernel"},
+         {"correlation_id": 105, "launch_call_name": "hipLaunchKernel"}])
+
+
+def test_watch_restarted_does_not_ingest_again_a_rocprof_process_the_dataset_holds(tmp_path: Path) -> None:
+    from tests.test_ingest_rocprof import HIP_API_TRACE, KERNEL_TRACE
+
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    append(folder / "4242_kernel_trace.csv", KERNEL_TRACE, 1_000)
+    append(folder / "4242_hip_api_trace.csv", HIP_API_TRACE, 1_000)
+    first = TraceWatcher(folder, out, clock=FakeClock())
+    first.poll()
+    assert len(first.poll().results) == 1
+    restarted = TraceWatcher(folder, out, clock=FakeClock())
+    assert (restarted.poll(), restarted.poll()) == (None, None)
+
+
+def test_watch_ingests_a_growing_file_again_only_after_reingest_after_s(tmp_path: Path) -> None:
+    folder, out, clock = tmp_path / "handler", tmp_path / "out", FakeClock()
+    folder.mkdir()
+    log = folder / "rank0.json"
+    append(log, kineto_text(), 1_000)
+    watcher = TraceWatcher(folder, out, reingest_after_s=30.0, clock=clock)
+    watcher.poll()
+    first = watcher.poll()
+    log.write_text(kineto_text(rank=0).replace("gemm_2", "gemm_2b"))
+    os.utime(log, ns=(2_000, 2_000))  # grown and paused again
+    clock.now_s = 10.0
+    watcher.poll()
+    too_soon = watcher.poll()
+    clock.now_s = 31.0
+    again = watcher.poll()
+    assert (len(first.results), too_soon, [Path(r.path).name for r in again.results], watcher.poll()) == (
+        1, None, ["rank0.json"], None)
+
+
+def test_watch_reports_ranks_that_two_files_share(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    (folder / "job1.json").write_text(kineto_text(rank=0))
+    watcher = TraceWatcher(folder, out, run="job", clock=FakeClock())
+    watcher.poll()
+    first = watcher.poll()
+    (folder / "job2.json").write_text(kineto_text(rank=0))
+    watcher.poll()
+    second = watcher.poll()
+    assert (first.shared_ranks, [(s.rank, [Path(p).name for p in s.paths]) for s in second.shared_ranks]) == (
+        [], [(0, ["job1.json", "job2.json"])])
+
+
 def test_watch_missing_folder_is_quiet(tmp_path: Path) -> None:
     assert TraceWatcher(tmp_path / "not-yet", tmp_path / "out").poll() is None
 

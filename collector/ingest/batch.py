@@ -190,7 +190,10 @@ class IngestReport:
 
 
 @dataclass(frozen=True)
-class _Task:
+class Source:
+    """What one process parses and writes as one source: a file, or the
+    CSVs of one rocprofv3 process."""
+
     # The file; for a source of several files, what names them together.
     path: str
     run: str
@@ -232,12 +235,12 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
             report.failures.append(outcome)
     report.results.sort(key=lambda r: r.path)
     report.failures.sort(key=lambda f: f.path)
-    report.earlier = _sources_in_runs(out, report.runs)
+    report.earlier = sources_in_runs(out, report.runs)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _sources_in_runs(out: Path, runs: list[str]) -> list[tuple[str, str, int, str]]:
+def sources_in_runs(out: Path, runs: list[str]) -> list[tuple[str, str, int, str]]:
     """(run, format, rank, source path) of every source the dataset holds
     in `runs`, this call's included."""
     found = []
@@ -326,11 +329,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return None
 
 
-def _run_task(task: _Task, out: str) -> FileResult | FileFailure | SkippedFile:
+def _run_task(task: Source, out: str) -> FileResult | FileFailure | SkippedFile:
     return ingest_file(task.path, task.run, out, task.explicit, task.parts)
 
 
-def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Iterator[FileResult | FileFailure | SkippedFile]:
+def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool) -> Iterator[FileResult | FileFailure | SkippedFile]:
     """Each task's outcome, as `jobs` processes finish them: this one and
     `jobs - 1` workers (none for inputs under PARALLEL_MIN_CONTENT_BYTES).
 
@@ -406,15 +409,15 @@ def _run(tasks: list[_Task], out: Path, jobs: int | None, progress: bool) -> Ite
 class _TaskQueue:
     """Tasks in the order to start them, taken by two threads."""
 
-    def __init__(self, tasks: list[_Task]) -> None:
+    def __init__(self, tasks: list[Source]) -> None:
         self._tasks = deque(tasks)
         self._lock = threading.Lock()
 
-    def take(self, n: int) -> list[_Task]:
+    def take(self, n: int) -> list[Source]:
         with self._lock:
             return [self._tasks.popleft() for _ in range(min(n, len(self._tasks)))]
 
-    def put_back(self, task: _Task) -> None:
+    def put_back(self, task: Source) -> None:
         with self._lock:
             self._tasks.appendleft(task)
 
@@ -423,7 +426,7 @@ class _TaskQueue:
             self._tasks.clear()
 
 
-def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, _Task]], queue: _TaskQueue, out: str,
+def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, Source]], queue: _TaskQueue, out: str,
           finished: SimpleQueue) -> None:
     """Keep each worker busy with the queue's next task; put every outcome
     on `finished`, then None (always: the caller waits for it)."""
@@ -519,7 +522,7 @@ class _Progress:
 # --- turning arguments into files ------------------------------------------------
 
 
-def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[list[_Task], list[FileFailure]]:
+def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[list[Source], list[FileFailure]]:
     """The files the arguments name, all in one run."""
     found: list[tuple[Path, bool]] = []
     failures: list[FileFailure] = []
@@ -542,7 +545,14 @@ def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[li
         else:
             failures.append(FileFailure(str(argument), "no such file or directory"))
     name = sanitise_run(run if run is not None else default_run_name(arguments, [file for file, _ in found]))
-    tasks: list[_Task] = []
+    return sources_of(found, name), failures
+
+
+def sources_of(found: list[tuple[Path, bool]], run: str) -> list[Source]:
+    """The sources among `found` (file, named explicitly): a file each, but
+    one for all the CSVs of one rocprofv3 process; a file reached twice
+    (through a link and by name) once. The watcher groups its files so too."""
+    tasks: list[Source] = []
     seen: set[str] = set()
     processes: dict[str, list[tuple[Path, bool]]] = {}
     for file, explicit in found:
@@ -554,10 +564,10 @@ def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[li
         if process is not None:
             processes.setdefault(process, []).append((file, explicit))
         else:
-            tasks.append(_Task(str(file), name, explicit))
+            tasks.append(Source(str(file), run, explicit))
     for process, files in processes.items():
-        tasks.append(_Task(process, name, any(explicit for _, explicit in files), tuple(str(f) for f, _ in files)))
-    return tasks, failures
+        tasks.append(Source(process, run, any(explicit for _, explicit in files), tuple(str(f) for f, _ in files)))
+    return tasks
 
 
 def _rocprof_process(file: Path) -> str | None:
@@ -648,6 +658,7 @@ def _one_line(text: str) -> str:
 
 
 __all__ = [
-    "FileFailure", "FileResult", "IngestReport", "SkippedFile", "STAGING_DIR",
-    "common_stem", "default_run_name", "find_traces", "ingest_file", "ingest_paths", "trace_stem",
+    "FileFailure", "FileResult", "IngestReport", "SkippedFile", "Source", "STAGING_DIR",
+    "common_stem", "default_run_name", "find_traces", "ingest_file", "ingest_paths", "sources_of", "sources_in_runs",
+    "trace_stem",
 ]

@@ -11,11 +11,26 @@ once it is complete:
   fails is retried silently at the next polls, and reported as failed only
   once it has stayed unchanged and unparseable for `give_up_after_s`.
 
-Each (path, size, mtime) is handled once: ingested, skipped (not a trace)
-or reported as failed. A file that changes afterwards is looked at again;
-ingesting it again replaces its rows (see `store`). A file the dataset
-already holds, ingested after its last change (its `runs` row's
+The unit is a source, as for `gpulens ingest` (`batch.sources_of`): a
+file, or all the CSVs of one rocprofv3 process (its kernels link to the
+HIP calls in its other file, so they are parsed together; a process whose
+second file appears later is ingested again with it). A source is ready
+when every one of its files is.
+
+Each version of a source (its files' sizes and mtimes) is handled once:
+ingested, skipped (not a trace) or reported as failed. A source that
+changes afterwards is looked at again; ingesting it again replaces its
+rows (see `store`). A growing one (an NCCL log appended to by a job that
+pauses now and then) is re-read whole each time, so it is re-ingested at
+most every `reingest_after_s`, and never more often than ten times its
+last ingest took: the watcher spends at most a tenth of its time on one
+growing file, and its final version is still ingested. A source the
+dataset already holds, ingested after its last change (its `runs` row's
 `ingested_at`), is not ingested again when the watcher restarts.
+
+Files in subfolders belong to the same run (rocprofv3 writes a folder per
+host and process; ranks may sit in `rankN/` folders); watch one folder
+per run.
 
 Files named as `tensorboard_trace_handler` names its output
 (`*.pt.trace.json[.gz]`) are meant as traces: one that is no known format
@@ -30,11 +45,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from collector.ingest.batch import FileFailure, FileResult, IngestReport, SkippedFile, find_traces, ingest_file
+from collector.ingest.batch import (FileFailure, FileResult, IngestReport, SkippedFile, Source, find_traces, ingest_file,
+                                    sources_in_runs, sources_of)
 from collector.ingest.store import read_runs, sanitise_run
 
-Signature = tuple[int, int]  # size in bytes, mtime in ns
+# Size in bytes and mtime in ns of each of a source's files, by path.
+Signature = tuple[tuple[str, int, int], ...]
 _HANDLER_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+# A changed source is ingested again at most this often, and at most every
+# ten times its last ingest took (see the module docstring).
+REINGEST_AFTER_S = 30.0
+_REINGEST_COST_FACTOR = 10.0
 
 
 def _ingested_sources(out: Path, run: str) -> dict[str, int]:
@@ -53,68 +74,97 @@ class _Failing:
     since_s: float
 
 
+@dataclass
+class _Ingested:
+    at_s: float
+    took_s: float
+
+
 class TraceWatcher:
     def __init__(self, directory: Path, out: Path, run: str | None = None, *, give_up_after_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 reingest_after_s: float = REINGEST_AFTER_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.directory = Path(directory)
         self.out = Path(out)
         # A handler folder is one run: its files are the ranks.
         self.run = sanitise_run(run if run is not None else Path(os.path.abspath(self.directory)).name)
         self.give_up_after_s = give_up_after_s
+        self.reingest_after_s = reingest_after_s
         self._clock = clock
+        # By source (`Source.path`).
         self._previous: dict[str, Signature] = {}
         self._handled: dict[str, Signature] = {}
         self._failing: dict[str, _Failing] = {}
+        self._ingested: dict[str, _Ingested] = {}
         # source path -> when the dataset last ingested it (ns since the epoch)
         self._ingested_ns = _ingested_sources(self.out, self.run)
 
     def poll(self) -> IngestReport | None:
-        """Ingest the files that became complete; None when nothing happened."""
+        """Ingest the sources that became complete; None when nothing happened."""
         started = time.perf_counter()
-        current = self._scan()
-        for path, signature in current.items():
-            if path not in self._handled and signature[1] <= self._ingested_ns.get(os.path.realpath(path), -1):
-                self._handled[path] = signature  # in the dataset since its last change
-        ready = [path for path, signature in current.items()
-                 if signature[0] > 0 and self._previous.get(path) == signature and self._handled.get(path) != signature]
-        self._previous = current
+        sources = self._scan()
+        for key, (_, signature) in sources.items():
+            if key not in self._handled and _last_change_ns(signature) <= self._ingested_ns.get(os.path.realpath(key), -1):
+                self._handled[key] = signature  # in the dataset since its last change
+        ready = [source for key, (source, signature) in sources.items()
+                 if all(size > 0 for _, size, _ in signature) and self._previous.get(key) == signature
+                 and self._handled.get(key) != signature and self._due(key)]
+        self._previous = {key: signature for key, (_, signature) in sources.items()}
         report = IngestReport()
-        for path in ready:
-            self._ingest(path, current[path], report)
+        for source in ready:
+            self._ingest(source, sources[source.path][1], report)
         if not (report.results or report.failures or report.skipped):
             return None
+        if report.results:
+            # The shared-rank check also sees the run's earlier sources.
+            report.earlier = sources_in_runs(self.out, report.runs)
         report.seconds = time.perf_counter() - started
         return report
 
-    def _scan(self) -> dict[str, Signature]:
-        signatures: dict[str, Signature] = {}
+    def _scan(self) -> dict[str, tuple[Source, Signature]]:
         if not self.directory.is_dir():
-            return signatures
+            return {}
+        files: dict[str, tuple[int, int]] = {}
         for path in find_traces(self.directory, self.out):
             try:
                 status = path.stat()
             except OSError:
                 continue  # removed between listing and stat
-            signatures[str(path)] = (status.st_size, status.st_mtime_ns)
-        return signatures
+            files[str(path)] = (status.st_size, status.st_mtime_ns)
+        found = [(Path(path), path.lower().endswith(_HANDLER_SUFFIXES)) for path in files]
+        return {source.path: (source, tuple((part, *files[part]) for part in sorted(source.files)))
+                for source in sources_of(found, self.run)}
 
-    def _ingest(self, path: str, signature: Signature, report: IngestReport) -> None:
-        explicit = path.lower().endswith(_HANDLER_SUFFIXES)
-        outcome = ingest_file(path, self.run, str(self.out), explicit=explicit)
-        if isinstance(outcome, FileFailure) and not self._give_up(path, signature):
+    def _due(self, key: str) -> bool:
+        """Whether a source ingested before may be ingested again yet."""
+        last = self._ingested.get(key)
+        if last is None:
+            return True
+        wait_s = max(self.reingest_after_s, _REINGEST_COST_FACTOR * last.took_s)
+        return self._clock() - last.at_s >= wait_s
+
+    def _ingest(self, source: Source, signature: Signature, report: IngestReport) -> None:
+        began_s = self._clock()
+        outcome = ingest_file(source.path, self.run, str(self.out), explicit=source.explicit, parts=source.parts)
+        if isinstance(outcome, FileFailure) and not self._give_up(source.path, signature):
             return  # maybe still being written: try again at the next poll
-        self._failing.pop(path, None)
-        self._handled[path] = signature
+        self._failing.pop(source.path, None)
+        self._handled[source.path] = signature
         if isinstance(outcome, FileResult):
+            now_s = self._clock()
+            self._ingested[source.path] = _Ingested(now_s, now_s - began_s)
             report.results.append(outcome)
         elif isinstance(outcome, SkippedFile):
             report.skipped.append(outcome)
         else:
             report.failures.append(outcome)
 
-    def _give_up(self, path: str, signature: Signature) -> bool:
+    def _give_up(self, key: str, signature: Signature) -> bool:
         now = self._clock()
-        failing = self._failing.get(path)
+        failing = self._failing.get(key)
         if failing is None or failing.signature != signature:
-            failing = self._failing[path] = _Failing(signature, now)
+            failing = self._failing[key] = _Failing(signature, now)
         return now - failing.since_s >= self.give_up_after_s
+
+
+def _last_change_ns(signature: Signature) -> int:
+    return max(mtime_ns for _, _, mtime_ns in signature)
