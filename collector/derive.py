@@ -54,8 +54,9 @@ the delay's median and 95th percentile.
 gpu_phases, a new table: per (run, rank, device), its time tiled into rows
 of one phase: 'compute' when any compute kernel runs, else
 'communication', else 'memory', else 'idle'; rows are cut at multiples of
-PHASE_BUCKET_NS (their `bucket`) and carry the time of each phase before
-them, so the time of a phase up to any instant is one lookup.
+2^bucket_bits ns (their `bucket`: 2^24 ns, wider where a device's span
+would need more than PHASE_MAX_BUCKETS of those) and carry the time of each
+phase before them, so the time of a phase up to any instant is one lookup.
 """
 
 from __future__ import annotations
@@ -709,10 +710,24 @@ def _reach_before(ends: np.ndarray) -> np.ndarray:
     return reach
 
 
-# Phase rows are cut at every multiple of this (2^24 ns, about 17 ms), so a
-# time's row is found by an equality join on its bucket, not a sort.
-PHASE_BUCKET_NS = 1 << 24
+# Phase rows are cut at every multiple of 2^PHASE_BUCKET_BITS ns (about
+# 17 ms), so a time's row is found by an equality join on its bucket, not a
+# sort. A device whose span would take more than PHASE_MAX_BUCKETS buckets
+# (2.4 hours) gets wider ones: one kernel with a bogus time 51 days away
+# tiled 266 million rows and took 24 GB.
+PHASE_BUCKET_BITS = 24
+PHASE_BUCKET_NS = 1 << PHASE_BUCKET_BITS
+PHASE_MAX_BUCKETS = 1 << 19
 _IDLE = 3
+
+
+def bucket_bits(low_ns: int, high_ns: int) -> int:
+    """The bucket width (as a power of two, in ns) for tiling [low, high):
+    2^24, or the narrowest wider one that keeps to PHASE_MAX_BUCKETS."""
+    bits = PHASE_BUCKET_BITS
+    while ((high_ns - 1) >> bits) - (low_ns >> bits) + 1 > PHASE_MAX_BUCKETS:
+        bits += 1
+    return bits
 
 
 def _phases(rank: _RankKernels, key: tuple[str | None, int | None], summary: dict,
@@ -770,12 +785,13 @@ def _phases(rank: _RankKernels, key: tuple[str | None, int | None], summary: dic
         first = np.flatnonzero(opens)
         last = np.append(first[1:] - 1, len(seg_start) - 1)
         start_ns, end_ns, phase_code = seg_start[first], seg_end[last], seg_phase[first]
-        first_bucket = start_ns // PHASE_BUCKET_NS
-        pieces = (end_ns - 1) // PHASE_BUCKET_NS - first_bucket + 1
+        bits = bucket_bits(low, high)
+        first_bucket = start_ns >> bits
+        pieces = ((end_ns - 1) >> bits) - first_bucket + 1
         row = np.repeat(np.arange(len(start_ns)), pieces)
         bucket = first_bucket[row] + (np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces))
-        piece_start = np.maximum(start_ns[row], bucket * PHASE_BUCKET_NS)
-        piece_end = np.minimum(end_ns[row], (bucket + 1) * PHASE_BUCKET_NS)
+        piece_start = np.maximum(start_ns[row], bucket << bits)
+        piece_end = np.minimum(end_ns[row], (bucket + 1) << bits)
         piece_phase = phase_code[row]
         length = piece_end - piece_start
         before = {}
@@ -793,6 +809,7 @@ def _phases(rank: _RankKernels, key: tuple[str | None, int | None], summary: dic
             pa.array(piece_end, pa.int64()),
             pa.array(length, pa.int64()),
             pa.array(bucket, pa.int64()),
+            pa.array(np.full(count, bits), pa.int8()),
             pa.array(before["compute_before_ns"], pa.int64()),
             pa.array(before["communication_before_ns"], pa.int64()),
             pa.array(before["memory_before_ns"], pa.int64()),

@@ -227,14 +227,17 @@ ANNOTATIONS_SCHEMA = _schema(
 # Derived (collector.derive): each GPU's time of a rank tiled by phase:
 # compute (any compute kernel runs), else communication, else memory, else
 # idle; the main device's tiles span the rank's kernels there and its
-# profiler steps. Tiles are cut at multiples of 2^24 ns (`bucket` = start
-# // 2^24) and carry each phase's time before them on that device.
+# profiler steps. Tiles are cut at multiples of 2^bucket_bits ns (`bucket`
+# = start >> bucket_bits; 24 bits, more where a device's span is hours: see
+# collector.derive.PHASE_MAX_BUCKETS) and carry each phase's time before
+# them on that device.
 GPU_PHASES_SCHEMA = _schema(
     _RUN_RANK
     + [("device", pa.int32()), ("phase", pa.string())]
     + _INTERVAL
     + [
         ("bucket", pa.int64()),
+        ("bucket_bits", pa.int8()),
         ("compute_before_ns", pa.int64()),
         ("communication_before_ns", pa.int64()),
         ("memory_before_ns", pa.int64()),

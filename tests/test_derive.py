@@ -238,6 +238,20 @@ def test_gpu_phases_are_cut_at_bucket_bounds():
     assert [r["compute_before_ns"] for r in phases] == [0, phases[0]["dur_ns"], phases[0]["dur_ns"] + phases[1]["dur_ns"]]
 
 
+def test_gpu_phases_of_a_kernel_days_away_take_wider_buckets_not_millions_of_rows():
+    from collector.derive import PHASE_MAX_BUCKETS
+
+    # A bogus time 51 days after the other kernel: 2^24 ns buckets would be 266 million tiles.
+    days_51_us = 51 * 86_400 * 10**6
+    phases = derive_trace_tables(_tables(
+        kernels=[(1, "compute", 7, 0, 100), (2, "compute", 7, days_51_us, days_51_us + 100)],
+    ))["gpu_phases"].to_pylist()
+    bits = {r["bucket_bits"] for r in phases}
+    assert (bits, len(phases) <= PHASE_MAX_BUCKETS + 3, sum(r["dur_ns"] for r in phases),
+            [r["bucket"] for r in phases] == [r["start_ns"] >> 33 for r in phases]) == (
+        {33}, True, (days_51_us + 100) * US, True)
+
+
 def _assert_rows_match(got: list[tuple], expected: list[tuple]) -> None:
     """Equal rows. Quantiles are compared to the last bit where this
     DuckDB build fuses its interpolation's multiply-add (as the one

@@ -23,7 +23,8 @@
 --
 -- How: the phases come tiled and with running totals from ingest
 -- (gpu_phases: each tile carries the time of each phase before it, and
--- tiles are cut at multiples of 2^24 ns, collector.derive.PHASE_BUCKET_NS).
+-- tiles are cut at multiples of 2^bucket_bits ns, 2^24 unless the device's
+-- span is hours: collector.derive.bucket_bits).
 -- The time of a phase up to an instant t is then one equality join on t's
 -- bucket, and a cell's phase times are the differences at its two ends, so
 -- the work grows with the steps and samples, not with the kernels. The
@@ -124,6 +125,11 @@ cells as (
     from sweep
     where end_ns > start_ns
 ),
+phase_buckets as (
+    -- each device's tile width (one per device)
+    select distinct run, rank, device, bucket_bits
+    from gpu_phases
+),
 cut_buckets as (
     -- each cell bound, with the bucket it starts and the one it ends (a
     -- bound on a bucket's edge is the end of the tile before it)
@@ -132,13 +138,17 @@ cut_buckets as (
         cuts.rank,
         gpus.gpu_index,
         cuts.t,
-        unnest([cuts.t // 16777216, (cuts.t - 1) // 16777216]) as bucket
+        unnest([cuts.t >> widths.bucket_bits, (cuts.t - 1) >> widths.bucket_bits]) as bucket
     from (
         select run, rank, start_ns as t from cells
         union
         select run, rank, end_ns from cells
     ) as cuts
     join gpus using (run, rank)
+    join phase_buckets as widths
+        on widths.run = cuts.run
+        and widths.rank = cuts.rank
+        and widths.device = gpus.gpu_index
 ),
 phase_time_at as (
     -- each phase's time up to t: the tile holding t (two tiles meeting at
