@@ -14,6 +14,7 @@ import pytest
 
 from collector.errors import TraceError
 from collector.ingest import kineto, kineto_stream
+from collector.ingest.arrays import us_to_ns
 from collector.ingest.base import ParsedTrace
 from collector.ingest.kineto_collectives import parse_group_ranks
 
@@ -335,6 +336,134 @@ def test_kineto_trace_with_a_byte_order_mark(tmp_path: Path) -> None:
     path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
     assert kineto.sniff(path.read_bytes(), path)
     assert kineto.parse(path, "r").tables["kernels"].num_rows == 6
+
+
+# --- one odd value costs that value or that event, not the trace -----------------------
+
+
+def odd_trace(tmp_path: Path, change, name: str = "t.json") -> Path:
+    """The hand-written trace with `change(events)` applied to its events."""
+    events = synthetic_events()
+    change(events)
+    return write_trace(tmp_path / name, synthetic_trace(traceEvents=events))
+
+
+def gemm_of(events: list[dict]) -> dict:
+    return next(e for e in events if e["name"] == "sm90_xmma_gemm_bf16")
+
+
+def skipped_events(parsed: ParsedTrace) -> dict[str, int]:
+    return orjson.loads(rows(parsed, "runs")[0]["metadata_json"])["skipped_events"]
+
+
+def test_kineto_times_written_as_text_are_read_as_numbers(tmp_path: Path) -> None:
+    path = odd_trace(tmp_path, lambda events: gemm_of(events).update(ts="1200.999", dur="30.002"))
+    gemm = kernel(kineto.parse(path, "r"), "sm90_xmma")
+    assert (gemm["start_ns"], gemm["dur_ns"], gemm["end_ns"]) == (BASE_NS + 1_200_999, 30_002, BASE_NS + 1_231_001)
+
+
+def test_kineto_time_text_not_a_number_skips_only_that_event(tmp_path: Path) -> None:
+    path = odd_trace(tmp_path, lambda events: gemm_of(events).update(ts="soon"))
+    assert [r["name"][:12] for r in rows(kineto.parse(path, "r"), "kernels")] == [
+        "Memcpy HtoD ", "Memset (Devi", "ncclDevKerne", "ncclKernel_A", "vectorized_e"]
+
+
+def test_kineto_time_text_not_a_number_is_counted_as_skipped(tmp_path: Path) -> None:
+    path = odd_trace(tmp_path, lambda events: gemm_of(events).update(dur=[30]))
+    parsed = kineto.parse(path, "r")
+    assert (skipped_events(parsed), parsed.events) == (
+        {"ac2g": 1, "python_function": 1, "(no cat)": 1, "kernel: ts or dur not a number": 1}, len(synthetic_events()))
+
+
+def test_kineto_time_text_nan_is_null(tmp_path: Path) -> None:
+    path = odd_trace(tmp_path, lambda events: gemm_of(events).update(dur="NaN"))
+    gemm = kernel(kineto.parse(path, "r"), "sm90_xmma")
+    assert (gemm["start_ns"], gemm["dur_ns"], gemm["end_ns"]) == (BASE_NS + 1_200_999, None, None)
+
+
+def test_kineto_nan_arg_does_not_lose_the_kernel(tmp_path: Path) -> None:
+    path = odd_trace(tmp_path, lambda events: gemm_of(events)["args"].update(loss=float("nan"), scale=float("-inf")))
+    gemm = kernel(kineto.parse(path, "r"), "sm90_xmma")
+    assert (gemm["start_ns"], gemm["dur_ns"], gemm["correlation_id"], gemm["grid"]) == (
+        BASE_NS + 1_200_999, 30_002, 500, "[132, 1, 1]")
+
+
+def test_kineto_nan_time_is_null(tmp_path: Path) -> None:
+    path = odd_trace(tmp_path, lambda events: gemm_of(events).update(dur=float("inf")))
+    gemm = kernel(kineto.parse(path, "r"), "sm90_xmma")
+    assert (gemm["start_ns"], gemm["dur_ns"], gemm["end_ns"]) == (BASE_NS + 1_200_999, None, None)
+
+
+def test_kineto_number_beyond_a_double_is_null(tmp_path: Path) -> None:
+    path = odd_trace(tmp_path, lambda events: gemm_of(events).update(dur=30.002))
+    path.write_text(path.read_text().replace('"dur": 30.002', '"dur": 1e999'))
+    assert kernel(kineto.parse(path, "r"), "sm90_xmma")["dur_ns"] is None
+
+
+def test_kineto_nan_text_inside_a_name_is_kept_verbatim(tmp_path: Path) -> None:
+    def change(events: list[dict]) -> None:
+        gemm_of(events)["args"]["loss"] = float("nan")
+        gemm_of(events)["name"] = "gemm(x: NaN, y: -Infinity)"
+    parsed = kineto.parse(odd_trace(tmp_path, change), "r")
+    assert kernel(parsed, "gemm(")["name"] == "gemm(x: NaN, y: -Infinity)"
+
+
+def test_kineto_infinity_in_device_properties_becomes_null(tmp_path: Path) -> None:
+    trace = synthetic_trace()
+    trace["deviceProperties"][0]["clockRate"] = float("inf")
+    run = rows(kineto.parse(write_trace(tmp_path / "t.json", trace), "r"), "runs")[0]
+    assert (run["device_name"], orjson.loads(run["metadata_json"])["device_properties"][0]) == (
+        "NVIDIA H100 80GB HBM3", {"id": 0, "name": "NVIDIA H100 80GB HBM3", "clockRate": None})
+
+
+def test_kineto_stream_reads_pieces_with_nan(tmp_path: Path) -> None:
+    path = odd_trace(tmp_path, lambda events: [e.setdefault("args", {}).update(loss=float("nan")) for e in events])
+    stream = kineto_stream.TraceStream(path, batch_bytes=200)
+    sizes = [len(batch) for batch in stream.batches()]
+    assert (len(sizes) > 5, sum(sizes), stream.metadata.baseTimeNanoseconds) == (True, len(synthetic_events()), BASE_NS)
+
+
+def test_kineto_odd_values_streamed_equal_whole_decode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def change(events: list[dict]) -> None:
+        for i, e in enumerate(events):
+            e.setdefault("args", {})["loss"] = float("nan") if i % 3 else 1.5
+        gemm_of(events)["ts"] = "1200.999"
+        next(e for e in events if e["cat"] == "python_function")["dur"] = "soon"
+    path = odd_trace(tmp_path, change)
+    monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 200)  # a cut every few events
+    streamed = kineto.parse(path, "r")
+    monkeypatch.setattr(kineto_stream.TraceStream, "batches", _not_streamable)
+    whole = kineto.parse(path, "r")
+    assert streamed.rows("kernels") == 6 and all(streamed.tables[t].drop(["ingested_at"] * (t == "runs")).equals(
+        whole.tables[t].drop(["ingested_at"] * (t == "runs"))) for t in whole.tables)
+
+
+def test_kineto_cut_inside_an_event_with_nan_still_fails_the_piece() -> None:
+    # So the stream tries the next boundary, as for any wrong cut.
+    with pytest.raises(msgspec.DecodeError):
+        kineto_stream.decode_events(b'[{"ph": "X", "args": {"loss": NaN}}, {"ph": "X", "name": "a}, {"ph": "X"}]')
+
+
+def test_kineto_truncated_piece_is_not_reread_for_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto_stream.json, "loads", _not_called)
+    with pytest.raises(msgspec.DecodeError):
+        kineto_stream.decode_events(b'[{"ph": "X", "name": "x: NaN"}, {"ph": "X", "name": "trunc')
+
+
+def test_kineto_text_over_the_repair_limit_is_not_reread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A whole large file would take ten times its size as Python objects.
+    monkeypatch.setattr(kineto_stream, "_MAX_REPAIR_BYTES", 16)
+    with pytest.raises(msgspec.DecodeError):
+        kineto_stream.decode_events(b'[{"ph": "X", "cat": "kernel", "args": {"loss": NaN}}]')
+
+
+def _not_called(*args, **kwargs):
+    raise AssertionError("re-read by Python's json")
+
+
+def test_us_to_ns_of_non_finite_or_out_of_range_is_null() -> None:
+    values = [1.5, float("nan"), float("inf"), float("-inf"), 1e17, -9.2e15, None]
+    assert us_to_ns(values).to_pylist() == [1500, None, None, None, None, -9_200_000_000_000_000_000, None]
 
 
 @pytest.mark.parametrize("dtype, element_bytes", [

@@ -13,6 +13,10 @@ the double can still tell nanoseconds apart: |ts| < 2**43 µs (about 101.8
 days). Kineto's `ts` relative to `baseTimeNanoseconds` stays far below that;
 integer microseconds (older Kineto writes epoch µs as integers) are exact up
 to 2**53 µs. Beyond 2**43 µs a fractional value is within 1 ns.
+
+A time no int64 of nanoseconds holds (NaN or an infinity, which a time
+written as text can spell, or beyond ±2**63 ns, about 292 years) is NULL,
+not an error that costs the file.
 """
 
 from __future__ import annotations
@@ -23,9 +27,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
+# Microseconds below this in magnitude are within int64 nanoseconds.
+_MAX_US = 2.0**63 / 1000
+
+
 def us_to_ns(values: Sequence[float | int | None] | pa.Array) -> pa.Array:
-    """int64 nanoseconds from microsecond numbers (None stays NULL)."""
+    """int64 nanoseconds from microsecond numbers (None, NaN, ±inf and
+    values beyond int64 nanoseconds are NULL)."""
     micros = values.cast(pa.float64()) if isinstance(values, pa.Array) else pa.array(values, type=pa.float64())
+    in_range = pc.less(pc.abs(micros), _MAX_US)  # false for NaN
+    if in_range.false_count:
+        micros = pc.if_else(in_range, micros, None)
     whole = pc.trunc(micros)
     fraction_ns = pc.round(pc.multiply(pc.subtract(micros, whole), 1000.0))
     return pc.add(

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
 import pyarrow as pa
@@ -97,20 +98,29 @@ def _read(path: Path) -> tuple[KinetoTrace, Accumulator]:
     if not _NOT_BLANK.match(data):
         raise TraceError(str(path), "empty file")
     data = data.removeprefix(kineto_stream.UTF8_BOM)
-    try:
-        trace = kineto_stream.decode_utf8_leniently(_DECODER, data)
-    except msgspec.ValidationError as error:
-        raise TraceError(str(path), f"not a PyTorch profiler (Kineto) trace: {error}") from None
-    except msgspec.DecodeError as error:
-        raise TraceError(str(path), f"invalid JSON: {error}") from None
+    with _decode_errors(path):
+        trace = kineto_stream.decode_leniently(_DECODER.decode, data)
     del data
-    if trace.traceEvents is None:
+    with _decode_errors(path, "traceEvents: "):
+        all_events = kineto_stream.event_array(trace.traceEvents)
+    if all_events is None:
         raise TraceError(str(path), "no traceEvents: not a PyTorch profiler (Kineto) trace")
+    trace.traceEvents = msgspec.Raw()  # the raw array pins the whole text
     events = Accumulator()
-    all_events, trace.traceEvents = trace.traceEvents, None
     for start in range(0, len(all_events), _WHOLE_BATCH):
         events.add(all_events[start : start + _WHOLE_BATCH])
     return trace, events
+
+
+@contextmanager
+def _decode_errors(path: Path, where: str = "") -> Iterator[None]:
+    """msgspec's decoding errors as a TraceError naming the file."""
+    try:
+        yield
+    except msgspec.ValidationError as error:
+        raise TraceError(str(path), f"not a PyTorch profiler (Kineto) trace: {where}{error}") from None
+    except msgspec.DecodeError as error:
+        raise TraceError(str(path), f"invalid JSON: {where}{error}") from None
 
 
 class _Clock:

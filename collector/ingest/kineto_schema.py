@@ -12,21 +12,28 @@ Field types are deliberately loose (`Any`) for values whose type differs
 between PyTorch versions (ids written as numbers or strings, rank lists as
 JSON lists or as text); the parser normalises them (`arrays.int_array`
 tries the whole column as integers first, so the usual all-int column costs
-no per-value work). `ts` and `dur` are typed floats: a trace whose times are
-not numbers is not a Kineto trace. Launch dimensions are kept as raw JSON:
-a few distinct texts (`[8, 1, 1]`) repeat over every kernel, so the parser
-turns each distinct text into its column value once.
+no per-value work). `ts` and `dur` are typed floats, as profilers write
+them; times written as text are read by the fallbacks below.
+Launch dimensions are kept as raw JSON: a few distinct texts (`[8, 1, 1]`)
+repeat over every kernel, so the parser turns each distinct text into its
+column value once. `traceEvents` is kept raw too and decoded in batches.
 
-Two decoders read events (`kineto_stream.decode_events`):
+Decoders read a batch of events in turn (`kineto_stream.decode_events`),
+each only where the one before refused the batch:
 - the fast one, `PHASED_EVENTS`, tags events by `ph`: complete events
   (`X`) get every field above, events of any other phase (flows `s`/`f`,
   about a third of a GPU trace, instants, metadata) only their `cat`, which
   is all the parser needs of them (it counts them). Every phase of the
   Chrome trace format is listed; an event with no `ph`, or one not listed,
   fails the fast decoder;
-- the lenient one, `KinetoEvent`, reads any event; a batch the fast decoder
-  refuses is decoded with it, as is a trace decoded whole.
-Both kinds of event have `ph`, `cat`, and (complete events) the same fields.
+- the lenient one, `KinetoEvent`, reads any event;
+- the same two with msgspec's `strict=False`, which read a time written as
+  numeric text (`"ts": "40.0"`, from some exporters and hand-edited traces)
+  as that number;
+- `LooseTimesEvent`, whose times may be any JSON value: a complete event
+  whose `ts` or `dur` is some other text (or a list, object, bool) is
+  skipped and counted, not the trace (`kineto_stream.TIMES_NOT_NUMBERS`).
+All have `ph`, `cat`, and (complete events) the same fields.
 """
 
 from __future__ import annotations
@@ -102,8 +109,16 @@ class KinetoEvent(msgspec.Struct, gc=False):
     args: KinetoArgs | None = None
 
 
+class LooseTimesEvent(KinetoEvent, gc=False):
+    """The last fallback: times of any JSON type, checked in Python."""
+
+    ts: Any = None
+    dur: Any = None
+
+
 class KinetoTrace(msgspec.Struct):
-    traceEvents: list[KinetoEvent] | None = None
+    # The event array's raw JSON (empty where absent), for `decode_events`.
+    traceEvents: msgspec.Raw = msgspec.Raw()
     schemaVersion: Any = None
     deviceProperties: Any = None
     distributedInfo: Any = None

@@ -27,19 +27,25 @@ string that looks like a boundary); the piece then fails to decode as a
 complete array, and the next boundary is tried. Anything else that fails
 (or a file laid out differently) raises `NotStreamable`, and the caller
 decodes the whole file instead, which also gives the exact JSON error.
+
+One odd value costs its value or its event, not the trace
+(`decode_leniently`, `decode_events`): bytes that are not UTF-8, `NaN` and
+`Infinity` tokens, and times written as text are each read by a fallback
+that runs only on the piece the fast decoders refused.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import msgspec
 
 from collector.ingest.buffer import iter_chunks
-from collector.ingest.kineto_schema import PHASED_EVENTS, KinetoEvent, KinetoTrace, PhasedEvent
+from collector.ingest.kineto_schema import PHASED_EVENTS, KinetoEvent, KinetoTrace, LooseTimesEvent, PhasedEvent
 
 BATCH_BYTES = 2 << 20
 # Bytes to read ahead of a batch for its closing boundary before giving up.
@@ -52,34 +58,130 @@ _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"(?:ph|cat|name|pid|tid|ts|dur|args|id|bp|s)"\s*:')
 
 _HEADER = msgspec.json.Decoder(KinetoTrace)
-_EVENTS = msgspec.json.Decoder(list[KinetoEvent])
 _PHASED = msgspec.json.Decoder(PHASED_EVENTS)
+_EVENTS = msgspec.json.Decoder(list[KinetoEvent])
+# The fallbacks, in the order tried after those two (see `kineto_schema`).
+_TEXT_TIMES = (msgspec.json.Decoder(PHASED_EVENTS, strict=False), msgspec.json.Decoder(list[KinetoEvent], strict=False))
+_LOOSE_TIMES = msgspec.json.Decoder(list[LooseTimesEvent])
 
+# How a skipped complete event whose `ts` or `dur` is not a number is counted
+# in the run's `skipped_events`: `kernel: ts or dur not a number`.
+TIMES_NOT_NUMBERS = "ts or dur not a number"
+# Text re-read by Python's json module (`_non_finite_as_null`) at most: its
+# objects take about ten times the text, so a whole large file is not.
+_MAX_REPAIR_BYTES = 64 << 20
+_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
+# msgspec's error points at the `I` of `-Infinity`.
+_NON_FINITE_TOKENS = (b"NaN", b"Infinity")
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
-
-def decode_events(data: bytes) -> list[PhasedEvent] | list[KinetoEvent]:
-    """A JSON array of events: by phase (fast), else with the lenient decoder
-    (an event without `ph` or of an unknown phase; see `kineto_schema`).
-    Raises msgspec.DecodeError where the lenient decoder does too."""
-    try:
-        return decode_utf8_leniently(_PHASED, data)
-    except msgspec.ValidationError:
-        return decode_utf8_leniently(_EVENTS, data)
+Decoded = TypeVar("Decoded")
+Events = list[PhasedEvent] | list[KinetoEvent]
 
 
-def decode_utf8_leniently(decoder: msgspec.json.Decoder, data: bytes | bytearray):
-    """`decoder.decode(data)`, where bytes that are not UTF-8 become U+FFFD.
+def decode_events(data: bytes | msgspec.Raw) -> Events:
+    """A JSON array of events, by the first decoder of `kineto_schema`'s list
+    that reads it (each tried only where the one before refused the batch),
+    and `decode_leniently`. Raises msgspec.DecodeError where none reads it."""
+    return decode_leniently(_typed_events, data)
 
-    Names are C++ symbols and Python frames; a stray Latin-1 byte in one of
-    them (a path, a docstring) should cost that character, not the trace.
-    The repair copies the text, so it is made only where decoding failed.
+
+def event_array(raw: msgspec.Raw) -> Events | None:
+    """The events of a `traceEvents` value; None where it is absent or null."""
+    if not raw or memoryview(raw) == b"null":
+        return None
+    return decode_events(raw)
+
+
+def _typed_events(data: bytes | msgspec.Raw) -> Events:
+    for decoder in (_PHASED, _EVENTS, *_TEXT_TIMES):
+        try:
+            return decoder.decode(data)
+        except msgspec.ValidationError:
+            pass
+    return _times_as_numbers(_LOOSE_TIMES.decode(data))
+
+
+def _times_as_numbers(events: list[LooseTimesEvent]) -> list[LooseTimesEvent]:
+    """Events whose `ts` and `dur` are numbers or None: numeric text is read
+    as its number; a complete event with any other time is renamed
+    `<cat>: ts or dur not a number`, a category no table reads, so the
+    `Accumulator` skips it and counts it under that name. (Other phases'
+    times are never read.) A loop per event, on a refused batch only."""
+    for event in events:
+        try:
+            event.ts, event.dur = _number(event.ts), _number(event.dur)
+        except ValueError:
+            event.ts = event.dur = None
+            if event.ph == "X":
+                event.cat = f"{event.cat if event.cat is not None else '(no cat)'}: {TIMES_NOT_NUMBERS}"
+    return events
+
+
+def _number(value: Any) -> float | int | None:
+    """A time as a number; ValueError where it is not one (or numeric text)."""
+    if value is None or type(value) in (float, int):
+        return value
+    if isinstance(value, str):
+        return float(value)
+    raise ValueError(value)
+
+
+def decode_leniently(decode: Callable[[Any], Decoded], data: bytes | bytearray | msgspec.Raw) -> Decoded:
+    """`decode(data)`, reading two things strict JSON refuses but writers write.
+
+    - Bytes that are not UTF-8 become U+FFFD. Names are C++ symbols and
+      Python frames; a stray Latin-1 byte in one of them (a path, a
+      docstring) should cost that character, not the trace.
+    - `NaN`, `Infinity` and `-Infinity` tokens become null. Python's
+      json.dump writes them for float('nan'), in args user code records
+      (`record_function`) or in `deviceProperties`. So do numbers beyond a
+      double (`1e999`). See `_non_finite_as_null`.
+    Each repair copies the text, so it is made only where decoding failed.
     """
     try:
-        return decoder.decode(data)
+        return decode(data)
     except UnicodeDecodeError:
-        return decoder.decode(bytes(data).decode("utf-8", errors="replace").encode("utf-8"))
+        return decode_leniently(decode, bytes(data).decode("utf-8", errors="replace").encode("utf-8"))
+    except msgspec.DecodeError as error:
+        repaired = _non_finite_as_null(data, error)
+        if repaired is None:
+            raise
+        return decode(repaired)
+
+
+def _non_finite_as_null(data: bytes | bytearray | msgspec.Raw, error: msgspec.DecodeError) -> bytes | None:
+    """The text with its non-finite numbers as null, where `error` is about
+    one; else None.
+
+    Python's json module reads the tokens (as None here) and msgspec writes
+    the values back, so only values change: `"x: NaN"` inside a string stays
+    as written. It is tried only where msgspec's error points at such a
+    token, so a truncated text or a wrong cut is not re-read, and on text
+    below `_MAX_REPAIR_BYTES`: a stream piece, a header, a small file.
+    """
+    if len(data) > _MAX_REPAIR_BYTES:
+        return None
+    if isinstance(error, msgspec.ValidationError):
+        if not str(error).startswith("Number out of range"):
+            return None
+    else:
+        match = _ERROR_BYTE.search(str(error))
+        if match is None:
+            return None
+        at = int(match[1])
+        if not any(memoryview(data)[at : at + len(token)] == token for token in _NON_FINITE_TOKENS):
+            return None
+    try:
+        value = json.loads(str(data, "utf-8", "replace"), parse_constant=_null)
+        return msgspec.json.encode(value)  # non-finite floats (from `1e999`) are written as null
+    except (ValueError, RecursionError):  # not JSON after all; a lone surrogate (UnicodeEncodeError)
+        return None
+
+
+def _null(token: str) -> None:
+    return None
 
 
 class NotStreamable(Exception):
@@ -95,7 +197,7 @@ class TraceStream:
     metadata: KinetoTrace = field(default_factory=KinetoTrace)
     has_events: bool = False
 
-    def batches(self) -> Iterator[list[PhasedEvent] | list[KinetoEvent]]:
+    def batches(self) -> Iterator[Events]:
         chunks = iter_chunks(self.path)
         window = bytearray()
 
@@ -116,7 +218,7 @@ class TraceStream:
             if not more():
                 raise NotStreamable  # no event array where expected: decode whole
             match = _TRACE_EVENTS.search(window, searched)
-        self.metadata = _decode(_HEADER, bytes(window[: match.start()]) + b'"traceEvents": null}')
+        self.metadata = _decode(_HEADER.decode, bytes(window[: match.start()]) + b'"traceEvents": null}')
         self.has_events = True
         del window[: match.end()]
 
@@ -134,7 +236,7 @@ class TraceStream:
             del window[:used]
             yield events
 
-    def _cut(self, window: bytearray, more: Callable[[], bool]) -> tuple[list[PhasedEvent] | list[KinetoEvent], int] | None:
+    def _cut(self, window: bytearray, more: Callable[[], bool]) -> tuple[Events, int] | None:
         """Decode the events before the first good boundary past the batch size."""
         start = self.batch_bytes
         for _ in range(_MAX_WRONG_CUTS):
@@ -157,18 +259,22 @@ class TraceStream:
                 start = boundary.end()
         raise NotStreamable
 
-    def _finish(self, window: bytearray) -> Iterator[list[KinetoEvent]]:
-        tail = _decode(_HEADER, b'{"traceEvents": [' + window)
+    def _finish(self, window: bytearray) -> Iterator[Events]:
+        tail = _decode(_HEADER.decode, b'{"traceEvents": [' + window)
         for name in KinetoTrace.__struct_fields__:
             if getattr(self.metadata, name) is None and name != "traceEvents":
                 setattr(self.metadata, name, getattr(tail, name))
-        if tail.traceEvents:
-            yield tail.traceEvents
+        try:
+            events = event_array(tail.traceEvents)
+        except msgspec.DecodeError:
+            raise NotStreamable from None
+        if events:
+            yield events
 
 
-def _decode(decoder: msgspec.json.Decoder, data: bytes | bytearray) -> KinetoTrace:
+def _decode(decode: Callable[[Any], Decoded], data: bytes | bytearray | msgspec.Raw) -> Decoded:
     try:
-        return decode_utf8_leniently(decoder, data)
+        return decode_leniently(decode, data)
     except msgspec.DecodeError:
         raise NotStreamable from None
 
