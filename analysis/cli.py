@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import collections
 import csv
 import datetime as dt
 import decimal
 import io
+import shutil
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import click
 import pyarrow as pa
+import pyarrow.compute as pc
+
+# Rows a table shows on a terminal, the first half and the last (DuckDB's CLI shows 40).
+TERMINAL_MAX_ROWS = 40
+# The narrowest a column is cut to when a table is fitted to a width.
+MIN_COLUMN_WIDTH = 5
+ELLIPSIS = "…"
 
 
 # SQL may start with a `--` comment: an argument, not an unknown option.
@@ -19,49 +29,165 @@ import pyarrow as pa
 @click.argument("sql")
 @click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table: aligned text; csv: with a header; json: one array of row objects.")
-def query(dataset, sql, output_format):
+@click.option("--max-rows", type=click.IntRange(min=0), default=None,
+              help="table: show this many rows, the first half and the last (0: all). "
+                   f"Default: {TERMINAL_MAX_ROWS} on a terminal, all otherwise.")
+@click.option("--max-width", type=click.IntRange(min=0), default=None,
+              help=f"table: fit each line into this many characters, cutting long values with {ELLIPSIS} "
+                   "(0: no limit). Default: the terminal's width on a terminal, no limit otherwise.")
+def query(dataset, sql, output_format, max_rows, max_width):
     """Run DuckDB SQL over a dataset's tables.
 
     Views: telemetry, devices, events, processes, kernels, api_calls,
     cpu_ops, annotations, collectives, nccl_topology, runs.
 
         gpulens query gpulens-data "select gpu_index, max(power_w) from telemetry group by 1"
+
+    csv and json write the rows as DuckDB makes them: memory does not grow
+    with the result. On a terminal, table shows the first and last 20 rows
+    and cuts long values to fit the terminal's width; into a file or a pipe
+    it writes every row in full (held in memory to align them: use csv or
+    json for big results).
     """
-    from analysis.dataset import open_dataset, run_sql
+    from analysis.dataset import open_dataset, stream_sql
 
     con = open_dataset(dataset)
-    table = run_sql(con, sql)
-    sys.stdout.write(render(table, output_format))
-
-
-def render(table, output_format: str) -> str:
-    """A pyarrow table as text in `output_format`."""
-    names = table.column_names
-    # By position: a join's two `name` columns are two columns.
-    rows = list(zip(*(column.to_pylist() for column in table.columns))) if names else []
+    # JSON has its own forms of booleans and lists; text takes DuckDB's.
+    reader = stream_sql(con, sql, duckdb_text=output_format != "json")
+    out = sys.stdout
     if output_format == "json":
-        import orjson
+        write_json(reader, out)
+    elif output_format == "csv":
+        write_csv(reader, out)
+    else:
+        terminal = out.isatty()
+        if max_rows is None:
+            max_rows = TERMINAL_MAX_ROWS if terminal else 0
+        if max_width is None:
+            max_width = shutil.get_terminal_size().columns if terminal else 0
+        write_table(reader, out, max_rows=max_rows, max_width=max_width)
 
-        keys = _unique(names)
-        objects = [dict(zip(keys, row)) for row in rows]
-        try:
-            return orjson.dumps(objects, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode() + "\n"
-        except TypeError:  # an integer beyond 64 bits (a HUGEINT sum): JSON has room for it, orjson not
-            import json
 
-            return json.dumps(objects, default=_json_default, separators=(",", ":"), ensure_ascii=False) + "\n"
-    if output_format == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(names)
-        for row in rows:
-            writer.writerow([_text(value) for value in row])
-        return buffer.getvalue()
+def write_json(reader: pa.RecordBatchReader, out: TextIO) -> None:
+    """One JSON array of row objects, written a batch at a time."""
+    keys = _unique(reader.schema.names)
+    out.write("[")
+    separator = ""
+    for batch in reader:
+        # By position: a join's two `name` columns are two columns.
+        objects = [dict(zip(keys, row)) for row in zip(*(column.to_pylist() for column in batch.columns))]
+        if objects:
+            out.write(separator + _json_array(objects)[1:-1])
+            separator = ","
+    out.write("]\n")
+
+
+def _json_array(objects: list[dict]) -> str:
+    import orjson
+
+    try:
+        return orjson.dumps(objects, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # an integer beyond 64 bits (a HUGEINT sum): JSON has room for it, orjson not
+        import json
+
+        return json.dumps(objects, default=_json_default, separators=(",", ":"), ensure_ascii=False)
+
+
+def write_csv(reader: pa.RecordBatchReader, out: TextIO) -> None:
+    """A header row, then the rows, written a batch at a time."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(reader.schema.names)
+    for batch in reader:
+        writer.writerows(_rows(batch))
+        out.write(buffer.getvalue())
+        buffer.seek(0)
+        buffer.truncate()
+    out.write(buffer.getvalue())
+
+
+def write_table(reader: pa.RecordBatchReader, out: TextIO, max_rows: int = 0, max_width: int = 0) -> None:
+    """Aligned text and a row count. With `max_rows`, the first and last
+    rows (only those are kept) around a `…` line; with `max_width`, values
+    cut to fit lines of that many characters."""
+    head: list[tuple[str, ...]] = []
+    tail: collections.deque[tuple[str, ...]] = collections.deque(maxlen=max_rows // 2)
+    head_size = (max_rows + 1) // 2 if max_rows else None
+    total = 0
+    for batch in reader:
+        total += batch.num_rows
+        taken = batch.num_rows if head_size is None else min(batch.num_rows, head_size - len(head))
+        head.extend(_rows(batch.slice(0, taken)))
+        rest = batch.num_rows - taken
+        if rest and tail.maxlen:
+            tail.extend(_rows(batch.slice(batch.num_rows - min(rest, tail.maxlen))))
+    shown = len(head) + len(tail)
+    out.write(_format_table(reader.schema.names, head, list(tail), hidden=shown < total, max_width=max_width) + "\n")
+    plural = "s" if total != 1 else ""
+    if shown < total:
+        out.write(f"({total:,} row{plural}, {shown:,} shown; --format csv or json for all)\n")
+    else:
+        out.write(f"({total:,} row{plural})\n")
+
+
+def _format_table(names: list[str], head: list[tuple[str, ...]], tail: list[tuple[str, ...]], hidden: bool,
+                  max_width: int) -> str:
     from collector.cli import format_table
 
-    body = [tuple(_text(value) for value in row) for row in rows]
-    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
-    return format_table(names, body) + "\n" + footer + "\n"
+    # A value of several lines (an EXPLAIN plan) takes as many lines of its column.
+    if any("\n" in "".join(row) for row in head + tail):
+        head = [line for row in head for line in _lines(row)]
+        tail = [line for row in tail for line in _lines(row)]
+    natural = [len(name) for name in names]
+    for column, texts in enumerate(zip(*head, *tail)):
+        natural[column] = max(natural[column], max(map(len, texts)))
+    widths = _fitted_widths(natural, max_width)
+    body = [*head, *([tuple(ELLIPSIS for _ in names)] if hidden else []), *tail]
+    if widths != natural:
+        body = [tuple(_cut(cell, width) for cell, width in zip(row, widths)) for row in body]
+    return format_table([_cut(name, width) for name, width in zip(names, widths)], body)
+
+
+def _lines(row: tuple[str, ...]) -> list[tuple[str, ...]]:
+    cells = [cell.split("\n") for cell in row]
+    height = max(len(lines) for lines in cells)
+    return [tuple(lines[k] if k < len(lines) else "" for lines in cells) for k in range(height)]
+
+
+def _fitted_widths(natural: list[int], max_width: int) -> list[int]:
+    """Column widths whose line fits `max_width`: the widest columns are cut
+    to one width, no narrower than MIN_COLUMN_WIDTH."""
+    gaps = 2 * (len(natural) - 1)
+    if not max_width or not natural or sum(natural) + gaps <= max_width:
+        return natural
+    low, high = MIN_COLUMN_WIDTH, max(natural)  # the widest cut that fits lies between
+    while low < high:
+        cap = (low + high + 1) // 2
+        if sum(min(width, cap) for width in natural) + gaps <= max_width:
+            low = cap
+        else:
+            high = cap - 1
+    return [min(width, low) for width in natural]
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + ELLIPSIS
+
+
+def _rows(batch: pa.RecordBatch) -> list[tuple[str, ...]]:
+    """A batch's rows as text. By position: a join's two `name` columns are two columns."""
+    return list(zip(*(_texts(column) for column in batch.columns)))
+
+
+def _texts(column: pa.Array) -> list[str]:
+    """A column's values as `_text` writes them; the common types without a
+    Python call per value."""
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pc.cast(column, pa.string()).fill_null("").to_pylist()
+    if pa.types.is_floating(kind):
+        return ["" if value is None else repr(value) for value in column.to_pylist()]
+    return [_text(value) for value in column.to_pylist()]
 
 
 def _unique(names: list[str]) -> list[str]:

@@ -13,7 +13,13 @@ Files written by a newer gpulens with extra columns are read by name.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import re
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -32,6 +38,20 @@ TABLE_GLOBS: dict[str, str] = {
 }
 TABLES: tuple[str, ...] = tuple(TABLE_GLOBS)
 
+# How DuckDB says a file it was reading has gone: a file its glob listed and
+# that was removed before the scan opened it, or a glob that now matches
+# nothing. A collector merging its flush files (collector/compact.py) renames
+# the merged file into place and then removes the files merged, so a query
+# that listed them just before fails once and works when run again.
+_VANISHED_FILE = re.compile(
+    r'Cannot open file "(?P<file>[^"]+)": No such file or directory'
+    r'|No files found that match the pattern "(?P<pattern>[^"]+)"'
+)
+VANISHED_FILE_TRIES = 3
+VANISHED_FILE_PAUSE_S = 0.1  # before the second run; twice that before the third
+
+_T = TypeVar("_T")
+
 
 def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -43,6 +63,38 @@ def quote_literal(value: str) -> str:
 
 def table_files(root: Path, table: str) -> list[Path]:
     return sorted(p for p in root.glob(TABLE_GLOBS[table]) if p.is_file())
+
+
+def is_vanished_file_error(error: BaseException) -> bool:
+    """Whether a DuckDB error says a file it was reading has gone."""
+    return _VANISHED_FILE.search(str(error)) is not None
+
+
+def retry_vanished_files(action: Callable[[], _T], tries: int = VANISHED_FILE_TRIES) -> _T:
+    """`action()`, run again after a short pause (`tries` runs in all) while
+    it fails because a file it read has gone; then a QueryError naming the
+    file. Other errors pass through unchanged, and are not retried.
+
+    `action` must be safe to run again: it must not have written anything.
+    """
+    for attempt in range(1, tries + 1):
+        try:
+            return action()
+        except (duckdb.Error, pa.ArrowException, OSError) as error:  # the last two: DuckDB's, through its Arrow stream
+            if not is_vanished_file_error(error):
+                raise
+            if attempt == tries:
+                raise _vanished_file_error(error, f"tried {tries} times") from error
+        time.sleep(VANISHED_FILE_PAUSE_S * attempt)
+    raise ValueError(f"tries must be at least 1, not {tries}")
+
+
+def _vanished_file_error(error: BaseException, detail: str) -> QueryError:
+    match = _VANISHED_FILE.search(str(error))
+    assert match is not None
+    if match["file"]:
+        return QueryError(f"{match['file']}: no such file ({detail})")
+    return QueryError(f"{match['pattern']}: no file matches ({detail})")
 
 
 def open_dataset(
@@ -59,7 +111,9 @@ def open_dataset(
     first runs it (a caller that only runs analyses that way, such as
     the dashboard, opens faster).
 
-    Raises DatasetError if `path` is not a directory.
+    Raises DatasetError if `path` is not a directory, or its Parquet is
+    unreadable; QueryError if a file stays missing while being read
+    (`retry_vanished_files`).
     """
     root = Path(path)
     if not root.exists():
@@ -74,11 +128,10 @@ def open_dataset(
             # A glob, not a file list: the view sees files a running
             # collector adds later (the live dashboard relies on it).
             pattern = quote_literal(str(root.resolve() / TABLE_GLOBS[table]))
+            view = (f"create or replace view {quote_identifier(table)} as "
+                    f"select * from read_parquet({pattern}, union_by_name = true, hive_partitioning = false)")
             try:
-                con.execute(
-                    f"create or replace view {quote_identifier(table)} as "
-                    f"select * from read_parquet({pattern}, union_by_name = true, hive_partitioning = false)"
-                )
+                retry_vanished_files(functools.partial(con.execute, view))
             except duckdb.Error as error:
                 message = " ".join(str(error).split())
                 raise DatasetError(f"{root / table}: unreadable Parquet ({message})") from error
@@ -106,14 +159,15 @@ def _check_derived_columns(con: duckdb.DuckDBPyConnection, root: Path) -> None:
         return
     pattern = quote_literal(str(root.resolve() / TABLE_GLOBS["kernels"]))
     try:
-        columns = {row[0] for row in con.execute("describe kernels").fetchall()}
+        columns = {row[0] for row in _fetch_all(con, "describe kernels")}
         if "scoped" not in columns:
             stale = [(str(table_files(root, "kernels")[0]),)]
         else:
-            stale = con.execute(
-            f"select filename from read_parquet({pattern}, union_by_name = true, filename = true, "
-                "hive_partitioning = false) where scoped is null limit 1"
-            ).fetchall()
+            stale = _fetch_all(
+                con,
+                f"select filename from read_parquet({pattern}, union_by_name = true, filename = true, "
+                "hive_partitioning = false) where scoped is null limit 1",
+            )
     except duckdb.Error as error:
         message = " ".join(str(error).split())
         raise DatasetError(f"{root / 'traces'}: unreadable kernels Parquet ({message})") from error
@@ -126,13 +180,17 @@ def _check_derived_columns(con: duckdb.DuckDBPyConnection, root: Path) -> None:
         files = table_files(root, table)
         if not files:
             continue
-        columns = {row[0] for row in con.execute(f"describe {quote_identifier(table)}").fetchall()}
+        columns = {row[0] for row in _fetch_all(con, f"describe {quote_identifier(table)}")}
         missing = [name for name in TRACE_SCHEMAS[table].names if name not in columns]
         if missing:
             raise DatasetError(
                 f"{files[0]}: {table} written by an older gpulens (no {', '.join(missing)}); "
                 "run `gpulens ingest` on its trace files again"
             )
+
+
+def _fetch_all(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
+    return retry_vanished_files(lambda: con.execute(sql).fetchall())
 
 
 # Statements that write files or reach past the dataset: `gpulens query`
@@ -145,7 +203,85 @@ _QUERIES = {"SELECT", "EXPLAIN", "CALL"}
 
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     """Run a query (after any SET statements); DuckDB's error becomes a
-    one-line QueryError. Statements that write files are refused."""
+    one-line QueryError. Statements that write files are refused. A file
+    that vanishes while it runs (a collector merging its files) makes it
+    run again (`retry_vanished_files`)."""
+    _check_statements(sql)
+
+    def run() -> pa.Table:
+        relation = con.sql(sql)
+        return pa.table({}) if relation is None else relation.to_arrow_table()
+
+    with _query_errors():
+        return retry_vanished_files(run)
+
+
+# Rows per batch of `stream_sql`: DuckDB makes 2,048 at a time.
+STREAM_BATCH_ROWS = 16_384
+# Types whose Python value reads differently from DuckDB's text for it
+# (`True`, `[1, None]`, a dict, `b'..'`): `duckdb_text` has DuckDB cast them.
+_TEXT_CAST_TYPES = frozenset({"boolean", "blob", "list", "array", "struct", "map", "union"})
+
+
+def stream_sql(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    rows_per_batch: int | None = None,
+    duckdb_text: bool = False,
+) -> pa.RecordBatchReader:
+    """`run_sql`'s result as batches read as they are asked for, so memory
+    does not grow with the rows (`rows_per_batch`, by default
+    STREAM_BATCH_ROWS, at a time). With `duckdb_text`, columns of BOOLEAN,
+    BLOB and the nested types come as DuckDB's own text for them
+    (`true`, `[1, NULL]`, `{'a': 1}`), what its CLI prints.
+
+    The same checks and errors as `run_sql`. A file that vanishes before the
+    first batch is read makes the query run again; one that vanishes later
+    is a QueryError naming it when that batch is read (the batches already
+    read cannot be taken back)."""
+    _check_statements(sql)
+
+    def start() -> tuple[pa.Schema, pa.RecordBatch | None, pa.RecordBatchReader | None]:
+        relation = con.sql(sql)
+        if relation is None:
+            return pa.schema([]), None, None
+        if duckdb_text:
+            relation = _with_duckdb_text(relation)
+        reader = relation.to_arrow_reader(rows_per_batch or STREAM_BATCH_ROWS)
+        try:
+            return reader.schema, reader.read_next_batch(), reader
+        except StopIteration:
+            return reader.schema, None, None
+
+    with _query_errors():
+        schema, first, reader = retry_vanished_files(start)
+    return pa.RecordBatchReader.from_batches(schema, _batches(first, reader))
+
+
+def _batches(first: pa.RecordBatch | None, reader: pa.RecordBatchReader | None) -> Iterator[pa.RecordBatch]:
+    if first is not None:
+        yield first
+    while reader is not None:
+        with _query_errors(midway=True):
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+        yield batch
+
+
+def _with_duckdb_text(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    kinds = [column_type.id for column_type in relation.types]
+    if not _TEXT_CAST_TYPES.intersection(kinds):
+        return relation
+    # By position: a join's two `name` columns are two columns.
+    return relation.project(", ".join(
+        f"#{position}{'::varchar' if kind in _TEXT_CAST_TYPES else ''} as {quote_identifier(name)}"
+        for position, (name, kind) in enumerate(zip(relation.columns, kinds), start=1)
+    ))
+
+
+def _check_statements(sql: str) -> None:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as error:
@@ -160,20 +296,24 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     queries = sum(kind in _QUERIES for kind in kinds)
     if queries > 1:
         raise QueryError(f"SQL error: one query at a time ({queries} given)")
+
+
+@contextlib.contextmanager
+def _query_errors(midway: bool = False) -> Iterator[None]:
+    """DuckDB's errors as one-line QueryErrors, Ctrl-C as KeyboardInterrupt
+    (the command's own "aborted"). `midway`: some rows were already read."""
     try:
-        relation = con.sql(sql)
-        if relation is None:
-            return pa.table({})
-        return relation.to_arrow_table()
+        yield
     except duckdb.InterruptException:
-        raise KeyboardInterrupt from None  # Ctrl-C: the command's own "aborted"
+        raise KeyboardInterrupt from None
+    except (duckdb.Error, pa.ArrowException, OSError) as error:  # the last two: DuckDB's, through its Arrow stream
+        if midway and is_vanished_file_error(error):
+            raise _vanished_file_error(error, "removed after the query's first rows were read; run it again") from error
+        raise QueryError(f"SQL error: {' '.join(str(error).split())}") from error
     except RuntimeError as error:  # how DuckDB 2 reports the same interrupt
         if "interrupted" in str(error).lower():
             raise KeyboardInterrupt from None
         raise
-    except duckdb.Error as error:
-        message = " ".join(str(error).split())
-        raise QueryError(f"SQL error: {message}") from error
 
 
 def dataset_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

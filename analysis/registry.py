@@ -17,6 +17,7 @@ Parameter names are global to a connection, so each is declared once.
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from analysis.dataset import is_vanished_file_error, retry_vanished_files
 from collector.errors import QueryError, UsageError
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
@@ -120,7 +122,7 @@ def register_analysis_views(con: duckdb.DuckDBPyConnection) -> None:
     """Create one view per analysis on a connection with the dataset views."""
     _set_param_defaults(con)
     for analysis in load_analyses().values():
-        _create_view(con, analysis)
+        retry_vanished_files(functools.partial(_create_view, con, analysis))
 
 
 def register_analyses_on_demand(con: duckdb.DuckDBPyConnection) -> None:
@@ -169,6 +171,8 @@ def _create_view(con: duckdb.DuckDBPyConnection, analysis: AnalysisSql) -> None:
     try:
         con.execute(f'create or replace view "{analysis.name}" as {body}')
     except duckdb.Error as error:
+        if is_vanished_file_error(error):
+            raise  # a dataset file, not this SQL: the caller runs it again
         message = " ".join(str(error).split())
         raise QueryError(f"analysis/sql/{analysis.name}.sql: {message}") from error
 
@@ -226,20 +230,27 @@ def _run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> p
     unknown = set(params) - set(known)
     if unknown:
         raise UsageError(f"unknown parameter(s) for {name}: {', '.join(sorted(unknown))}")
-    _ensure_views(con, name)
     try:
         for key, value in params.items():
             _set_variable(con, key, value)
-        try:
-            result = con.execute(f'select * from "{name}"')
-            # execute(), not sql(): it works whatever the caller left pending
-            # on the connection; the extra copy it warns about is small
-            # beside the analysis itself.
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
-                return pl.from_arrow(result.to_arrow_table())
-        except duckdb.Error as error:
-            raise QueryError(f"{name}: " + " ".join(str(error).split())) from error
+        # A file a collector merges away while this runs: run it again.
+        return retry_vanished_files(functools.partial(_select_analysis, con, name))
     finally:
         for key in params:
             _set_variable(con, key, known[key])
+
+
+def _select_analysis(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
+    _ensure_views(con, name)
+    try:
+        result = con.execute(f'select * from "{name}"')
+        # execute(), not sql(): it works whatever the caller left pending
+        # on the connection; the extra copy it warns about is small
+        # beside the analysis itself.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
+            return pl.from_arrow(result.to_arrow_table())
+    except duckdb.Error as error:
+        if is_vanished_file_error(error):
+            raise
+        raise QueryError(f"{name}: " + " ".join(str(error).split())) from error

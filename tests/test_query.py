@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -151,3 +152,228 @@ def test_query_runs_settings_before_its_query(tmp_path, capsys):
 
 def test_query_may_start_with_a_sql_comment(tmp_path, capsys):
     assert _query(capsys, tmp_path, "-- the answer\nselect 42 as answer", "csv")[:2] == (0, "answer\n42\n")
+
+
+def test_query_csv_writes_booleans_lists_and_structs_as_duckdb_does(tmp_path, capsys):
+    sql = ("select true as ok, [1, null] as ids, {'a': 1, 'b': null} as s, ['x y', null, 'it''s'] as names, "
+           "map {'k': [1.5]} as m, null::int[] as none")
+    assert _query(capsys, tmp_path, sql, "csv")[1] == (
+        "ok,ids,s,names,m,none\n"
+        """true,"[1, NULL]","{'a': 1, 'b': NULL}","[x y, NULL, 'it\\'s']",{k=[1.5]},\n""")
+
+
+def test_query_table_writes_nested_values_as_duckdb_does_and_null_as_nothing(tmp_path, capsys):
+    sql = "select false as ok, [1, null] as ids, {'a': 1, 'b': null} as s, null::int[] as none, 42 as n"
+    assert _query(capsys, tmp_path, sql)[1] == (
+        "ok     ids        s                    none  n\n"
+        "-----  ---------  -------------------  ----  --\n"
+        "false  [1, NULL]  {'a': 1, 'b': NULL}        42\n"
+        "(1 row)\n")
+
+
+def test_query_json_keeps_booleans_lists_and_structs_json(tmp_path, capsys):
+    sql = "select true as ok, [1, null] as ids, {'a': 1, 'b': null} as s, null::int[] as none"
+    assert _query(capsys, tmp_path, sql, "json")[1] == '[{"ok":true,"ids":[1,null],"s":{"a":1,"b":null},"none":null}]\n'
+
+
+def _query_args(capsys, dataset: Path, *args: str) -> tuple[int, str, str]:
+    from dashboard import cli
+
+    code = cli.main(["query", str(dataset), *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_query_table_cuts_long_values_to_max_width(tmp_path, capsys):
+    sql = "select 7 as rank, repeat('x', 5000) as stack, 'gemm' as name"
+    assert _query_args(capsys, tmp_path, sql, "--max-width", "40")[1] == (  # 4 + 2 + 28 + 2 + 4
+        "rank  stack                         name\n"
+        "----  ----------------------------  ----\n"
+        "   7  " + "x" * 27 + "…  gemm\n"
+        "(1 row)\n")
+
+
+def test_query_table_shows_first_and_last_rows_with_max_rows(tmp_path, capsys):
+    sql = "select range as step, range * 10 as dur_ns from range(2000)"
+    assert _query_args(capsys, tmp_path, sql, "--max-rows", "4")[1] == (
+        "step  dur_ns\n"
+        "----  ------\n"
+        "   0       0\n"
+        "   1      10\n"
+        "…     …\n"
+        "1998   19980\n"
+        "1999   19990\n"
+        "(2,000 rows, 4 shown; --format csv or json for all)\n")
+
+
+def test_query_table_writes_every_row_in_full_into_a_file_or_pipe(tmp_path, capsys):
+    out = _query(capsys, tmp_path, "select range as i, repeat('x', 5000) as stack from range(100)")[1]
+    lines = out.splitlines()
+    assert (len(lines), lines[2], lines[101], lines[-1]) == (103, " 0  " + "x" * 5000, "99  " + "x" * 5000, "(100 rows)")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_query_table_fits_a_terminal_by_default(tmp_path, monkeypatch):
+    from dashboard import cli
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    monkeypatch.setenv("COLUMNS", "30")
+    assert cli.main(["query", str(tmp_path), "select range as i, repeat('ab', 50) as s from range(100)"]) == 0
+    cut = "ab" * 12 + "a…"  # 30 columns: 2 for i, 2 between, 26 for s
+    lines = terminal.getvalue().splitlines()
+    assert lines == ["i   s", "--  " + "-" * 26, *(f"{i:2}  {cut}" for i in range(20)), "…   …",
+                     *(f"{i:2}  {cut}" for i in range(80, 100)), "(100 rows, 40 shown; --format csv or json for all)"]
+
+
+def test_query_table_gives_a_value_of_several_lines_as_many_lines(tmp_path, capsys):
+    sql = "select 'physical_plan' as key, 'Projection' || chr(10) || '  Dummy Scan' as plan, 1 as n"
+    assert _query(capsys, tmp_path, sql)[1] == (
+        "key            plan          n\n"
+        "-------------  ------------  -\n"
+        "physical_plan  Projection    1\n"
+        "                 Dummy Scan\n"
+        "(1 row)\n")
+
+
+def test_query_writes_rows_across_batches_as_one_result(tmp_path, capsys, monkeypatch):
+    import analysis.dataset
+
+    monkeypatch.setattr(analysis.dataset, "STREAM_BATCH_ROWS", 2)
+    sql = "select range as step, range % 2 = 0 as even from range(5)"
+    assert _query(capsys, tmp_path, sql, "json")[1] == (
+        '[{"step":0,"even":true},{"step":1,"even":false},{"step":2,"even":true},'
+        '{"step":3,"even":false},{"step":4,"even":true}]\n')
+    assert _query(capsys, tmp_path, sql, "csv")[1] == "step,even\n0,true\n1,false\n2,true\n3,false\n4,true\n"
+    assert _query_args(capsys, tmp_path, sql, "--max-rows", "3")[1] == (
+        "step  even\n----  -----\n   0  true\n   1  false\n…     …\n   4  true\n"
+        "(5 rows, 3 shown; --format csv or json for all)\n")
+
+
+def test_stream_sql_gives_batches_of_the_size_asked(tmp_path):
+    from analysis.dataset import stream_sql
+
+    reader = stream_sql(open_dataset(tmp_path, with_analyses=False), "select range as i from range(10)", rows_per_batch=4)
+    assert [batch.column(0).to_pylist() for batch in reader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+class _Pauses:
+    """Stands in for `time` in analysis.dataset: records each pause between
+    tries and runs `then` at the first (a file coming back meanwhile)."""
+
+    def __init__(self, then=None):
+        self.seconds: list[float] = []
+        self.then = then
+
+    def sleep(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+        if self.then is not None:
+            self.then()
+            self.then = None
+
+
+def _telemetry_file_away(dataset: Path, monkeypatch, back_at_first_pause: bool) -> _Pauses:
+    """Move the dataset's one telemetry file out of its table, as a merge
+    removes the files it merged; put it back at the first pause if asked."""
+    import analysis.dataset
+
+    (path,) = dataset.glob("telemetry/**/*.parquet")
+    away = dataset / "away.parquet"
+    path.rename(away)
+    pauses = _Pauses(then=(lambda: away.rename(path)) if back_at_first_pause else None)
+    monkeypatch.setattr(analysis.dataset, "time", pauses)
+    return pauses
+
+
+def test_run_sql_runs_again_when_a_file_vanishes_while_it_runs(dataset, monkeypatch):
+    from analysis.dataset import run_sql
+
+    con = open_dataset(dataset, with_analyses=False)
+    pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=True)
+    assert run_sql(con, "select count(*) as samples from telemetry").to_pylist() == [{"samples": 6}]
+    assert pauses.seconds == [0.1]
+
+
+def test_stream_sql_runs_again_when_a_file_vanishes_before_its_first_rows(dataset, monkeypatch):
+    from analysis.dataset import stream_sql
+
+    con = open_dataset(dataset, with_analyses=False)
+    pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=True)
+    assert stream_sql(con, "select gpu_index from telemetry order by ts, gpu_index").read_all().column(0).to_pylist() == [0, 1] * 3
+    assert pauses.seconds == [0.1]
+
+
+def test_run_analysis_runs_again_when_a_file_vanishes_while_it_runs(dataset, monkeypatch):
+    from analysis.registry import run_analysis
+
+    con = open_dataset(dataset, analyses_on_demand=True)  # the view too is made while the file is away
+    pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=True)
+    assert run_analysis(con, "node_power").select("host", "gpus", "ticks").rows() == [("node-a", 2, 3)]
+    assert pauses.seconds == [0.1]
+
+
+def test_run_analysis_names_a_file_that_stays_missing_not_its_sql(dataset, monkeypatch):
+    from analysis.registry import run_analysis
+    from collector.errors import QueryError
+
+    con = open_dataset(dataset, analyses_on_demand=True)
+    pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=False)
+    with pytest.raises(QueryError) as raised:
+        run_analysis(con, "node_power")
+    assert str(raised.value) == f"{dataset.resolve()}/telemetry/**/*.parquet: no file matches (tried 3 times)"
+    assert pauses.seconds == [0.1, 0.2]
+
+
+def test_query_names_a_file_that_stays_missing_on_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    import analysis.dataset
+
+    monkeypatch.setattr(analysis.dataset, "time", _Pauses())
+    missing = tmp_path / "telemetry" / "part-1.parquet"
+    code, out, err = _query(capsys, tmp_path, f"select * from read_parquet('{missing}')", "csv")
+    assert (code, out, err) == (2, "", f"gpulens: error: {missing}: no file matches (tried 3 times)\n")
+
+
+class _MergedAwayOnce:
+    """A connection whose first query fails as DuckDB fails when a collector
+    removes a flush file the query had listed (collector/compact.py)."""
+
+    def __init__(self, con, path: Path):
+        self._con, self._path, self.failures = con, path, 0
+
+    def sql(self, sql: str):
+        import duckdb
+
+        if not self.failures:
+            self.failures += 1
+            raise duckdb.IOException(f'IO Error: Cannot open file "{self._path}": No such file or directory')
+        return self._con.sql(sql)
+
+    def __getattr__(self, name: str):
+        return getattr(self._con, name)
+
+
+def test_query_runs_again_when_a_merge_removes_a_file_it_listed(dataset, capsys, monkeypatch):
+    import analysis.dataset
+
+    opened: list[_MergedAwayOnce] = []
+
+    def open_merging(path):
+        opened.append(_MergedAwayOnce(open_dataset(path), path / "telemetry" / "part-1.parquet"))
+        return opened[0]
+
+    monkeypatch.setattr(analysis.dataset, "open_dataset", open_merging)
+    monkeypatch.setattr(analysis.dataset, "time", pauses := _Pauses())
+    code, out, err = _query(capsys, dataset, "select gpu_index, count(*) as samples from telemetry group by 1 order by 1", "csv")
+    assert (code, out, err, opened[0].failures, pauses.seconds) == (0, "gpu_index,samples\n0,3\n1,3\n", "", 1, [0.1])
+
+
+def test_query_does_not_run_a_failing_statement_again(tmp_path, capsys, monkeypatch):
+    import analysis.dataset
+
+    monkeypatch.setattr(analysis.dataset, "time", pauses := _Pauses())
+    code, _, err = _query(capsys, tmp_path, "select nosuchcolumn from telemetry")
+    assert (code, err.startswith("gpulens: error: SQL error: Binder Error"), pauses.seconds) == (2, True, [])
