@@ -47,6 +47,9 @@ _VANISHED_FILE = re.compile(
     r'Cannot open file "(?P<file>[^"]+)": No such file or directory'
     r'|No files found that match the pattern "(?P<pattern>[^"]+)"'
 )
+# What a DuckDB query raises: its own errors, and (the last two) the same
+# errors come through its Arrow stream.
+_DUCKDB_ERRORS = (duckdb.Error, pa.ArrowException, OSError)
 VANISHED_FILE_TRIES = 3
 VANISHED_FILE_PAUSE_S = 0.1  # before the second run; twice that before the third
 
@@ -80,7 +83,7 @@ def retry_vanished_files(action: Callable[[], _T], tries: int = VANISHED_FILE_TR
     for attempt in range(1, tries + 1):
         try:
             return action()
-        except (duckdb.Error, pa.ArrowException, OSError) as error:  # the last two: DuckDB's, through its Arrow stream
+        except _DUCKDB_ERRORS as error:
             if not is_vanished_file_error(error):
                 raise
             if attempt == tries:
@@ -306,7 +309,7 @@ def _query_errors(midway: bool = False) -> Iterator[None]:
         yield
     except duckdb.InterruptException:
         raise KeyboardInterrupt from None
-    except (duckdb.Error, pa.ArrowException, OSError) as error:  # the last two: DuckDB's, through its Arrow stream
+    except _DUCKDB_ERRORS as error:
         if midway and is_vanished_file_error(error):
             raise _vanished_file_error(error, "removed after the query's first rows were read; run it again") from error
         raise QueryError(f"SQL error: {' '.join(str(error).split())}") from error

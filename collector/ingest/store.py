@@ -15,8 +15,9 @@ depend on the folder names.
 Atomicity: all tables of a source are first written under `OUT/.staging/`
 (same filesystem), fsynced, then renamed into place. Any failure before the
 renames leaves nothing of that source behind and the previous ingest of it
-untouched; a failed rename puts the previous ingest's files back. Staged files sit in a per-attempt folder, so the node writer's
-sweep of stray `*.tmp` files in `.staging/` cannot touch them.
+untouched; a failed rename puts the previous ingest's files back. Staged
+files sit in a per-attempt folder, so the node writer's sweep of stray
+`*.tmp` files in `.staging/` cannot touch them.
 
 Durability: the staged files are fsynced (all written first, then synced,
 so the disk sees them together), so a renamed file is never torn or empty
