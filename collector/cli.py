@@ -110,14 +110,8 @@ class _WatcherThread(threading.Thread):
                 log.error("watching traces: %s", error)
                 continue
             if report is not None:
-                for result in report.results:
-                    log.info("ingested %s", result.line)
-                    for warning in result.warnings:
-                        log.warning("%s: %s", result.path, warning)
-                for shared in report.shared_ranks:
-                    log.warning("%s", shared.message)
-                for failure in report.failures:
-                    log.error("%s", failure.message)
+                for level, line in report.notices():
+                    log.log(level, "ingested %s" if level == logging.INFO else "%s", line)
 
 
 def _start_trace_watcher(directory: Path, out: Path, run: str | None, period_s: float = 2.0) -> _WatcherThread:
@@ -213,14 +207,9 @@ def ingest(paths, out, run_name, jobs):
     prepare_ingest_process()  # this process only ingests
 
     report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
-    for result in report.results:
-        click.echo(result.line, err=True)
-        for warning in result.warnings:
-            click.echo(f"gpulens: warning: {result.path}: {warning}", err=True)
-    for shared in report.shared_ranks:
-        click.echo(f"gpulens: warning: {shared.message}", err=True)
-    for failure in report.failures:
-        click.echo(f"gpulens: error: {failure.message}", err=True)
+    prefixes = {logging.INFO: "", logging.WARNING: "gpulens: warning: ", logging.ERROR: "gpulens: error: "}
+    for level, line in report.notices():
+        click.echo(prefixes[level] + line, err=True)
     if report.results:
         click.echo(f"gpulens: {report.summary(out)}", err=True)
     if report.failures:

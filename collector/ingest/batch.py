@@ -12,6 +12,7 @@ import ctypes
 import functools
 import gc
 import glob
+import logging
 import os
 import re
 import sys
@@ -163,6 +164,18 @@ class IngestReport:
                 files[(run, format_name, rank)].append(source)
         return [SharedRank(run, format_name, rank, tuple(sorted(paths)))
                 for (run, format_name, rank), paths in sorted(files.items()) if len(paths) > 1]
+
+    def notices(self) -> list[tuple[int, str]]:
+        """What to tell the user, as (logging level, line), in the order
+        `gpulens ingest` prints it and the watcher logs it: each file's
+        line and its warnings, the shared ranks, then the failures."""
+        notices: list[tuple[int, str]] = []
+        for result in self.results:
+            notices.append((logging.INFO, result.line))
+            notices.extend((logging.WARNING, f"{result.path}: {warning}") for warning in result.warnings)
+        notices.extend((logging.WARNING, shared.message) for shared in self.shared_ranks)
+        notices.extend((logging.ERROR, failure.message) for failure in self.failures)
+        return notices
 
     def summary(self, out: Path) -> str:
         """One line on what was ingested: files, run, ranks, events, time."""
