@@ -328,6 +328,13 @@ COLLECTIVES_SCHEMA = _schema(
         ("dtype", pa.string()),
         ("in_nelems", pa.int64()),
         ("out_nelems", pa.int64()),
+        # Per-peer sizes of an uneven collective as PyTorch records them
+        # (all_to_all_single: dim-0 rows per peer; all_to_all: elements per
+        # peer); NULL where the split is even or not recorded. PyTorch writes
+        # the first 30 only: split_sizes_truncated is then true.
+        ("in_split_sizes", pa.list_(pa.int64())),
+        ("out_split_sizes", pa.list_(pa.int64())),
+        ("split_sizes_truncated", pa.bool_()),
         ("group_ranks", pa.list_(pa.int32())),
         # The collective's GPU kernel interval where known, else the CPU op.
         ("start_ns", pa.int64()),

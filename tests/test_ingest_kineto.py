@@ -16,7 +16,7 @@ from collector.errors import TraceError
 from collector.ingest import kineto, kineto_stream
 from collector.ingest.arrays import us_to_ns
 from collector.ingest.base import ParsedTrace
-from collector.ingest.kineto_collectives import parse_group_ranks
+from collector.ingest.kineto_collectives import parse_group_ranks, parse_split_sizes
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
 BASE_NS = 1_700_000_000_000_000_000
@@ -49,7 +49,8 @@ def synthetic_events() -> list[dict]:
         # A collective with full args, launched under its record_param_comms op.
         event("cpu_op", "record_param_comms", 2000.0, 100.0, **{
             "External id": 20, "Collective name": "allreduce", "In msg nelems": 1048576, "Out msg nelems": 1048576,
-            "Group size": 32, "dtype": "BFloat16", "Process Group Name": "3", "Process Group Description": "dp",
+            "Group size": 32, "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]",
+            "Process Group Name": "3", "Process Group Description": "dp",
             "Process Group Ranks": f"[{ranks_shown}, ...]", "Global rank start": 3, "Global rank stride": 4,
             "Seq": 42}),
         event("cuda_runtime", "cudaLaunchKernelExC", 2050.0, 4.0, **{"External id": 20, "correlation": 600}),
@@ -201,6 +202,7 @@ def test_kineto_collective_from_record_param_comms(parsed: ParsedTrace) -> None:
     assert {k: v for k, v in collective.items() if k != "group_ranks"} == {
         "run": "demo", "rank": 3, "process_group": "3", "process_group_desc": "dp", "seq": 42, "op": "all_reduce",
         "bytes": 2 * 1048576, "group_size": 32, "dtype": "bfloat16", "in_nelems": 1048576, "out_nelems": 1048576,
+        "in_split_sizes": None, "out_split_sizes": None, "split_sizes_truncated": None,
         "start_ns": BASE_NS + 2_100_000, "end_ns": BASE_NS + 2_500_250,
         "cpu_start_ns": BASE_NS + 2_000_000, "cpu_end_ns": BASE_NS + 2_100_000,
         "kernel_name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
@@ -219,6 +221,47 @@ def test_kineto_collective_from_legacy_range_shapes(parsed: ParsedTrace) -> None
         "start_ns": BASE_NS + 3_500_000, "cpu_start_ns": BASE_NS + 3_000_000,
         "kernel_name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
     }
+
+
+def test_kineto_all_to_all_keeps_its_split_sizes(tmp_path: Path) -> None:
+    # all_to_all_single on 4 ranks: 8 rows of 1024 bf16 sent unevenly.
+    events = [
+        event("cpu_op", "record_param_comms", 2000.0, 100.0, **{
+            "External id": 20, "Collective name": "all_to_all", "In msg nelems": 8192, "Out msg nelems": 6144,
+            "Group size": 4, "dtype": "BFloat16", "In split size": "[4, 2, 1, 1]", "Out split size": "[1, 3, 1, 1]",
+            "Process Group Name": "0", "Process Group Ranks": "[0, 1, 2, 3]", "Seq": 5}),
+        event("cuda_runtime", "cudaLaunchKernel", 2050.0, 4.0, **{"External id": 20, "correlation": 600}),
+        gpu("kernel", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 2100.0, 40.0, correlation=600,
+            **{"External id": 20}),
+    ]
+    path = write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=events))
+    collective = rows(kineto.parse(path, "r"), "collectives")[0]
+    assert {k: collective[k] for k in ("op", "bytes", "in_split_sizes", "out_split_sizes", "split_sizes_truncated")} == {
+        "op": "all_to_all", "bytes": 8192 * 2, "in_split_sizes": [4, 2, 1, 1], "out_split_sizes": [1, 3, 1, 1],
+        "split_sizes_truncated": False,
+    }
+
+
+def test_split_sizes_of_an_even_split_are_null() -> None:
+    assert parse_split_sizes("[]") == (None, False)
+
+
+def test_split_sizes_missing_are_null() -> None:
+    assert parse_split_sizes(None) == (None, False)
+
+
+def test_split_sizes_cut_by_pytorch_keep_the_values_shown() -> None:
+    # PyTorch writes the first 30 sizes of a longer list, then `...`.
+    shown = ", ".join(str(64 + i) for i in range(30))
+    assert parse_split_sizes(f"[{shown}, ...]") == ([64 + i for i in range(30)], True)
+
+
+def test_split_sizes_as_a_json_list() -> None:
+    assert parse_split_sizes([3, 5]) == ([3, 5], False)
+
+
+def test_split_sizes_not_a_list_of_numbers_are_null() -> None:
+    assert parse_split_sizes("[4, x]") == (None, False)
 
 
 def test_kineto_wait_op_is_not_a_collective(parsed: ParsedTrace) -> None:

@@ -157,6 +157,39 @@ def _ranks_from_text(text: str | None, group_size: int | None, start: int | None
     return tuple(ranks)
 
 
+def parse_split_sizes(value: Any) -> tuple[list[int] | None, bool]:
+    """`In split size` / `Out split size` → (the sizes, whether cut short).
+
+    PyTorch writes the list as text, `"[4, 2, 2]"`, and only its first 30
+    values then `...` (`"[4, 2, 2, ...]"`): those values come back
+    with True. `"[]"` (an even split), a missing value and text that is not
+    such a list give (None, False).
+    """
+    if isinstance(value, list):
+        sizes = [to_int(v) for v in value]
+        return (None, False) if not sizes or any(s is None for s in sizes) else (sizes, False)  # type: ignore[return-value]
+    sizes, truncated = _split_sizes_from_text(clean_str(value))
+    return (None if sizes is None else list(sizes)), truncated
+
+
+@lru_cache(maxsize=1024)
+def _split_sizes_from_text(text: str | None) -> tuple[tuple[int, ...] | None, bool]:
+    if text is None or not (text.startswith("[") and text.endswith("]")):
+        return None, False
+    sizes: list[int] = []
+    truncated = False
+    for part in text[1:-1].split(","):
+        part = part.strip()
+        if part == "...":
+            truncated = True
+            continue
+        number = to_int(part) if part and not truncated else None
+        if number is None:
+            return None, False  # a value after `...`, or not a number
+        sizes.append(number)
+    return (tuple(sizes), truncated) if sizes else (None, False)
+
+
 _KERNEL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv|Broadcast|Reduce|Send|Recv)")
 
 
@@ -174,7 +207,7 @@ def op_from_kernel_name(name: str) -> str | None:
 
 COLUMNS = (
     "process_group", "process_group_desc", "seq", "op", "bytes", "group_size", "dtype",
-    "in_nelems", "out_nelems", "group_ranks", "start_ns", "end_ns", "cpu_start_ns",
+    "in_nelems", "out_nelems", "in_split_sizes", "out_split_sizes", "split_sizes_truncated", "group_ranks", "start_ns", "end_ns", "cpu_start_ns",
     "cpu_end_ns", "kernel_name", "correlation_id", "external_id",
 )
 
@@ -196,6 +229,8 @@ def fields_from_args(args: KinetoArgs) -> dict[str, Any]:
     op = _op_name(clean_str(args.collective_name))
     dtype = normalise_dtype(clean_str(args.dtype))
     in_nelems, out_nelems = to_int(args.in_msg_nelems), to_int(args.out_msg_nelems)
+    in_splits, in_truncated = parse_split_sizes(args.in_split_size)
+    out_splits, out_truncated = parse_split_sizes(args.out_split_size)
     return {
         "process_group": clean_str(args.process_group_name),
         "process_group_desc": clean_str(args.process_group_desc),
@@ -206,6 +241,9 @@ def fields_from_args(args: KinetoArgs) -> dict[str, Any]:
         "dtype": dtype,
         "in_nelems": in_nelems,
         "out_nelems": out_nelems,
+        "in_split_sizes": in_splits,
+        "out_split_sizes": out_splits,
+        "split_sizes_truncated": in_truncated or out_truncated if in_splits or out_splits else None,
         "group_ranks": ranks,
     }
 

@@ -82,6 +82,10 @@ class KinetoArgs(msgspec.Struct, gc=False):
     collective_name: Any = msgspec.field(name="Collective name", default=None)
     in_msg_nelems: Any = msgspec.field(name="In msg nelems", default=None)
     out_msg_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    # Per-peer sizes of an uneven collective (all_to_all): text such as
+    # "[4, 2, 2]", "[]" where the split is even.
+    in_split_size: Any = msgspec.field(name="In split size", default=None)
+    out_split_size: Any = msgspec.field(name="Out split size", default=None)
     group_size: Any = msgspec.field(name="Group size", default=None)
     dtype: Any = None
     process_group_name: Any = msgspec.field(name="Process Group Name", default=None)
