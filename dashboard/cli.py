@@ -8,6 +8,7 @@ code, so every subcommand fails the same way.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -29,8 +30,20 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class _OutputClosed(Exception):
+    """Standard output was closed by its reader (`gpulens query ... | head`)."""
+
+
 class _LazyGroup(click.Group):
     """A group whose commands are imported when first looked up."""
+
+    def invoke(self, ctx: click.Context):
+        # Click turns a closed pipe into exit status 1; a reader that stops
+        # early (`head`) is not a failure, so take it before click does.
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _OutputClosed from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -72,9 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     except GpulensError as error:
         click.echo(f"gpulens: error: {error}", err=True)
         return error.exit_code
-    except BrokenPipeError:
+    except (BrokenPipeError, _OutputClosed):
+        _silence_stdout()
         return 0
     return status if isinstance(status, int) else 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing what is left of it at
+    exit does not fail on the closed pipe again (Python would print an
+    error and exit 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file (a test's capture)
+        pass
 
 
 if __name__ == "__main__":

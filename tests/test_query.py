@@ -377,3 +377,16 @@ def test_query_does_not_run_a_failing_statement_again(tmp_path, capsys, monkeypa
     monkeypatch.setattr(analysis.dataset, "time", pauses := _Pauses())
     code, _, err = _query(capsys, tmp_path, "select nosuchcolumn from telemetry")
     assert (code, err.startswith("gpulens: error: SQL error: Binder Error"), pauses.seconds) == (2, True, [])
+
+
+def test_query_into_a_reader_that_stops_early_exits_0_quietly() -> None:
+    # `gpulens query ... | head -1`: the reader closes the pipe after a line.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dashboard.cli", "query", str(REPO_ROOT / "sample_traces" / "demo-training"),
+         "select * from kernels", "--format", "csv"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    header = process.stdout.readline()
+    process.stdout.close()
+    stderr = process.stderr.read()
+    assert (header.startswith(b"run,rank,"), process.wait(timeout=120), stderr) == (True, 0, b"")
