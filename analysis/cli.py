@@ -132,15 +132,15 @@ def write_table(reader: pa.RecordBatchReader, out: TextIO, max_rows: int = 0, ma
 
 def _format_table(names: list[str], head: list[tuple[str, ...]], tail: list[tuple[str, ...]], hidden: bool,
                   max_width: int) -> str:
-    from collector.cli import format_table
+    from collector.cli import display_width, format_table
 
     # A value of several lines (an EXPLAIN plan) takes as many lines of its column.
     if any("\n" in "".join(row) for row in head + tail):
         head = [line for row in head for line in _lines(row)]
         tail = [line for row in tail for line in _lines(row)]
-    natural = [len(name) for name in names]
+    natural = [display_width(name) for name in names]
     for column, texts in enumerate(zip(*head, *tail)):
-        natural[column] = max(natural[column], max(map(len, texts)))
+        natural[column] = max(natural[column], max(map(display_width, texts)))
     widths = _fitted_widths(natural, max_width)
     body = [*head, *([tuple(ELLIPSIS for _ in names)] if hidden else []), *tail]
     if widths != natural:
@@ -171,7 +171,18 @@ def _fitted_widths(natural: list[int], max_width: int) -> list[int]:
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + ELLIPSIS
+    """`text` in at most `width` terminal columns, cut with `…`."""
+    from collector.cli import display_width
+
+    if display_width(text) <= width:
+        return text
+    kept, used = [], 0
+    for char in text:
+        used += display_width(char)
+        if used > width - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + ELLIPSIS
 
 
 def _rows(batch: pa.RecordBatch) -> list[tuple[str, ...]]:

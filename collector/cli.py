@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import unicodedata
 from pathlib import Path
 
 import click
@@ -173,19 +174,32 @@ def _fmt(value: float | None) -> str:
 
 
 def format_table(header: tuple[str, ...] | list[str], rows: list[tuple[str, ...]]) -> str:
-    """A plain aligned text table (numbers right-aligned)."""
-    widths = [len(h) for h in header]
+    """A plain aligned text table (numbers right-aligned), aligned by how
+    wide each value shows on a terminal (`display_width`)."""
+    widths = [display_width(h) for h in header]
     for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row)]
+        widths = [max(w, display_width(c)) for w, c in zip(widths, row)]
 
     def numeric(text: str) -> bool:
         return text.replace(".", "", 1).replace("-", "", 1).replace("e", "", 1).isdigit()
 
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    def pad(text: str, width: int, right: bool = False) -> str:
+        fill = " " * (width - display_width(text))
+        return fill + text if right else text + fill
+
+    lines = ["  ".join(pad(h, w) for h, w in zip(header, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for row in rows:
-        lines.append("  ".join((c.rjust(w) if numeric(c) else c.ljust(w)) for c, w in zip(row, widths)).rstrip())
+        lines.append("  ".join(pad(c, w, right=numeric(c)) for c, w in zip(row, widths)).rstrip())
     return "\n".join(lines)
+
+
+def display_width(text: str) -> int:
+    """Terminal columns `text` takes: East Asian wide and full-width
+    characters (a CJK annotation name) take two, combining marks none."""
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 @click.command()

@@ -193,6 +193,23 @@ def test_query_table_cuts_long_values_to_max_width(tmp_path, capsys):
         "(1 row)\n")
 
 
+def test_query_table_aligns_wide_characters_by_their_terminal_width(tmp_path, capsys):
+    # A CJK range name takes two terminal columns per character.
+    sql = "select * from (values ('前向传播', 12), ('optimizer', 3)) as t(name, n)"
+    assert _query(capsys, tmp_path, sql)[1] == (
+        "name       n\n"
+        "---------  --\n"
+        "前向传播   12\n"
+        "optimizer   3\n"
+        "(2 rows)\n")
+
+
+def test_query_table_cuts_wide_characters_within_max_width(tmp_path, capsys):
+    sql = "select 1 as n, repeat('前', 30) as name"
+    lines = _query_args(capsys, tmp_path, sql, "--max-width", "20")[1].splitlines()
+    assert lines[2] == "1  " + "前" * 8 + "…"  # 1 + 2 + 16 + 1 columns
+
+
 def test_query_table_shows_first_and_last_rows_with_max_rows(tmp_path, capsys):
     sql = "select range as step, range * 10 as dur_ns from range(2000)"
     assert _query_args(capsys, tmp_path, sql, "--max-rows", "4")[1] == (
