@@ -333,6 +333,14 @@ def test_run_analysis_runs_again_when_a_file_vanishes_while_it_runs(dataset, mon
     assert pauses.seconds == [0.1]
 
 
+def test_dataset_summary_counts_again_when_a_file_vanishes_while_it_counts(dataset, monkeypatch):
+    from analysis.dataset import dataset_summary
+
+    con = open_dataset(dataset, with_analyses=False)
+    pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=True)
+    assert (dataset_summary(con)["telemetry"], pauses.seconds) == (6, [0.1])
+
+
 def test_run_analysis_names_a_file_that_stays_missing_not_its_sql(dataset, monkeypatch):
     from analysis.registry import run_analysis
     from collector.errors import QueryError

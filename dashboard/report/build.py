@@ -23,6 +23,7 @@ import polars as pl
 
 from analysis import findings as findings_module
 from analysis.findings import Finding, sort_findings
+from analysis.dataset import run_sql
 from analysis.registry import load_analyses, run_analysis
 from collector.errors import DatasetError, GpulensError
 from dashboard.report.sections import SECTIONS, SectionSpec, TableSpec
@@ -277,7 +278,8 @@ def describe_source(con: duckdb.DuckDBPyConnection, dataset: Path, inputs: list[
 
 
 def _records(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
-    return pl.from_arrow(con.sql(sql).to_arrow_table()).to_dicts()
+    # run_sql: a file a running collector merges away meanwhile is read again.
+    return pl.from_arrow(run_sql(con, sql)).to_dicts()
 
 
 def _default_title(source: Source) -> str:
