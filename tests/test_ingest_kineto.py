@@ -10,11 +10,12 @@ from pathlib import Path
 
 import msgspec
 import orjson
+import pyarrow as pa
 import pytest
 
 from collector.errors import TraceError
 from collector.ingest import kineto, kineto_stream
-from collector.ingest.arrays import us_to_ns
+from collector.ingest.arrays import add_or_null, us_to_ns
 from collector.ingest.base import ParsedTrace
 from collector.ingest.kineto_collectives import parse_group_ranks, parse_split_sizes
 
@@ -128,6 +129,21 @@ def test_kineto_event_without_dur_has_null_duration(tmp_path: Path) -> None:
     kernels = kineto.parse(write_trace(tmp_path / "trace.json", trace), "demo").tables["kernels"].to_pylist()
     row = next(r for r in kernels if r["name"] == "no_dur_kernel")
     assert (row["dur_ns"], row["end_ns"], row["start_ns"] is not None) == (None, None, True)
+
+
+def test_kineto_end_beyond_int64_is_null_not_wrapped(tmp_path: Path) -> None:
+    # 8e15 µs (253 years) after a 2023 base overflows int64 nanoseconds.
+    trace = synthetic_trace()
+    trace["traceEvents"].append(gpu("kernel", "endless_kernel", 1_500.0, 8e15))
+    kernels = kineto.parse(write_trace(tmp_path / "trace.json", trace), "demo").tables["kernels"].to_pylist()
+    row = next(r for r in kernels if r["name"] == "endless_kernel")
+    assert (row["start_ns"], row["dur_ns"], row["end_ns"]) == (BASE_NS + 1_500_000, 8 * 10**18, None)
+
+
+def test_add_or_null_keeps_sums_in_range_and_nulls_overflows() -> None:
+    left = pa.array([1, 2**62, -(2**62), None], pa.int64())
+    right = pa.array([2, 2**62, -(2**62) - 1, 5], pa.int64())
+    assert add_or_null(left, right).to_pylist() == [3, None, None, None]
 
 
 def test_kineto_hard_float_converts_exactly(parsed: ParsedTrace) -> None:

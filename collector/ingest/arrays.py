@@ -31,6 +31,20 @@ import pyarrow.compute as pc
 _MAX_US = 2.0**63 / 1000
 
 
+def add_or_null(left: pa.Array, right: pa.Array | int) -> pa.Array:
+    """`left + right` in int64, NULL where the sum overflows (a start plus
+    an absurd duration) rather than a wrapped, negative time."""
+    try:
+        return pc.add_checked(left, right)
+    except pa.ArrowInvalid:  # rare: find the rows that overflow
+        pass
+    total = pc.add(left, right)  # wraps around
+    both_positive = pc.and_(pc.greater(left, 0), pc.greater(right, 0))
+    both_negative = pc.and_(pc.less(left, 0), pc.less(right, 0))
+    wrapped = pc.or_(pc.and_(both_positive, pc.less(total, 0)), pc.and_(both_negative, pc.greater_equal(total, 0)))
+    return pc.if_else(wrapped, None, total)
+
+
 def us_to_ns(values: Sequence[float | int | None] | pa.Array) -> pa.Array:
     """int64 nanoseconds from microsecond numbers (None, NaN, ±inf and
     values beyond int64 nanoseconds are NULL)."""

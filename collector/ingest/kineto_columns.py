@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.ingest.arrays import int_array, str_array, us_to_ns
+from collector.ingest.arrays import add_or_null, int_array, str_array, us_to_ns
 from collector.ingest.categories import COMMUNICATION, categorise
 from collector.ingest.kineto_collectives import EventRows
 from collector.ingest.kineto_schema import (
@@ -113,9 +113,9 @@ class Accumulator:
         start = us_to_ns(columns.pop("ts_us"))
         columns["dur_ns"] = us_to_ns(columns.pop("dur_us"))
         if offset_ns:
-            start = pc.add(start, offset_ns)
+            start = add_or_null(start, offset_ns)
         columns["start_ns"] = start
-        columns["end_ns"] = pc.add(start, columns["dur_ns"])
+        columns["end_ns"] = add_or_null(start, columns["dur_ns"])
         return EventRows(columns, self.kept[table])
 
     def first_ts_ns(self) -> int | None:
