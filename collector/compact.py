@@ -22,7 +22,12 @@ removed. A crash in between leaves both, and the next writer on that
 dataset (`finish_interrupted`) removes the replaced files, so rows are
 never lost and duplicates do not outlive a restart. A query already
 running when files are merged may miss them for that once (they are
-gone by the time it opens them) and works again when run again.
+gone by the time it opens them: the query functions of analysis.dataset
+run it again). A query that lists a partition's files in the instant
+between the merged file's rename and its inputs' removal (the unlinks of
+at most COMPACT_PARTS_AT files, well under a millisecond) counts those
+rows twice, for that once: no rename can swap several files at once, and
+a lock taken by every reader was judged too costly for so short a window.
 """
 
 from __future__ import annotations
