@@ -166,6 +166,17 @@ def test_report_ingests_raw_traces_into_a_temporary_dataset(small: Path, capsys:
     assert f"Made from `{small / 'raw' / 'kineto'}`" in out
 
 
+def test_report_prints_a_files_warnings_as_ingest_does(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_ingest_nccl_log import TWO_NODES_LOG
+
+    log = tmp_path / "nccl.log"
+    log.write_text(TWO_NODES_LOG)
+    code, _, err = gpulens("report", str(small / "raw" / "kineto"), str(log), "-o", str(tmp_path / "r.md"), capsys=capsys)
+    warnings = [line for line in err.splitlines() if line.startswith("gpulens: warning:")]
+    assert (code, warnings) == (0, [f"gpulens: warning: {log}: 2 COLL lines could not be read (the first at line 32); "
+                                    "their collectives are missing"])
+
+
 def test_report_warns_when_two_traces_claim_one_rank(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rank0 = sorted((small / "raw" / "kineto").glob("rank-0.*"))[0]
     again = tmp_path / "rerun" / rank0.name

@@ -9,6 +9,7 @@ into a scratch folder the caller removes.
 from __future__ import annotations
 
 import glob
+import logging
 import sys
 from pathlib import Path
 
@@ -53,6 +54,9 @@ def resolve_inputs(inputs: list[str], scratch: Path, keep: Path | None, run: str
         raise TraceError(first.path, first.problem + (f" ({more} more file(s) failed too)" if more else ""))
     if not report.results:
         raise TraceError(", ".join(inputs), "no trace files found (Kineto JSON, nsys SQLite, rocprofv3 CSV, NCCL logs)")
-    for shared in report.shared_ranks:
-        print(f"gpulens: warning: {shared.message}", file=sys.stderr)
+    # The warnings `gpulens ingest` prints (a file's unreadable lines, ranks
+    # two files claim); its line per file would only be noise here.
+    for level, line in report.notices():
+        if level == logging.WARNING:
+            print(f"gpulens: warning: {line}", file=sys.stderr)
     return target, keep is None
