@@ -207,8 +207,9 @@ def op_from_kernel_name(name: str) -> str | None:
 
 COLUMNS = (
     "process_group", "process_group_desc", "seq", "op", "bytes", "group_size", "dtype",
-    "in_nelems", "out_nelems", "in_split_sizes", "out_split_sizes", "split_sizes_truncated", "group_ranks", "start_ns", "end_ns", "cpu_start_ns",
-    "cpu_end_ns", "kernel_name", "correlation_id", "external_id",
+    "in_nelems", "out_nelems", "in_split_sizes", "out_split_sizes", "split_sizes_truncated",
+    "group_ranks", "start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns", "kernel_name",
+    "correlation_id", "external_id",
 )
 
 
@@ -243,7 +244,7 @@ def fields_from_args(args: KinetoArgs) -> dict[str, Any]:
         "out_nelems": out_nelems,
         "in_split_sizes": in_splits,
         "out_split_sizes": out_splits,
-        "split_sizes_truncated": in_truncated or out_truncated if in_splits or out_splits else None,
+        "split_sizes_truncated": (in_truncated or out_truncated) if (in_splits or out_splits) else None,
         "group_ranks": ranks,
     }
 
