@@ -323,8 +323,5 @@ def dataset_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """Rows per table, for `gpulens query --tables` and the dashboard (a
     file merged away meanwhile by a running collector is read again)."""
 
-    def count(table: str) -> int:
-        # fetchall, not fetchone: a half-read result keeps a DuckDB 2 connection busy.
-        return con.execute(f"select count(*) from {quote_identifier(table)}").fetchall()[0][0]
-
-    return {table: retry_vanished_files(functools.partial(count, table)) for table in TABLES}
+    # fetchall, not fetchone: a half-read result keeps a DuckDB 2 connection busy.
+    return {table: _fetch_all(con, f"select count(*) from {quote_identifier(table)}")[0][0] for table in TABLES}
