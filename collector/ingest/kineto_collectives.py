@@ -4,9 +4,10 @@ Where a row's facts come from, best first:
 
 1. A `record_param_comms` CPU op with collective args (newer PyTorch):
    op, sizes (and all_to_all's per-peer split sizes), dtype, process group
-   and its ranks, `Seq` where the version writes it. Its kernel is the communication kernel with the op's
-   `External id` or, failing that, the one whose launch call ran inside the
-   op on the same thread. `wait` ops (Work.wait) are not collectives.
+   and its ranks, `Seq` where the version writes it. Its kernel is the
+   communication kernel with the op's `External id` or, failing that, the
+   one whose launch call ran inside the op on the same thread. `wait` ops
+   (Work.wait) are not collectives.
 2. A communication kernel with collective args of its own (newer Kineto
    copies them onto the kernel) that no op of (1) claimed.
 3. Any other communication kernel (older PyTorch records the op without
