@@ -110,3 +110,12 @@ def test_missing_file_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as error:
         list(iter_chunks(path))
     assert str(error.value) == f"{path}: cannot read: No such file or directory"
+
+
+@pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
+def test_chunks_from_an_offset_are_the_content_after_it(tmp_path: Path, name: str) -> None:
+    text = trace_text(60_000)  # ~4.5 MB: the offsets fall in the first, a middle and the last chunk
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    offsets = [1, CHUNK_BYTES, CHUNK_BYTES + 7, len(text) - 3, len(text), len(text) + 100]
+    assert [b"".join(iter_chunks(path, skip)) for skip in offsets] == [text[skip:] for skip in offsets]

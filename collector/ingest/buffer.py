@@ -32,13 +32,18 @@ GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 1 << 20
 
 
-def iter_chunks(path: Path) -> Iterator[bytes]:
-    """The decompressed content, in chunks of at most about 1 MiB."""
+def iter_chunks(path: Path, skip: int = 0) -> Iterator[bytes]:
+    """The decompressed content, in chunks of at most about 1 MiB; from
+    content offset `skip` on where given (a gzip file is decompressed up to
+    there all the same: gzip has no index to seek by)."""
     try:
         with open(path, "rb") as handle:
             magic = handle.read(2)
             if magic != GZIP_MAGIC:
-                yield magic
+                if skip:
+                    handle.seek(skip)
+                else:
+                    yield magic
                 while chunk := handle.read(CHUNK_BYTES):
                     yield chunk
                 return
@@ -47,7 +52,12 @@ def iter_chunks(path: Path) -> Iterator[bytes]:
     except OSError as error:
         raise TraceError(str(path), f"cannot read: {error.strerror or error}") from None
     try:
-        yield from _gunzip(compressed)
+        for chunk in _gunzip(compressed):
+            if skip >= len(chunk):
+                skip -= len(chunk)
+                continue
+            yield chunk[skip:] if skip else chunk
+            skip = 0
     except zlib.error as error:
         raise TraceError(str(path), f"truncated or corrupt gzip ({error})") from None
     except EOFError:
