@@ -686,3 +686,93 @@ def test_kineto_events_of_other_phases_decode_with_only_their_category() -> None
 def test_kineto_batch_with_an_event_without_phase_decodes_leniently() -> None:
     events = kineto_stream.decode_events(b'[{"ph": "X", "cat": "kernel", "name": "k"}, {"cat": "kernel", "name": "odd"}]')
     assert [(e.ph, e.name) for e in events] == [("X", "k"), (None, "odd")]
+
+
+# --- one file read in parts (several processes on one big trace) ----------------------
+
+
+def _read_in_parts(path: Path, offsets: list[int]) -> list[kineto.PartRead]:
+    """The file read in parts cut at `offsets` (content offsets, ascending)."""
+    bounds = [0, *offsets, None]
+    return [kineto.read_part(path, start, end) for start, end in zip(bounds, bounds[1:])]
+
+
+def _same_tables(got: ParsedTrace, want: ParsedTrace) -> bool:
+    drop = lambda table: ["ingested_at"] if table == "runs" else []  # noqa: E731
+    return got.tables.keys() == want.tables.keys() and all(
+        got.tables[t].drop(drop(t)).equals(want.tables[t].drop(drop(t))) for t in want.tables)
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+@pytest.mark.parametrize("parts", [2, 3, 8])
+def test_kineto_file_read_in_parts_gives_the_tables_of_the_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, parts: int) -> None:
+    path = write_trace(tmp_path / name, synthetic_trace())
+    monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 200)  # a cut every few events
+    size = len(write_trace(tmp_path / "plain.json", synthetic_trace()).read_bytes())
+    reads = _read_in_parts(path, [size * i // parts for i in range(1, parts)])
+    assert _same_tables(kineto.parse_parts(path, "r", reads[::-1]), kineto.parse(path, "r"))
+
+
+def test_kineto_parts_cut_at_any_offset_in_the_events_meet_exactly(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", synthetic_trace())
+    whole = [msgspec.json.encode(e) for batch in kineto_stream.TraceStream(path).batches() for e in batch]
+    text = path.read_bytes()
+    array_start, array_end = text.index(b'"traceEvents": [') + 16, text.index(b'], "traceName"') + 1
+    for offset in range(array_start + 1, array_end + 40):  # (at its very start: refused, as in the header)
+        first, second = (kineto_stream.TraceStream(path, start=start, end=end)
+                         for start, end in ((0, offset), (offset, None)))
+        events = [msgspec.json.encode(e) for stream in (first, second) for batch in stream.batches() for e in batch]
+        assert (events, first.end_at) == (whole, second.first_event_at), offset
+
+
+def test_kineto_parts_cut_in_the_header_are_refused(tmp_path: Path) -> None:
+    # deviceProperties' `}, {"id": 1` looks like an event boundary.
+    path = write_trace(tmp_path / "t.json", synthetic_trace())
+    offset = path.read_bytes().index(b'{"id": 1')
+    with pytest.raises(kineto_stream.NotStreamable):
+        kineto.parse_parts(path, "r", _read_in_parts(path, [offset - 3]))
+
+
+def test_kineto_parts_cut_beside_a_nested_object_are_exact_or_refused(tmp_path: Path) -> None:
+    # `}, {"name": ...` inside an event's args looks like an event boundary.
+    nested = {"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 100, "tid": 100, "ts": 1500.0, "dur": 2.0,
+              "args": {"External id": 40, "tensors": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}}
+    events = synthetic_events()
+    path = write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=[*events[:5], nested, *events[5:]]))
+    want = kineto.parse(path, "r")
+    text = path.read_bytes()
+    nested_at = text.index(b'{"name": "b"}')
+    outcomes = set()
+    for offset in range(nested_at - 40, nested_at + 40):
+        try:
+            got = kineto.parse_parts(path, "r", _read_in_parts(path, [offset]))
+        except kineto_stream.NotStreamable:
+            outcomes.add("refused")
+        else:
+            assert _same_tables(got, want), offset
+            outcomes.add("exact")
+    assert outcomes == {"exact", "refused"}
+
+
+def test_kineto_parts_that_do_not_meet_are_refused(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", synthetic_trace())
+    size = path.stat().st_size
+    first = kineto.read_part(path, 0, size // 3)
+    later = kineto.read_part(path, size // 2, None)  # the events between are in neither
+    with pytest.raises(kineto_stream.NotStreamable):
+        kineto.parse_parts(path, "r", [first, later])
+
+
+def test_kineto_parts_without_the_last_are_refused(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", synthetic_trace())
+    with pytest.raises(kineto_stream.NotStreamable):
+        kineto.parse_parts(path, "r", [kineto.read_part(path, 0, path.stat().st_size // 2)])
+
+
+def test_kineto_part_past_the_last_event_is_empty(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", synthetic_trace())
+    size = path.stat().st_size
+    reads = _read_in_parts(path, [size - 5])  # inside the trailer
+    assert (reads[1].events.events, reads[1].first_event_at, reads[0].end_at) == (0, None, None)
+    assert _same_tables(kineto.parse_parts(path, "r", reads), kineto.parse(path, "r"))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -71,6 +72,53 @@ def sniff(head: bytes, path: Path) -> bool:
 
 def parse(path: Path, run: str) -> ParsedTrace:
     metadata, events = _read(path)
+    return _parsed(path, run, metadata, events)
+
+
+@dataclass
+class PartRead:
+    """One part of a file's event array, as `read_part` read it."""
+
+    start: int
+    metadata: KinetoTrace
+    events: Accumulator
+    # Content offsets where its events begin and end (None: the array's end).
+    first_event_at: int | None
+    end_at: int | None
+
+
+def read_part(path: Path, start: int, end: int | None) -> PartRead:
+    """The events of one part of a big file, for `parse_parts`: those from
+    the first event boundary at or past content offset `start` to the first
+    at or past `end` (see `TraceStream`). Raises NotStreamable where the part
+    cannot be read on its own; the file is then read whole."""
+    events = Accumulator()
+    stream = TraceStream(path, kineto_stream.BATCH_BYTES, start=start, end=end)
+    for batch in stream.batches():
+        events.add(batch)
+    events.compact()  # one array per column: cheap to send between processes
+    return PartRead(start, stream.metadata, events, stream.first_event_at, stream.end_at)
+
+
+def parse_parts(path: Path, run: str, parts: list[PartRead]) -> ParsedTrace:
+    """The file from parts that `read_part` read (in any order), the same
+    tables `parse` gives. Raises NotStreamable where the parts do not cover
+    the event array exactly: each one beginning where the one before ended."""
+    parts = sorted(parts, key=lambda part: part.start)
+    meets = all(before.end_at == after.first_event_at for before, after in zip(parts, parts[1:]))
+    if not parts or parts[0].start != 0 or parts[-1].end_at is not None or not meets:
+        raise NotStreamable
+    metadata, events = parts[0].metadata, parts[0].events
+    for part in parts[1:]:
+        events.merge(part.events)
+        # The trailer (`baseTimeNanoseconds`, ...) is in the part that read the array's end.
+        for name in KinetoTrace.__struct_fields__:
+            if getattr(metadata, name) is None:
+                setattr(metadata, name, getattr(part.metadata, name))
+    return _parsed(path, run, metadata, events)
+
+
+def _parsed(path: Path, run: str, metadata: KinetoTrace, events: Accumulator) -> ParsedTrace:
     if not events.rows["kernels"]:
         raise TraceError(str(path), NO_GPU_EVENTS)
     clock = _clock(metadata, events.first_ts_ns())
@@ -80,7 +128,7 @@ def parse(path: Path, run: str) -> ParsedTrace:
     collectives = build_collectives(rows["kernels"], rows["cpu_ops"], rows["api_calls"], rows["annotations"])
     if collectives is not None:
         tables["collectives"] = _table("collectives", collectives, run, rank)
-    tables["runs"] = _runs_row(metadata, path, run, rank, rank_source, clock, rows, dict(events.skipped))
+    tables["runs"] = _runs_row(metadata, path, run, rank, rank_source, clock, rows, dict(sorted(events.skipped.items())))
     return ParsedTrace(format=FORMAT, tables=tables, events=events.events)
 
 

@@ -76,6 +76,22 @@ class Accumulator:
             self.parts[table].append(columns)
             self.rows[table] += len(events)
 
+    def compact(self) -> None:
+        """Each table's columns as one array each, not one per batch."""
+        for table, parts in self.parts.items():
+            if len(parts) > 1:
+                self.parts[table] = [{name: _concat([part[name] for part in parts]) for name in parts[0]}]
+
+    def merge(self, later: Accumulator) -> None:
+        """Append what `later` read from the events after this one's."""
+        for table in TABLES:
+            offset = self.rows[table]
+            self.kept[table].update((offset + index, event) for index, event in later.kept[table].items())
+            self.parts[table].extend(later.parts[table])
+            self.rows[table] += later.rows[table]
+        self.skipped.update(later.skipped)
+        self.events += later.events
+
     def _route(self, batch: list[KinetoEvent]) -> dict[str, list[KinetoEvent]]:
         """The batch's events by table, in file order; the rest counted.
 

@@ -55,7 +55,15 @@ _MAX_WRONG_CUTS = 16
 CHUNK_LOOKAHEAD = 1 << 16
 
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
-_BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"(?:ph|cat|name|pid|tid|ts|dur|args|id|bp|s)"\s*:')
+# The end of one event and the start of the next: `}, {"ph":`; group 1 is
+# the next event's `{`.
+_BOUNDARY = re.compile(rb'\}\s*,\s*(\{)\s*"(?:ph|cat|name|pid|tid|ts|dur|args|id|bp|s)"\s*:')
+# How far before its event's `{` a boundary may begin (its `}`, the comma,
+# whitespace). Parts of a file meet at the first boundary whose `{` is past
+# their common offset (see TraceStream), so each looks this far back for
+# it; where more whitespace than this lies at a part's edge, the parts do
+# not meet and the file is read whole.
+_BOUNDARY_REACH = 256
 
 _HEADER = msgspec.json.Decoder(KinetoTrace)
 _PHASED = msgspec.json.Decoder(PHASED_EVENTS)
@@ -190,15 +198,32 @@ class NotStreamable(Exception):
 
 @dataclass
 class TraceStream:
-    """Batches of events; `metadata` is complete once they are exhausted."""
+    """Batches of events; `metadata` is complete once they are exhausted.
+
+    With `start` or `end` (offsets into the decompressed content) it reads
+    one part of the event array, so that several processes can read one
+    big file (`kineto.read_part`): the events from the first boundary at or
+    after `start` (the array's start where `start` is 0) to the first one at
+    or after `end` (the array's end where none is, or `end` is None). Parts
+    cut at the same offsets meet exactly: each looks for the same first
+    boundary past their common offset in the same text, and a part that
+    cannot tell a boundary from a nested object's raises NotStreamable. Once
+    read, `first_event_at` and `end_at` say where its events begin and end
+    (None: at the array's end), so a caller can check that the parts meet.
+    """
 
     path: Path
     batch_bytes: int = BATCH_BYTES
     metadata: KinetoTrace = field(default_factory=KinetoTrace)
     has_events: bool = False
+    start: int = 0
+    end: int | None = None
+    first_event_at: int | None = None
+    end_at: int | None = None
 
     def batches(self) -> Iterator[Events]:
-        chunks = iter_chunks(self.path)
+        skip = max(0, self.start - _BOUNDARY_REACH)
+        chunks = iter_chunks(self.path, skip)
         window = bytearray()
 
         def more() -> bool:
@@ -208,10 +233,46 @@ class TraceStream:
             window.extend(chunk)
             return True
 
+        if self.start == 0:
+            consumed = self._header(window, more)
+        else:
+            first = _boundary(window, more, self.start - skip, _MAX_EVENT_BYTES)
+            if first is None:  # no event starts past `start`: nothing to read
+                return
+            del window[: first.start(1)]
+            consumed = skip + first.start(1)
+        self.first_event_at = consumed
+
+        lookahead = min(CHUNK_LOOKAHEAD, self.batch_bytes)
+        while True:
+            if self.end is not None and self.end <= consumed:
+                self.end_at = consumed  # the next part's first event
+                return
+            # The part's last cut: at the first boundary past its end.
+            last = self.end is not None and self.end - consumed <= self.batch_bytes
+            at = self.end - consumed if last and self.end is not None else self.batch_bytes
+            while not last and len(window) < at + lookahead:
+                if not more():
+                    yield from self._finish(window)
+                    return
+            cut = self._cut(window, more, at)
+            if cut is None:  # the file ended before another boundary
+                yield from self._finish(window)
+                return
+            events, used = cut
+            del window[:used]
+            consumed += used
+            yield events
+
+    def _header(self, window: bytearray, more: Callable[[], bool]) -> int:
+        """Decode what precedes the event array and drop it from the window;
+        its length in the content."""
         while len(window) < len(UTF8_BOM) and more():
             pass
+        skipped = 0
         if window.startswith(UTF8_BOM):  # Windows editors write one
             del window[: len(UTF8_BOM)]
+            skipped = len(UTF8_BOM)
         match = _TRACE_EVENTS.search(window)
         while match is None:
             searched = max(0, len(window) - 64)  # the key may straddle two chunks
@@ -221,45 +282,28 @@ class TraceStream:
         self.metadata = _decode(_HEADER.decode, bytes(window[: match.start()]) + b'"traceEvents": null}')
         self.has_events = True
         del window[: match.end()]
+        return skipped + match.end()
 
-        lookahead = min(CHUNK_LOOKAHEAD, self.batch_bytes)
-        while True:
-            while len(window) < self.batch_bytes + lookahead:
-                if not more():
-                    yield from self._finish(window)
-                    return
-            cut = self._cut(window, more)
-            if cut is None:  # the file ended before another boundary
-                yield from self._finish(window)
-                return
-            events, used = cut
-            del window[:used]
-            yield events
-
-    def _cut(self, window: bytearray, more: Callable[[], bool]) -> tuple[Events, int] | None:
-        """Decode the events before the first good boundary past the batch size."""
-        start = self.batch_bytes
+    def _cut(self, window: bytearray, more: Callable[[], bool], at: int) -> tuple[Events, int] | None:
+        """Decode the events before the first good boundary whose event
+        begins at or past `at`; None where the file ends first."""
+        start = at
         for _ in range(_MAX_WRONG_CUTS):
-            boundary = _BOUNDARY.search(window, start)
-            while boundary is None:
-                # A boundary may straddle the old end: look back a little.
-                searched = max(start, len(window) - 256)
-                if len(window) > self.batch_bytes + _MAX_EVENT_BYTES:
-                    raise NotStreamable
-                if not more():
-                    return None
-                boundary = _BOUNDARY.search(window, searched)
+            boundary = _boundary(window, more, start, at + _MAX_EVENT_BYTES)
+            if boundary is None:
+                return None
             try:
                 # One copy of the piece; the temporary view is gone before
                 # the window is resized.
                 events = decode_events(b"".join((b"[", memoryview(window)[: boundary.start() + 1], b"]")))
                 # Consume up to the next event's `{`.
-                return events, boundary.start() + boundary.group(0).index(b"{")
+                return events, boundary.start(1)
             except msgspec.DecodeError:
-                start = boundary.end()
+                start = boundary.start(1) + 1
         raise NotStreamable
 
     def _finish(self, window: bytearray) -> Iterator[Events]:
+        self.end_at = None  # this part reads to the array's end
         tail = _decode(_HEADER.decode, b'{"traceEvents": [' + window)
         for name in KinetoTrace.__struct_fields__:
             if getattr(self.metadata, name) is None and name != "traceEvents":
@@ -270,6 +314,26 @@ class TraceStream:
             raise NotStreamable from None
         if events:
             yield events
+
+
+def _boundary(window: bytearray, more: Callable[[], bool], at: int, limit: int) -> re.Match[bytes] | None:
+    """The first boundary whose next event begins (its `{`) at or past `at`
+    in the window, reading more as needed; None where the content ends
+    first. Raises NotStreamable where the window grows past `limit`."""
+    searched = max(0, at - _BOUNDARY_REACH)
+    while True:
+        boundary = _BOUNDARY.search(window, searched)
+        if boundary is None:
+            if len(window) > limit:
+                raise NotStreamable
+            # A boundary may straddle the old end: look back a little.
+            searched = max(searched, len(window) - _BOUNDARY_REACH)
+            if not more():
+                return None
+        elif boundary.start(1) < at:
+            searched = boundary.start() + 1
+        else:
+            return boundary
 
 
 def _decode(decode: Callable[[Any], Decoded], data: bytes | bytearray | msgspec.Raw) -> Decoded:
