@@ -27,8 +27,10 @@ and by `gpulens ingest DIR --out OUT --jobs N` (parse and write Parquet, in
 a process pool), alternating HTA, gpulens, HTA, gpulens ..., each in a fresh
 process. Inputs: (a) the real GPU traces in `../shared/traces/kineto`
 (skipped where absent), (b) a run made by `collector.sim_trace`: `--ranks`
-ranks, `--events` events in all, then the same per-rank size with twice
-the ranks (gpulens only) to show that memory does not grow with ranks.
+ranks, `--events` events in all, (c) its rank 0 alone (one big trace,
+which gpulens reads in parts on every core), then the same per-rank size
+with twice the ranks (gpulens only) to show that memory does not grow
+with ranks.
 
 Both tools run as installed packages do, their modules compiled to
 bytecode: HTA's were compiled by pip, and gpulens' are compiled here first
@@ -412,6 +414,7 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=900.0)
     parser.add_argument("--skip-real", action="store_true")
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--skip-one-rank", action="store_true", help="skip the simulated run's rank 0 loaded alone")
     parser.add_argument("--work-dir", type=Path, default=None, help="where inputs go (default: a temporary folder)")
     args = parser.parse_args()
     events = args.events or (400_000 if args.quick else 5_000_000)
@@ -435,6 +438,9 @@ def main() -> None:
         print(f"\n(synthesised {args.ranks} ranks x {args.steps} steps x {kernels_per_step} kernels per step "
               f"in {time.perf_counter() - started:.1f} s)")
         compare(f"simulated: {args.ranks} x H100, {args.steps} steps", folder, args, hta_python)
+        if not args.skip_one_rank:
+            # One big trace alone: gpulens reads it in parts on every core.
+            compare("simulated: its rank 0 alone", cap_ranks(folder, 1), args, hta_python)
         if not args.skip_scaling:
             memory_vs_ranks(work, args.ranks, kernels_per_step, args)
     finally:

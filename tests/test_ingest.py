@@ -571,6 +571,118 @@ def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, mo
     assert sorted(Path(r.path).name for r in report.results) == [f"rank{rank}.json" for rank in (0, 1, 2, 4, 5)]
 
 
+# --- one big Kineto file read by several processes --------------------------------------
+
+
+@pytest.fixture
+def small_parts(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Split files of these tests' size, into parts of several batches;
+    the plans `ingest_paths` made."""
+    from collector.ingest import batch, kineto_stream
+
+    monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", 0)
+    monkeypatch.setattr(batch, "SPLIT_MIN_PART_BYTES", 64 << 10)
+    monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 16 << 10)
+    plans: list = []
+    real_split = batch._split_big_files
+
+    def recording(tasks, jobs):
+        plans.append(real_split(tasks, jobs))
+        return plans[-1]
+
+    monkeypatch.setattr(batch, "_split_big_files", recording)
+    return plans
+
+
+def all_rows(out: Path) -> dict[str, list[dict]]:
+    tables = sorted({p.parent.name for p in dataset_files(out)})
+    return {t: [{k: v for k, v in r.items() if k != "ingested_at"} for r in rows_in(out, t)] for t in tables}
+
+
+def test_ingest_reads_a_big_kineto_file_in_parts_with_the_rows_of_one_process(tmp_path: Path, small_parts: list) -> None:
+    trace = write(tmp_path / "in" / "rank0.json.gz", kineto_json(rank=0, kernels=4000), compress=True)
+    ingest_paths([trace], tmp_path / "one", jobs=1)
+    report = ingest_paths([trace], tmp_path / "parts", jobs=2)
+    assert [[t.part and (t.part.index, t.part.count) for t in plan] for plan in small_parts] == [
+        [None], [(0, 4), (1, 4), (2, 4), (3, 4)]]
+    assert (report.ok, report.results[0].rows["kernels"]) == (True, 4000)
+    assert all_rows(tmp_path / "parts") == all_rows(tmp_path / "one")
+    assert list((tmp_path / "parts" / STAGING_DIR).iterdir()) == []  # the parts' spilled events are gone
+
+
+def test_ingest_reads_a_split_file_whole_where_a_part_cannot_be_read_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
+    from collector.ingest import kineto, kineto_stream
+
+    real_read_part = kineto.read_part
+
+    def refuses_later_parts(path, start, end):
+        if start:
+            raise kineto_stream.NotStreamable
+        return real_read_part(path, start, end)
+
+    monkeypatch.setattr(kineto, "read_part", refuses_later_parts)  # the workers, forked, inherit it
+    trace = write(tmp_path / "in" / "rank0.json", kineto_json(rank=0, kernels=4000))
+    report = ingest_paths([trace], tmp_path / "out", jobs=2)
+    assert (len(small_parts[0]), report.ok, len(rows_in(tmp_path / "out", "kernels"))) == (4, True, 4000)
+
+
+def test_ingest_split_file_that_is_invalid_fails_with_the_usual_message(tmp_path: Path, small_parts: list) -> None:
+    text = kineto_json(rank=0, kernels=4000)
+    middle = text.index("}}, {", len(text) // 2) + 2  # between two events, mid-file
+    trace = write(tmp_path / "in" / "rank0.json", text[:middle] + "#" + text[middle:])
+    report = ingest_paths([trace], tmp_path / "out", jobs=2)
+    assert [f.message.startswith(f"{trace}: invalid JSON") for f in report.failures] == [True]
+    assert dataset_files(tmp_path / "out") == []
+
+
+def test_ingest_split_file_without_gpu_events_fails_as_a_whole_one_does(tmp_path: Path, small_parts: list) -> None:
+    trace = json.loads(kineto_json(rank=0, kernels=0))
+    trace["traceEvents"] *= 6000  # CPU ops only
+    path = write(tmp_path / "in" / "rank0.json", json.dumps(trace))
+    report = ingest_paths([path], tmp_path / "out", jobs=2)
+    assert (len(small_parts[0]), [f.message for f in report.failures]) == (
+        4, [f"{path}: no GPU events (kernels, memcpy or memset)"])
+
+
+def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, small_parts: list) -> None:
+    from collector.ingest import batch
+    from collector.ingest.buffer import content_bytes
+
+    trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
+    tasks = batch._split_big_files(batch.sources_of([(trace, True)], "r"), jobs=3)
+    bounds = [(t.part.start, t.part.end) for t in tasks]
+    assert (len(tasks), bounds[0][0], bounds[-1][1]) == (6, 0, None)
+    assert all(before[1] == after[0] for before, after in zip(bounds, bounds[1:]))
+    assert bounds[-1][0] == content_bytes(trace) * 5 // 6
+
+
+def test_split_plan_leaves_like_sized_ranks_whole(tmp_path: Path, small_parts: list) -> None:
+    from collector.ingest import batch
+
+    files = [(write(tmp_path / f"rank{r}.json", kineto_json(rank=r, kernels=4000)), True) for r in range(8)]
+    tasks = batch._split_big_files(batch.sources_of(files, "r"), jobs=2)
+    assert [t.part for t in tasks] == [None] * 8
+
+
+def test_split_plan_cuts_only_the_rank_bigger_than_its_share(tmp_path: Path, small_parts: list) -> None:
+    from collector.ingest import batch
+
+    files = [(write(tmp_path / f"rank{r}.json", kineto_json(rank=r, kernels=8000 if r == 0 else 500)), True)
+             for r in range(3)]
+    tasks = batch._split_big_files(batch.sources_of(files, "r"), jobs=2)
+    assert [(Path(t.path).name, t.part.count if t.part else 1) for t in tasks] == [
+        *[("rank0.json", 4)] * 4, ("rank1.json", 1), ("rank2.json", 1)]
+
+
+def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list) -> None:
+    from collector.ingest import batch
+
+    line = "node1:100:200 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x1 recvbuff 0x2 count 262144 datatype 9 op 0 root 0 comm 0xabc [nranks=8] stream 0x5\n"
+    log = write(tmp_path / "nccl.log", line * 4000)
+    assert [t.part for t in batch._split_big_files(batch.sources_of([(log, True)], "r"), jobs=2)] == [None]
+
+
 def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:
     trace = write(tmp_path / "t.json", kineto_json(kernels=4))
     report = ingest_paths([trace], tmp_path / "out", run="r", jobs=1)
