@@ -316,7 +316,8 @@ def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str 
         _, hta_events, _ = count_events(hta_folder)
         print(f"  HTA capped to its first {args.hta_max_ranks} of {files} ranks ({hta_events:,} events): "
               "speed compared as events per second; HTA's memory is then that of the smaller load")
-    jobs = min(args.jobs, files)
+    # Every core even for one file: gpulens reads a big file in parts.
+    jobs = args.jobs
     loads: dict[str, list[Load]] = {"hta": [], "gpulens": []}
     for round_no in range(1, args.rounds + 1):
         parts = []

@@ -9,7 +9,7 @@ The exception is a Kineto file bigger than its share of the work (one big
 trace, or one big rank beside small ones): workers read its parts at once
 (`_split_big_files`, `kineto.read_part`) and this process puts them
 together and writes the file (`_assemble`), so one file no longer leaves
-the other cores idle. A 620,000-event rank alone on two cores: 3.3 → 2.6 s.
+the other cores idle. A 620,000-event rank alone on two cores: 3.4 → 2.4 s.
 """
 
 from __future__ import annotations
@@ -555,11 +555,11 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool) -> It
     If a worker dies, the files it had are reported failed and this
     process parses those not yet handed out.
 
-    Where big files are read in parts, this process reads none itself but
-    assembles them (`_assemble`), with `jobs` workers: the parts' columns come
-    back through it, and a worker whose part is done gets its next task at
-    once, not when this process's own parsing lets its threads run (on the
-    A100 + V100 pair a worker waited 0.3 s so).
+    The parts of a split file are tasks like files; this process also puts
+    them together (`_assemble`). It still reads parts itself: with a pool
+    of `jobs` workers instead and this process only assembling, the A100 +
+    V100 pair took 1.12 s rather than 1.41 s, but at 261-290 MB rather than
+    203-212 (HTA: 688), and one 620,000-event rank took 2.4 s either way.
     """
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     sizes = {task: sum(map(content_bytes, task.files)) for task in tasks} if workers > 1 else {}
@@ -581,26 +581,24 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool) -> It
 
     gc.freeze()
     queue = _TaskQueue(sorted(tasks, key=sizes.__getitem__, reverse=True))
-    parses_here = not any(task.part for task in tasks)
-    pool_size = workers - 1 if parses_here else workers
     finished: SimpleQueue = SimpleQueue()  # the workers' outcomes, then None
     try:
         context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=pool_size, mp_context=context, initializer=_worker_start) as pool:
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start) as pool:
             try:
                 # This process takes the largest file: it lives to the end anyway,
                 # while a worker with no file left exits (see _feed) and gives
                 # its memory back. The first submissions start the workers: before
                 # any other thread exists (the feeder, the progress bar), so none
                 # is running when they fork.
-                own = queue.take(1) if parses_here else []
-                first = [(pool.submit(_run_task, task, str(out)), task) for task in queue.take(pool_size)]
+                own = queue.take(1)
+                first = [(pool.submit(_run_task, task, str(out)), task) for task in queue.take(workers - 1)]
                 feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
                 feeder.start()
                 with _Progress(len(tasks), progress) as bar:
                     workers_done = False
                     while True:
-                        mine, own = own or (queue.take(1) if parses_here or workers_done else []), []
+                        mine, own = own or queue.take(1), []
                         if mine:
                             yield _run_task(mine[0], str(out))
                             bar.advance()
