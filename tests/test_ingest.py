@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -643,6 +644,19 @@ def test_ingest_split_file_without_gpu_events_fails_as_a_whole_one_does(tmp_path
     report = ingest_paths([path], tmp_path / "out", jobs=2)
     assert (len(small_parts[0]), [f.message for f in report.failures]) == (
         4, [f"{path}: no GPU events (kernels, memcpy or memset)"])
+
+
+def test_progress_counts_files_whatever_their_parts(tmp_path: Path) -> None:
+    from collector.ingest import batch
+
+    whole = batch.Source(str(tmp_path / "rank1.json"), "r", True)
+    parts = [dataclasses.replace(whole, path=str(tmp_path / "rank0.json"), part=batch.FilePart(i, 6, i, i + 1))
+             for i in range(6)]
+    progress = batch._Progress(batch._files_of([*parts, whole]), enabled=True)
+    for task in [*parts, whole]:
+        progress.advance(task)
+    shown = progress._bar.tasks[0]
+    assert (shown.total, shown.completed) == (2, 2.0)  # six sixths in floats would fall short of one file
 
 
 def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, small_parts: list) -> None:

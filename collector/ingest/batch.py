@@ -29,6 +29,7 @@ import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
@@ -566,10 +567,10 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool) -> It
     if workers > 1 and sum(sizes.values()) < PARALLEL_MIN_CONTENT_BYTES:
         workers = 1  # too little work to pay for a worker: see PARALLEL_MIN_CONTENT_BYTES
     if workers == 1:
-        with _Progress(len(tasks), progress) as bar:
+        with _Progress(_files_of(tasks), progress) as bar:
             for task in tasks:
                 yield _run_task(task, str(out))
-                bar.advance()
+                bar.advance(task)
         return
     # Import the parsers once here: forked workers then share those pages
     # instead of each importing its own copy (~13 MB each). And keep the
@@ -595,13 +596,13 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool) -> It
                 first = [(pool.submit(_run_task, task, str(out)), task) for task in queue.take(workers - 1)]
                 feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
                 feeder.start()
-                with _Progress(len(tasks), progress) as bar:
+                with _Progress(_files_of(tasks), progress) as bar:
                     workers_done = False
                     while True:
                         mine, own = own or queue.take(1), []
                         if mine:
                             yield _run_task(mine[0], str(out))
-                            bar.advance()
+                            bar.advance(mine[0])
                         elif workers_done:
                             break
                         # What the workers finished meanwhile; once this process has
@@ -613,7 +614,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool) -> It
                                 workers_done = True
                             else:
                                 yield outcome
-                                bar.advance()
+                                bar.advance(_task_of(outcome))
                 feeder.join()
             finally:
                 queue.close()  # if this ends early, the feeder hands out nothing more
@@ -714,8 +715,18 @@ class _NoPandas:
         return None
 
 
+def _files_of(tasks: list[Source]) -> int:
+    """How many files (sources) the tasks are: the parts of one file count once."""
+    return len({task.path for task in tasks})
+
+
+def _task_of(outcome: FileResult | FileFailure | SkippedFile | PartOutcome) -> Source | None:
+    return outcome.task if isinstance(outcome, PartOutcome) else None
+
+
 class _Progress:
-    """A rich progress bar on stderr, or nothing."""
+    """A rich progress bar on stderr, or nothing. It counts files: each part
+    of a file read in parts moves it by its share of the file."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self._bar = None
@@ -726,6 +737,7 @@ class _Progress:
             self._bar = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                  console=Console(stderr=True), transient=True)
             self._task = self._bar.add_task("ingest", total=total)
+            self._done = Fraction(0)
 
     def __enter__(self) -> "_Progress":
         if self._bar is not None:
@@ -736,9 +748,11 @@ class _Progress:
         if self._bar is not None:
             self._bar.stop()
 
-    def advance(self) -> None:
+    def advance(self, task: Source | None = None) -> None:
         if self._bar is not None:
-            self._bar.advance(self._task)
+            # Counted exactly: six sixths of a file in floats fall short of one.
+            self._done += Fraction(1, task.part.count) if task is not None and task.part else 1
+            self._bar.update(self._task, completed=float(self._done))
 
 
 # --- turning arguments into files ------------------------------------------------
