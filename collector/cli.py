@@ -207,7 +207,7 @@ def display_width(text: str) -> int:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path(DEFAULT_DATASET), show_default=True,
               help="Dataset directory to write the trace tables into.")
 @click.option("--run", "run_name", default=None, help="Run name (default: the folder or file name).")
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one). A big Kineto file is read by several at once.")
 def ingest(paths, out, run_name, jobs):
     """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 CSV, NCCL logs).
 
