@@ -584,6 +584,7 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> list:
     monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", 0)
     monkeypatch.setattr(batch, "SPLIT_MIN_PART_BYTES", 64 << 10)
     monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 16 << 10)
+    monkeypatch.setattr(batch, "_usable_cores", lambda: 64)  # --jobs decides, whatever runs the tests
     plans: list = []
     real_split = batch._split_big_files
 
@@ -669,6 +670,16 @@ def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, 
     assert (len(tasks), bounds[0][0], bounds[-1][1]) == (6, 0, None)
     assert all(before[1] == after[0] for before, after in zip(bounds, bounds[1:]))
     assert bounds[-1][0] == content_bytes(trace) * 5 // 6
+
+
+def test_split_plan_gives_no_more_parts_than_the_cores_can_take(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
+    from collector.ingest import batch
+
+    monkeypatch.setattr(batch, "_usable_cores", lambda: 2)
+    trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
+    tasks = batch._split_big_files(batch.sources_of([(trace, True)], "r"), jobs=8)
+    assert [t.part.count for t in tasks] == [4] * 4
 
 
 def test_split_plan_leaves_like_sized_ranks_whole(tmp_path: Path, small_parts: list) -> None:

@@ -462,7 +462,10 @@ def _split_big_files(tasks: list[Source], jobs: int | None) -> list[Source]:
     content before theirs (gzip cannot seek): ~2 GB/s with zlib-ng, small
     beside the parsing, ~60 MB/s a core.
     """
-    cores = jobs or os.cpu_count() or 1
+    # Parts beyond the cores there are only add work (a gzip file's parts
+    # each decompress what comes before them): --jobs 4 on two cores read a
+    # 620,000-event .json.gz in 2.8-3.1 s in eight parts, 2.3 s in four.
+    cores = min(jobs or os.cpu_count() or 1, _usable_cores())
     if cores < 2:
         return tasks
     sizes = {task: sum(map(content_bytes, task.files)) for task in tasks}
@@ -481,6 +484,14 @@ def _split_big_files(tasks: list[Source], jobs: int | None) -> list[Source]:
         planned.extend(replace(task, part=FilePart(i, count, offsets[i] or 0, offsets[i + 1]))
                        for i in range(count))
     return planned
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (a container's or taskset's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _is_kineto(path: str) -> bool:
