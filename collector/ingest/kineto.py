@@ -111,10 +111,7 @@ def parse_parts(path: Path, run: str, parts: list[PartRead]) -> ParsedTrace:
     metadata, events = parts[0].metadata, parts[0].events
     for part in parts[1:]:
         events.merge(part.events)
-        # The trailer (`baseTimeNanoseconds`, ...) is in the part that read the array's end.
-        for name in KinetoTrace.__struct_fields__:
-            if getattr(metadata, name) is None:
-                setattr(metadata, name, getattr(part.metadata, name))
+        kineto_stream.fill_missing(metadata, part.metadata)  # the trailer, from the part that read the end
     return _parsed(path, run, metadata, events)
 
 

@@ -305,15 +305,21 @@ class TraceStream:
     def _finish(self, window: bytearray) -> Iterator[Events]:
         self.end_at = None  # this part reads to the array's end
         tail = _decode(_HEADER.decode, b'{"traceEvents": [' + window)
-        for name in KinetoTrace.__struct_fields__:
-            if getattr(self.metadata, name) is None and name != "traceEvents":
-                setattr(self.metadata, name, getattr(tail, name))
+        fill_missing(self.metadata, tail)
         try:
             events = event_array(tail.traceEvents)
         except msgspec.DecodeError:
             raise NotStreamable from None
         if events:
             yield events
+
+
+def fill_missing(metadata: KinetoTrace, later: KinetoTrace) -> None:
+    """Give `metadata` the keys it lacks from `later` (the trailer after the
+    event array: `baseTimeNanoseconds`, `traceName`, ...); keys it has win."""
+    for name in KinetoTrace.__struct_fields__:
+        if getattr(metadata, name) is None and name != "traceEvents":
+            setattr(metadata, name, getattr(later, name))
 
 
 def _boundary(window: bytearray, more: Callable[[], bool], at: int, limit: int) -> re.Match[bytes] | None:
