@@ -423,14 +423,14 @@ def _read_part(task: Source, out: str) -> PartOutcome:
         read = None
     outcome = PartOutcome(task, read, 0.0)
     if read is not None and _IN_WORKER:
-        outcome = _spill(outcome, out)
+        _spill(outcome, out)
     release_freed_memory()
     outcome.seconds = time.perf_counter() - started
     return outcome
 
 
-def _spill(outcome: PartOutcome, out: str) -> PartOutcome:
-    """The outcome with its events in a file under the dataset's staging
+def _spill(outcome: PartOutcome, out: str) -> None:
+    """Move the outcome's events into a file under the dataset's staging
     folder, where this process's reply would carry them through a pipe.
 
     A part's columns are ~14 MB for a quarter of a 620,000-event rank. The
@@ -443,8 +443,8 @@ def _spill(outcome: PartOutcome, out: str) -> PartOutcome:
                                          delete=False) as handle:
             pickle.dump(outcome.read, handle, protocol=pickle.HIGHEST_PROTOCOL)
     except OSError:
-        return outcome  # the reply carries them after all
-    return PartOutcome(outcome.task, None, outcome.seconds, handle.name)
+        return  # the reply carries them after all
+    outcome.read, outcome.spilled = None, handle.name
 
 
 def _split_big_files(tasks: list[Source], jobs: int | None) -> list[Source]:
@@ -458,11 +458,11 @@ def _split_big_files(tasks: list[Source], jobs: int | None) -> list[Source]:
     bytes are not equal work (a trace's CPU ops, slower to read, come
     before its GPU events; the halves of the V100 trace took 0.42 and
     0.28 s), and smaller parts let the cores even it out. Eight like-sized
-    ranks on two cores are not cut at all. A gzip file's parts each decompress the
-    content before theirs (gzip cannot seek): ~2 GB/s with zlib-ng, small
-    beside the parsing, ~60 MB/s a core.
+    ranks on two cores are not cut at all. A gzip file's parts each
+    decompress the content before theirs (gzip cannot seek): ~2 GB/s with
+    zlib-ng, small beside the parsing, ~60 MB/s a core.
     """
-    # Parts beyond the cores there are only add work (a gzip file's parts
+    # More parts than the cores can take only add work (a gzip file's parts
     # each decompress what comes before them): --jobs 4 on two cores read a
     # 620,000-event .json.gz in 2.8-3.1 s in eight parts, 2.3 s in four.
     cores = min(jobs or os.cpu_count() or 1, _usable_cores())
@@ -480,9 +480,9 @@ def _split_big_files(tasks: list[Source], jobs: int | None) -> list[Source]:
         if count < 2 or task.parts or not _is_kineto(task.path):
             planned.append(task)
             continue
-        offsets = [size * i // count for i in range(count)] + [None]
-        planned.extend(replace(task, part=FilePart(i, count, offsets[i] or 0, offsets[i + 1]))
-                       for i in range(count))
+        starts = [size * i // count for i in range(count)]
+        ends: list[int | None] = [*starts[1:], None]
+        planned.extend(replace(task, part=FilePart(i, count, starts[i], ends[i])) for i in range(count))
     return planned
 
 
@@ -539,11 +539,9 @@ def _assembled(task: Source, parts: list[PartOutcome], out: str) -> FileResult |
         run = sanitise_run(task.run)
         try:
             parsed = kineto.parse_parts(Path(task.path), run, reads)
-        except kineto.NotStreamable:
-            pass
         except TraceError as error:  # a trace with no GPU events
             result = FileFailure(task.path, error.problem)
-        except Exception:  # a parser bug: the whole file gets the usual report of it
+        except Exception:  # the parts do not meet (NotStreamable), or a parser bug the whole file reports
             pass
         else:
             del reads
