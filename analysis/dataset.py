@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from collector.derive import DERIVED_TABLES
-from collector.errors import DatasetError, QueryError
+from collector.errors import DatasetError, QueryError, one_line
 from collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
 
 # Where each table's files live, relative to the dataset root.
@@ -136,7 +136,7 @@ def open_dataset(
             try:
                 retry_vanished_files(functools.partial(con.execute, view))
             except duckdb.Error as error:
-                message = " ".join(str(error).split())
+                message = one_line(error)
                 raise DatasetError(f"{root / table}: unreadable Parquet ({message})") from error
         else:
             empty_name = f"_empty_{table}"
@@ -172,7 +172,7 @@ def _check_derived_columns(con: duckdb.DuckDBPyConnection, root: Path) -> None:
                 "hive_partitioning = false) where scoped is null limit 1",
             )
     except duckdb.Error as error:
-        message = " ".join(str(error).split())
+        message = one_line(error)
         raise DatasetError(f"{root / 'traces'}: unreadable kernels Parquet ({message})") from error
     if stale:
         raise DatasetError(
@@ -288,7 +288,7 @@ def _check_statements(sql: str) -> None:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as error:
-        raise QueryError(f"SQL error: {' '.join(str(error).split())}") from error
+        raise QueryError(f"SQL error: {one_line(error)}") from error
     kinds = [statement.type.name for statement in statements]
     if not statements:
         raise QueryError("SQL error: no statement given")
@@ -312,7 +312,7 @@ def _query_errors(midway: bool = False) -> Iterator[None]:
     except _DUCKDB_ERRORS as error:
         if midway and is_vanished_file_error(error):
             raise _vanished_file_error(error, "removed after the query's first rows were read; run it again") from error
-        raise QueryError(f"SQL error: {' '.join(str(error).split())}") from error
+        raise QueryError(f"SQL error: {one_line(error)}") from error
     except RuntimeError as error:  # how DuckDB 2 reports the same interrupt
         if "interrupted" in str(error).lower():
             raise KeyboardInterrupt from None

@@ -29,7 +29,7 @@ import duckdb
 import polars as pl
 
 from analysis.dataset import is_vanished_file_error, retry_vanished_files
-from collector.errors import QueryError, UsageError
+from collector.errors import QueryError, UsageError, one_line
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 
@@ -173,7 +173,7 @@ def _create_view(con: duckdb.DuckDBPyConnection, analysis: AnalysisSql) -> None:
     except duckdb.Error as error:
         if is_vanished_file_error(error):
             raise  # a dataset file, not this SQL: the caller runs it again
-        message = " ".join(str(error).split())
+        message = one_line(error)
         raise QueryError(f"analysis/sql/{analysis.name}.sql: {message}") from error
 
 
@@ -253,4 +253,4 @@ def _select_analysis(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
     except duckdb.Error as error:
         if is_vanished_file_error(error):
             raise
-        raise QueryError(f"{name}: " + " ".join(str(error).split())) from error
+        raise QueryError(f"{name}: {one_line(error)}") from error

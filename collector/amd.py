@@ -39,7 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from collector.backend import BackendEvent, DeviceInfo, DeviceSample, GpuLost, ProcessSample, RateFromCounter
-from collector.errors import BackendUnavailable
+from collector.errors import BackendUnavailable, one_line
 from collector.throttle import AMD_LIMITING_REASONS
 
 log = logging.getLogger("gpulens.collector.amd")
@@ -592,4 +592,4 @@ def _handle_id(handle: Any) -> Any:
 def _describe(error: BaseException) -> str:
     info = getattr(error, "get_error_info", None)
     text = info() if callable(info) else str(error)
-    return " ".join(str(text).split())
+    return one_line(text)

@@ -7,6 +7,12 @@ Only the command line turns these into a one-line message and an exit code
 from __future__ import annotations
 
 
+def one_line(message: object) -> str:
+    """`message` (an error, a library's text) as one line: its runs of
+    whitespace, newlines included, as single spaces."""
+    return " ".join(str(message).split())
+
+
 class GpulensError(Exception):
     """Base class for every error a user can cause or meet.
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from collector.errors import DatasetError, TraceError
+from collector.errors import DatasetError, TraceError, one_line
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
 from collector.ingest.store import STAGING_DIR, read_runs, sanitise_run, source_id, write_source
@@ -362,7 +362,7 @@ def _ingest_file(path: str, run: str, out: str, explicit: bool,
     except TraceError as error:
         return FileFailure(error.path if parts else path, error.problem)  # a process's part: the file itself
     except Exception as error:  # a parser bug must not stop the other files
-        return FileFailure(path, _one_line(f"unexpected error: {type(error).__name__}: {error}"))
+        return FileFailure(path, one_line(f"unexpected error: {type(error).__name__}: {error}"))
     return _written(path, format_name, run, out, parsed, started)
 
 
@@ -374,7 +374,7 @@ def _written(path: str, format_name: str, run: str, out: str, parsed: ParsedTrac
     except DatasetError as error:
         return FileFailure(path, str(error))
     except Exception as error:
-        return FileFailure(path, _one_line(f"unexpected error: {type(error).__name__}: {error}"))
+        return FileFailure(path, one_line(f"unexpected error: {type(error).__name__}: {error}"))
     runs = parsed.tables.get("runs")
     ranks = tuple(sorted({r for r in runs.column("rank").to_pylist() if r is not None})) if runs is not None else ()
     return FileResult(path, format_name, run, ranks, rows, parsed.events or sum(rows.values()),
@@ -666,7 +666,7 @@ def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, Source]], queue
                 except KeyboardInterrupt:  # Ctrl-C reached the worker too; this process stops
                     finished.put(_failed(task, "interrupted"))
                 except Exception as error:  # the worker process itself died
-                    finished.put(_failed(task, _one_line(f"worker failed: {type(error).__name__}: {error}")))
+                    finished.put(_failed(task, one_line(f"worker failed: {type(error).__name__}: {error}")))
                 for follow in queue.take(1):
                     try:
                         tasks[pool.submit(_run_task, follow, out)] = follow
@@ -896,10 +896,6 @@ def rank_ranges(ranks: list[int]) -> str:
         if rank is not None:
             start = previous = rank
     return ", ".join(parts)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 __all__ = [

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
-from collector.errors import GpulensError
+from collector.errors import GpulensError, one_line
 from dashboard import data
 
 # key -> (script relative to dashboard/, title, icon); the order of the menu.
@@ -115,7 +115,7 @@ def frame(ds: data.Dataset, func: Callable[..., Any], *args: Any, **kwargs: Any)
 
 
 def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+    return one_line(error) or type(error).__name__
 
 
 def overview_results() -> tuple[Callable[..., Any], ...]:

@@ -25,7 +25,7 @@ from analysis import findings as findings_module
 from analysis.findings import Finding, sort_findings
 from analysis.dataset import run_sql
 from analysis.registry import load_analyses, run_analysis
-from collector.errors import DatasetError, GpulensError
+from collector.errors import DatasetError, GpulensError, one_line
 from dashboard.report.sections import SECTIONS, SectionSpec, TableSpec
 
 # Chart series are downsampled to about this many time buckets.
@@ -131,7 +131,7 @@ def build_report(
     try:
         con = open_dataset(dataset)
     except duckdb.Error as error:  # a corrupt Parquet file, say
-        raise DatasetError(f"{dataset}: cannot read the dataset: {_one_line(error)}") from None
+        raise DatasetError(f"{dataset}: cannot read the dataset: {one_line(error)}") from None
     source = describe_source(con, dataset, inputs or [str(dataset)], temporary)
     if not source.has_telemetry and not source.has_traces:
         raise DatasetError(f"{inputs[0] if inputs else dataset}: no telemetry and no trace rows: nothing to report")
@@ -184,7 +184,7 @@ def collect_findings(con: duckdb.DuckDBPyConnection, problems: list[str],
         try:
             found = source(con)
         except (GpulensError, duckdb.Error) as error:
-            problems.append(f"findings of {source.__module__}: {_one_line(error)}")
+            problems.append(f"findings of {source.__module__}: {one_line(error)}")
             continue
         findings.extend(found)
         if homes is not None:
@@ -215,7 +215,7 @@ def _build_section(con: duckdb.DuckDBPyConnection, spec: SectionSpec, source: So
         try:
             frame = run_analysis(con, table.name)
         except GpulensError as error:
-            message = f"{table.name}: {_one_line(error)}"
+            message = f"{table.name}: {one_line(error)}"
             problems.append(message)
             section.error = message if section.error is None else section.error
             continue
@@ -240,7 +240,7 @@ def _series(con: duckdb.DuckDBPyConnection, source: Source, problems: list[str])
         try:
             series[name] = run_analysis(con, name, timeline_bucket_s=bucket_s)
         except GpulensError as error:
-            problems.append(f"{name}: {_one_line(error)}")
+            problems.append(f"{name}: {one_line(error)}")
     return series
 
 
@@ -272,7 +272,7 @@ def describe_source(con: duckdb.DuckDBPyConnection, dataset: Path, inputs: list[
             from runs group by run order by run""")
         files = _records(con, "select run, rank, source_format, source_path from runs order by run, rank, source_path")
     except duckdb.Error as error:
-        raise DatasetError(f"{dataset}: cannot read the dataset: {_one_line(error)}") from None
+        raise DatasetError(f"{dataset}: cannot read the dataset: {one_line(error)}") from None
     return Source(inputs=inputs, dataset=None if temporary else str(dataset), rows=rows, hosts=hosts, runs=runs,
                   trace_files=files)
 
@@ -298,5 +298,3 @@ def gpulens_version() -> str:
         return "unknown"
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())

@@ -41,7 +41,7 @@ import polars as pl
 
 from analysis.findings import Finding
 from analysis.registry import load_analyses, run_analysis
-from collector.errors import DatasetError, GpulensError, UsageError
+from collector.errors import DatasetError, GpulensError, UsageError, one_line
 
 
 class RegressionFound(GpulensError):
@@ -195,7 +195,7 @@ def load_baseline(path: Path, label: str | None = None) -> Baseline:
             findings = [f.to_dict() for f in all_findings(con)]
             metrics = compute_metrics(con)
         except duckdb.Error as error:
-            raise DatasetError(f"{path}: cannot read the baseline dataset: {' '.join(str(error).split())}") from None
+            raise DatasetError(f"{path}: cannot read the baseline dataset: {one_line(error)}") from None
         con.close()
     description = label or (f"traces {path} (ingested)" if temporary else f"dataset {path}")
     return Baseline(description, metrics, findings)

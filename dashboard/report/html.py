@@ -18,6 +18,7 @@ from typing import Any
 import plotly.io as pio
 import polars as pl
 
+from collector.errors import one_line
 from dashboard import theme
 from dashboard.report.build import Report, Section, TableResult
 from dashboard.report.figures import HEIGHT_PX, section_figures
@@ -251,7 +252,7 @@ def _charts(report: Report, section: Section, problems: list[str]) -> list[tuple
         try:
             out.append((name, _chart(div_id, build())))
         except Exception as error:  # one broken chart must not lose the report
-            problem = f"chart {div_id}: {type(error).__name__}: {' '.join(str(error).split())}"
+            problem = f"chart {div_id}: {type(error).__name__}: {one_line(error)}"
             problems.append(problem)
             out.append((name, f'<p class="problem">This chart failed: {_e(problem)}</p>'))
     return out

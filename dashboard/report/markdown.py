@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from collector.errors import one_line
 from dashboard.report.build import Report
 from dashboard.report.format import format_subject, format_value
 
@@ -123,4 +124,4 @@ def _table(title: str, name: str, frame: Any, columns: list[str]) -> list[str]:
 
 def _cell(text: Any) -> str:
     """Text safe inside a table cell or a list item: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return one_line(text).replace("|", "\\|")
