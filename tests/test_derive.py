@@ -350,3 +350,25 @@ def test_step_launches_are_what_duckdbs_group_by_gives():
         from launched group by step order by step nulls last
     """).fetchall()
     _assert_rows_match(list(zip(*got.values())), expected)
+
+
+def test_quantile_interpolation_rounds_the_exact_value_once():
+    """lo (1 - d) + hi d with hi d rounded first, then one rounding of the
+    exact sum: what a fused multiply-add gives, checked against Fractions."""
+    from fractions import Fraction
+
+    from collector.derive import _interpolate
+
+    cases = [
+        (1000.0, 2000.0, 0.95 * 8 - 7),  # 0.95 of 9 values: 1599.9999999999998
+        (1_722_100_000_123.0, 1_722_100_000_977.0, 0.3),
+        (0.1, 0.7, 1e-17),  # lo (1 - d) rounds to lo; the sum does not
+        (3.0, 3.0, 0.999999999),
+        (-250.5, 4.0e15, 0.5),
+        (5e-324, 1e-323, 0.3),
+    ]
+    for lo, hi, d in cases:
+        exact = Fraction(lo) * Fraction(1.0 - d) + Fraction(hi * d)
+        assert _interpolate(lo, hi, d) == float(exact)
+    assert _interpolate(1000.0, 2000.0, 0.95 * 8 - 7) == 1599.9999999999998
+    assert _interpolate(7.0, 9.0, 0.0) == 7.0
