@@ -776,3 +776,23 @@ def test_kineto_part_past_the_last_event_is_empty(tmp_path: Path) -> None:
     reads = _read_in_parts(path, [size - 5])  # inside the trailer
     assert (reads[1].events.events, reads[1].first_event_at, reads[0].end_at) == (0, None, None)
     assert _same_tables(kineto.parse_parts(path, "r", reads), kineto.parse(path, "r"))
+
+
+def test_kineto_kernel_categories_and_dims_outlast_a_memo_that_fills(tmp_path: Path, monkeypatch) -> None:
+    # The memos live as long as the process (the ranks of a job share their
+    # kernels); one that grows past its bound starts again, empty.
+    from collector.ingest import kineto_columns
+
+    monkeypatch.setattr(kineto_columns, "_MEMO_ENTRIES", 2)
+    monkeypatch.setattr(kineto_columns, "_CATEGORIES", {})
+    monkeypatch.setattr(kineto_columns, "_DIMS", {})
+    for round_ in range(3):
+        events = [gpu("kernel", name, 1000.0 + i, 1.0, correlation=900 + i, grid=[i + round_, 1, 1])
+                  for i, name in enumerate(["sm90_xmma_gemm_bf16", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", f"k{round_}"])]
+        trace = kineto.parse(write_trace(tmp_path / f"t{round_}.json", synthetic_trace(traceEvents=events)), "demo")
+        assert [(r["category"], r["grid"]) for r in rows(trace, "kernels")] == [
+            ("compute", f"[{round_}, 1, 1]"), ("communication", f"[{round_ + 1}, 1, 1]"), ("compute", f"[{round_ + 2}, 1, 1]")]
+        # Only this file's: what the file before left was dropped first.
+        assert (set(kineto_columns._CATEGORIES), set(kineto_columns._DIMS)) == (
+            {"sm90_xmma_gemm_bf16", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", f"k{round_}"},
+            {b"", *(f"[{i + round_}, 1, 1]".encode() for i in range(3))})
