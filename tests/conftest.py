@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,16 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip("../shared/traces is not present")
     return SHARED_TRACES
+
+
+@pytest.fixture(autouse=True)
+def _import_hooks_restored():
+    """`gpulens ingest` and `gpulens query`, run in this process by tests,
+    refuse pandas for the rest of their process (collector.no_pandas); a
+    test must not pass that on to the tests after it."""
+    hooks = list(sys.meta_path)
+    yield
+    sys.meta_path[:] = hooks
 
 
 def write_trace_table(root: Path, run: str, table: str, columns: dict, source: str = "test") -> Path:

@@ -38,6 +38,7 @@ from collector.errors import DatasetError, TraceError, one_line
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
 from collector.ingest.store import STAGING_DIR, read_runs, sanitise_run, source_id, write_source
+from collector.no_pandas import refuse_pandas
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -696,10 +697,8 @@ def prepare_ingest_process() -> None:
     owns (its ingest workers, the `gpulens ingest` command), since they
     would change a caller's process for everyone else in it.
 
-    - pyarrow imports pandas the first time it builds an array (a second of
-      CPU and ~50 MB per process) though ingest never converts to pandas.
-      Where pandas is not imported yet, the import is made to fail, so
-      pyarrow goes on without it.
+    - pyarrow imports pandas the first time it builds an array, though
+      ingest never converts to pandas: `refuse_pandas`.
     - Arrow's buffers come from the C library's allocator, not Arrow's
       default mimalloc. Ingest builds and frees many arrays of a few MB per
       batch; mimalloc hands that memory back and faults it in again (as
@@ -710,18 +709,8 @@ def prepare_ingest_process() -> None:
     """
     import pyarrow as pa
 
-    if "pandas" not in sys.modules and not any(isinstance(hook, _NoPandas) for hook in sys.meta_path):
-        sys.meta_path.insert(0, _NoPandas())
+    refuse_pandas()
     pa.set_memory_pool(pa.system_memory_pool())
-
-
-class _NoPandas:
-    """An import hook that refuses `pandas` (workers only, see above)."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ImportError("pandas is not loaded in gpulens ingest workers")
-        return None
 
 
 def _files_of(tasks: list[Source]) -> int:
