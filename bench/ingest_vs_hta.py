@@ -28,9 +28,10 @@ a process pool), alternating HTA, gpulens, HTA, gpulens ..., each in a fresh
 process. Inputs: (a) the real GPU traces in `../shared/traces/kineto`
 (skipped where absent), (b) a run made by `collector.sim_trace`: `--ranks`
 ranks, `--events` events in all, (c) its rank 0 alone (one big trace,
-which gpulens reads in parts on every core), then the same per-rank size
-with twice the ranks (gpulens only) to show that memory does not grow
-with ranks.
+which gpulens reads in parts on every core), (d) a run of `--small-ranks`
+small ranks of 5,000 events each (a job of thousands of ranks, where each
+file's fixed costs add up), then the same per-rank size as (b) with twice
+the ranks (gpulens only) to show that memory does not grow with ranks.
 
 Both tools run as installed packages do, their modules compiled to
 bytecode: HTA's were compiled by pip, and gpulens' are compiled here first
@@ -86,6 +87,9 @@ REAL_SETS = {
     "a100 rank 0 + v100 rank 1": ["a100_2rank_allreduce_nccl2.17.json.gz", "v100_2rank_allreduce.json.gz"],
     "128-rank job, ranks 0-1 (sampled)": ["sampled_128rank_rank0.json.gz", "sampled_128rank_rank1.json.gz"],
 }
+# The run of many small ranks: events per rank, and its profiler steps.
+SMALL_RANK_EVENTS = 5_000
+SMALL_RANK_STEPS = 4
 SPEED_TARGET = 10.0
 MEMORY_TARGET = 3.0
 _SAMPLE_S = 0.02
@@ -416,6 +420,8 @@ def main() -> None:
     parser.add_argument("--skip-real", action="store_true")
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--skip-one-rank", action="store_true", help="skip the simulated run's rank 0 loaded alone")
+    parser.add_argument("--small-ranks", type=int, default=64,
+                        help=f"ranks of the run of small ranks, {SMALL_RANK_EVENTS:,} events each (0 skips it)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where inputs go (default: a temporary folder)")
     args = parser.parse_args()
     events = args.events or (400_000 if args.quick else 5_000_000)
@@ -442,6 +448,15 @@ def main() -> None:
         if not args.skip_one_rank:
             # One big trace alone: gpulens reads it in parts on every core.
             compare("simulated: its rank 0 alone", cap_ranks(folder, 1), args, hta_python)
+        if args.small_ranks:
+            # Many small ranks: what a job of thousands of ranks gives, where
+            # each file's fixed costs (ten Parquet files, derive) add up.
+            started = time.perf_counter()
+            small, small_kernels = synthesise(work / f"sim-{args.small_ranks}-small-ranks", args.small_ranks,
+                                              args.small_ranks * SMALL_RANK_EVENTS, SMALL_RANK_STEPS, args.seed)
+            print(f"\n(synthesised {args.small_ranks} ranks x {SMALL_RANK_STEPS} steps x {small_kernels} kernels per step "
+                  f"in {time.perf_counter() - started:.1f} s)")
+            compare(f"simulated: {args.small_ranks} small ranks", small, args, hta_python)
         if not args.skip_scaling:
             memory_vs_ranks(work, args.ranks, kernels_per_step, args)
     finally:
