@@ -509,11 +509,39 @@ def test_kineto_truncated_piece_is_not_reread_for_nan(monkeypatch: pytest.Monkey
         kineto_stream.decode_events(b'[{"ph": "X", "name": "x: NaN"}, {"ph": "X", "name": "trunc')
 
 
-def test_kineto_text_over_the_repair_limit_is_not_reread(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A whole large file would take ten times its size as Python objects.
+def test_kineto_number_beyond_a_double_over_the_repair_limit_is_not_reread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Python's json would take ten times a whole large file's size as objects.
     monkeypatch.setattr(kineto_stream, "_MAX_REPAIR_BYTES", 16)
     with pytest.raises(msgspec.DecodeError):
-        kineto_stream.decode_events(b'[{"ph": "X", "cat": "kernel", "args": {"loss": NaN}}]')
+        kineto_stream.decode_events(b'[{"ph": "X", "cat": "kernel", "ts": 1.0, "dur": 1e999}]')
+
+
+def test_kineto_nan_over_the_repair_limit_is_read_without_pythons_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto_stream, "_MAX_REPAIR_BYTES", 16)
+    monkeypatch.setattr(kineto_stream.json, "loads", _not_called)
+    events = kineto_stream.decode_events(b'[{"ph": "X", "cat": "kernel", "dur": NaN, "args": {"correlation": 7}}]')
+    assert [(e.cat, e.dur, e.args.correlation) for e in events] == [("kernel", None, 7)]
+
+
+def test_kineto_nan_and_beyond_a_double_in_one_text_are_both_null() -> None:
+    events = kineto_stream.decode_events(b'[{"ph": "X", "ts": NaN, "dur": 1e999}, {"ph": "X", "ts": 2.5, "dur": -Infinity}]')
+    assert [(e.ts, e.dur) for e in events] == [(None, None), (2.5, None)]
+
+
+def test_kineto_non_finite_tokens_in_strings_stay_around_escaped_quotes() -> None:
+    text = rb'[{"a": "q\"NaN", "b": NaN, "c": "\\\\", "d": -Infinity, "e": "Infinity\\", "f": [Infinity]}]'
+    assert kineto_stream._non_finite_tokens_as_null(text) == (
+        rb'[{"a": "q\"NaN", "b": null, "c": "\\\\", "d": null, "e": "Infinity\\", "f": [null]}]')
+
+
+def test_kineto_whole_file_over_the_repair_limit_with_nan_ingests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A file that cannot be streamed is decoded whole: before, a NaN in one
+    # over 64 MiB failed it as invalid JSON.
+    path = odd_trace(tmp_path, lambda events: gemm_of(events)["args"].update(loss=float("nan")))
+    monkeypatch.setattr(kineto_stream.TraceStream, "batches", _not_streamable)
+    monkeypatch.setattr(kineto_stream, "_MAX_REPAIR_BYTES", 16)
+    gemm = kernel(kineto.parse(path, "r"), "sm90_xmma")
+    assert (gemm["start_ns"], gemm["dur_ns"], gemm["correlation_id"]) == (BASE_NS + 1_200_999, 30_002, 500)
 
 
 def _not_called(*args, **kwargs):
