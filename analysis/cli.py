@@ -249,8 +249,9 @@ def interval_text(value: pa.MonthDayNano) -> str:
 
 def _json_default(value):
     if isinstance(value, decimal.Decimal):
-        # sum() of BIGINT is a HUGEINT (a decimal here): keep it an exact integer.
-        return int(value) if value == value.to_integral_value() else float(value)
+        from analysis.dataset import exact_number  # imported with the query it serves
+
+        return exact_number(value)
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, dt.timedelta):

@@ -14,6 +14,7 @@ Files written by a newer gpulens with extra columns are read by name.
 from __future__ import annotations
 
 import contextlib
+import decimal
 import functools
 import re
 import time
@@ -62,6 +63,12 @@ def quote_identifier(name: str) -> str:
 
 def quote_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+def exact_number(value: decimal.Decimal) -> int | float:
+    """A DECIMAL result as a plain number: sum() of a BIGINT column is a
+    HUGEINT, which arrives as a Decimal; keep a whole one an exact int."""
+    return int(value) if value == value.to_integral_value() else float(value)
 
 
 def table_files(root: Path, table: str) -> list[Path]:

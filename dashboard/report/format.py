@@ -12,6 +12,7 @@ import decimal
 import math
 from typing import Any
 
+from analysis.dataset import exact_number
 from analysis.findings import format_duration_ns
 
 
@@ -32,7 +33,7 @@ def format_value(column: str, value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(format_value(column, v) for v in value)
     if isinstance(value, decimal.Decimal):
-        value = int(value) if value == value.to_integral_value() else float(value)
+        value = exact_number(value)
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return "–"
     if not isinstance(value, (int, float)):

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from analysis.dataset import exact_number
 from dashboard.report.build import Report
 
 REPORT_VERSION = 1
@@ -69,7 +70,7 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, decimal.Decimal):
-        return int(value) if value == value.to_integral_value() else _clean(float(value))
+        return _clean(exact_number(value))
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.timezone.utc)
