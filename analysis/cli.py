@@ -50,11 +50,11 @@ def query(dataset, sql, output_format, max_rows, max_width):
     json for big results).
     """
     from analysis.dataset import open_dataset, stream_sql
-    from analysis.registry import create_views_named_in
+    from analysis.registry import create_views_named_in, tables_named_in
     from collector.no_pandas import refuse_pandas
 
     refuse_pandas()  # this process only writes rows as text: see collector.no_pandas
-    con = open_dataset(dataset, analyses_on_demand=True)
+    con = open_dataset(dataset, analyses_on_demand=True, tables=tables_named_in(sql), footer_cache=True)
     create_views_named_in(con, sql)
     # JSON has its own forms of booleans and lists; text takes DuckDB's.
     reader = stream_sql(con, sql, duckdb_text=output_format != "json")

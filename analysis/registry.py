@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from analysis.dataset import is_vanished_file_error, retry_vanished_files
+from analysis.dataset import TABLES, is_vanished_file_error, retry_vanished_files
 from collector.errors import QueryError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -152,6 +152,24 @@ def create_views_named_in(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     names = analyses if _CATALOGUE.search(sql) else [name for name in analyses if _names(sql, name)]
     for name in names:
         retry_vanished_files(functools.partial(_ensure_views, con, name))
+
+
+def tables_named_in(sql: str) -> set[str] | None:
+    """The dataset tables `sql` reads: those it names, and those the
+    analyses it names (and what they require) read; None (every table)
+    where it asks what the catalogue holds. For `open_dataset(tables=...)`.
+
+    Over 2,000 rank files per table, each table's view took 0.3 s to
+    create, so `gpulens query "select count(*) from kernels"` spent 5 of
+    its 5.7 s creating views it never read."""
+    if _CATALOGUE.search(sql):
+        return None
+    analyses = load_analyses()
+    texts = [sql] + [analysis.sql for name in analyses if _names(sql, name) for analysis in _with_requirements(name)]
+    tables = {table for table in TABLES if any(_names(text, table) for text in texts)}
+    if any(_names(text, "hardware_peaks") for text in texts):
+        tables |= {"runs", "devices"}  # the GPU models it lists (analysis.peaks)
+    return tables
 
 
 # SQL that lists what the connection holds, so wants every view made.

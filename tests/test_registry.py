@@ -9,6 +9,7 @@ import pytest
 
 from analysis import registry
 from analysis.dataset import open_dataset
+from analysis.registry import tables_named_in
 from collector.errors import UsageError
 from conftest import write_trace_table
 
@@ -82,3 +83,19 @@ def test_step_windows_marks_the_last_step(tmp_path):
     con = open_dataset(tmp_path)
     rows = con.execute("select step, step_ns, is_last, last_step_start_ns from step_windows order by step").fetchall()
     assert rows == [(4, 100, False, 200), (5, 100, False, 200), (6, 50, True, 200)]
+
+
+def test_tables_named_in_sql_are_the_tables_it_names_in_any_case():
+    assert tables_named_in("select * from Kernels k join runs using (run, rank)") == {"kernels", "runs"}
+
+
+def test_tables_named_in_sql_include_those_its_analyses_read():
+    assert tables_named_in("select * from kernel_stats where rank = 3") == {"kernels", "kernel_names"}
+
+
+def test_tables_named_in_sql_naming_hardware_peaks_include_the_tables_of_its_models():
+    assert tables_named_in("select * from hardware_peaks") == {"runs", "devices"}
+
+
+def test_tables_named_in_sql_that_lists_the_catalogue_are_all_tables():
+    assert tables_named_in("show tables") is None
