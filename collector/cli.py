@@ -208,7 +208,8 @@ def display_width(text: str) -> int:
               help="Dataset directory to write the trace tables into.")
 @click.option("--run", "run_name", default=None, help="Run name (default: the folder or file name).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one). A big Kineto file is read by several at once.")
-def ingest(paths, out, run_name, jobs):
+@click.option("--quiet", "-q", is_flag=True, help="No line per file ingested: only warnings, errors and the summary (for runs of thousands of ranks).")
+def ingest(paths, out, run_name, jobs, quiet):
     """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 CSV, NCCL logs).
 
     PATHS are files, folders or globs; the files of one call form one run,
@@ -223,7 +224,8 @@ def ingest(paths, out, run_name, jobs):
     report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
     prefixes = {logging.INFO: "", logging.WARNING: "gpulens: warning: ", logging.ERROR: "gpulens: error: "}
     for level, line in report.notices():
-        click.echo(prefixes[level] + line, err=True)
+        if level > logging.INFO or not quiet:
+            click.echo(prefixes[level] + line, err=True)
     if report.results:
         click.echo(f"gpulens: {report.summary(out)}", err=True)
     if report.failures:

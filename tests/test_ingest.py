@@ -369,6 +369,22 @@ def test_ingest_command_ends_with_a_summary_line(tmp_path: Path, capsys: pytest.
         0, f"gpulens: ingested 3 files into run job (ranks 0-2): 9 events in T; 1 other file skipped (not traces); dataset {out}")
 
 
+def test_ingest_command_quiet_prints_only_problems_and_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dashboard import cli
+
+    for rank in range(2):
+        write(tmp_path / "job" / f"rank{rank}.json", kineto_json(rank=rank, kernels=2))
+    write(tmp_path / "job" / "rank2.json", '{"traceEvents": [{"ph": "X"')
+    out = tmp_path / "out"
+    code = cli.main(["ingest", str(tmp_path / "job"), "--out", str(out), "--quiet"])
+    lines = [re.sub(r"in [\d.]+ s \([\d,]+ events/s\)", "in T", line) for line in capsys.readouterr().err.splitlines()]
+    assert (code, lines) == (1, [
+        f"gpulens: error: {tmp_path / 'job' / 'rank2.json'}: invalid JSON: Input data was truncated",
+        f"gpulens: ingested 2 files into run job (ranks 0-1): 6 events in T; dataset {out}",
+        "gpulens: error: 1 of 3 files could not be ingested",
+    ])
+
+
 def test_ingest_failure_message_is_file_then_problem(tmp_path: Path) -> None:
     report = ingest_paths([tmp_path / "gone.json"], tmp_path / "out")
     assert report.failures[0].message == f"{tmp_path / 'gone.json'}: no such file or directory"
