@@ -129,7 +129,7 @@ def build_report(
 
     step = progress or (lambda label: None)
     try:
-        con = open_dataset(dataset)
+        con = open_dataset(dataset, footer_cache=True)
     except duckdb.Error as error:  # a corrupt Parquet file, say
         raise DatasetError(f"{dataset}: cannot read the dataset: {one_line(error)}") from None
     source = describe_source(con, dataset, inputs or [str(dataset)], temporary)

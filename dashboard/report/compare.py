@@ -191,7 +191,7 @@ def load_baseline(path: Path, label: str | None = None) -> Baseline:
     with tempfile.TemporaryDirectory(prefix="gpulens-baseline-") as scratch:
         dataset, temporary = resolve_inputs([str(path)], Path(scratch) / "dataset", keep=None)
         try:
-            con = open_dataset(dataset)
+            con = open_dataset(dataset, footer_cache=True)
             findings = [f.to_dict() for f in all_findings(con)]
             metrics = compute_metrics(con)
         except duckdb.Error as error:
