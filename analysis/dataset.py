@@ -144,6 +144,8 @@ def open_dataset(
     unreadable; QueryError if a file stays missing while being read
     (`retry_vanished_files`).
     """
+    if tables is not None and with_analyses and not analyses_on_demand:
+        raise ValueError("tables= needs analyses_on_demand=True (every analysis view reads its tables when made)")
     root = Path(path)
     if not root.exists():
         raise DatasetError(f"{root}: no such dataset directory")
