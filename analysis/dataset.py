@@ -175,11 +175,11 @@ def open_dataset(
             con.execute(f"create or replace view {quote_identifier(table)} as select * from {quote_identifier(empty_name)}")
     _check_derived_columns(con, root, bound)
     if with_analyses:
-        from analysis.peaks import register_hardware_peaks
+        from analysis import peaks
         from analysis.registry import register_analyses_on_demand, register_analysis_views
 
-        if "runs" in bound and "devices" in bound:  # the models it lists
-            register_hardware_peaks(con)
+        if all(table in bound for table in peaks.TABLES_READ):
+            peaks.register_hardware_peaks(con)
         if analyses_on_demand:
             register_analyses_on_demand(con)
         else:

@@ -52,6 +52,10 @@ def hardware_peaks_table(device_names: list[str]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=HARDWARE_PEAKS_SCHEMA)
 
 
+# The dataset tables whose GPU models it lists (views it needs to be made).
+TABLES_READ = ("runs", "devices")
+
+
 def register_hardware_peaks(con: duckdb.DuckDBPyConnection) -> None:
     names = [
         name

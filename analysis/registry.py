@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from analysis import peaks
 from analysis.dataset import TABLES, is_vanished_file_error, retry_vanished_files
 from collector.errors import QueryError, UsageError, one_line
 
@@ -148,8 +149,7 @@ def create_views_named_in(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     on a run of 200 ranks (2,000 files), creating all 45 took 1.8 s of a
     `gpulens query` that needed none of them. A name matched in a string
     or a comment only costs its view."""
-    analyses = load_analyses()
-    names = analyses if _CATALOGUE.search(sql) else [name for name in analyses if _names(sql, name)]
+    names = load_analyses() if _CATALOGUE.search(sql) else _analyses_named_in(sql)
     for name in names:
         retry_vanished_files(functools.partial(_ensure_views, con, name))
 
@@ -164,12 +164,15 @@ def tables_named_in(sql: str) -> set[str] | None:
     its 5.7 s creating views it never read."""
     if _CATALOGUE.search(sql):
         return None
-    analyses = load_analyses()
-    texts = [sql] + [analysis.sql for name in analyses if _names(sql, name) for analysis in _with_requirements(name)]
+    texts = [sql] + [analysis.sql for name in _analyses_named_in(sql) for analysis in _with_requirements(name)]
     tables = {table for table in TABLES if any(_names(text, table) for text in texts)}
     if any(_names(text, "hardware_peaks") for text in texts):
-        tables |= {"runs", "devices"}  # the GPU models it lists (analysis.peaks)
+        tables.update(peaks.TABLES_READ)
     return tables
+
+
+def _analyses_named_in(sql: str) -> list[str]:
+    return [name for name in load_analyses() if _names(sql, name)]
 
 
 # SQL that lists what the connection holds, so wants every view made.
