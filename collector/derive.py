@@ -61,7 +61,6 @@ phase before them, so the time of a phase up to any instant is one lookup.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc

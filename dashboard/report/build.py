@@ -296,5 +296,3 @@ def gpulens_version() -> str:
         return version("gpulens")
     except PackageNotFoundError:
         return "unknown"
-
-
