@@ -242,18 +242,26 @@ class _IngestFailed(Exception):
 @click.argument("dataset", type=click.Path(path_type=Path))
 def compact(dataset):
     """Merge the telemetry, events and processes files of DATASET into one
-    file per host and day.
+    file per host and day, and the per-source trace files of each run of
+    16 or more sources into one file per table.
 
     The collector merges its files as it writes (an hour's flushes into one
     file); this does the same for a whole dataset at once, for datasets an
-    older gpulens or a killed collector left as many small files. Safe to
-    run while a collector writes, and to run again.
+    older gpulens or a killed collector left as many small files. Ingest
+    writes a file per table per trace file: a run of thousands of ranks
+    reads several times faster merged. Safe to run while a collector writes
+    or an ingest runs, and to run again.
     """
     from collector.compact import compact_dataset, finish_interrupted
     from collector.errors import DatasetError
+    from collector.ingest.merge import merge_run
 
     if not dataset.is_dir():
         raise DatasetError(f"{dataset}: no such dataset directory")
     finish_interrupted(dataset)
     before, after = compact_dataset(dataset)
     click.echo(f"{dataset}: {before} node-table files merged into {after}")
+    for run_path in sorted(path for path in (dataset / "traces").glob("run=*") if path.is_dir()):
+        files_before, files_after = merge_run(dataset, run_path)
+        if files_after < files_before:
+            click.echo(f"{run_path}: {files_before:,} trace files merged into {files_after:,}")

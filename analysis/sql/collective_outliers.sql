@@ -39,7 +39,7 @@ with instances as (
         count(*) as ranks_seen,
         min(start_ns) as start_ns,
         min(dur_ns) as transfer_ns,
-        arg_min(rank, dur_ns) as transfer_rank
+        arg_min(rank, (dur_ns, rank)) as transfer_rank  -- of equal times, the lowest rank: the same whatever the files' order
     from comm_calls
     where dur_ns is not null
         and size_bucket_bytes is not null

@@ -42,7 +42,7 @@ instances as (
         count(*) as ranks_seen,
         -- The two latest arrivals: equal means a tie for last.
         max(start_ns, 2) as latest_two_ns,
-        arg_max(rank, start_ns) as latest_rank,
+        arg_max(rank, (start_ns, -rank)) as latest_rank,  -- of a tie, the lowest rank: the same whatever the files' order
         median(start_ns) as median_start_ns
     from keyed
     group by run, process_group, op, seq

@@ -78,7 +78,7 @@ select
     any_value(device) as device,
     stream,
     category,
-    arg_max(name, kernel_ns) as name,
+    arg_max(name, (kernel_ns, name)) as name,  -- of equal times, the last name: the same whatever the files' order
     max(kernel_ns) as longest_ns,
     count(*) as kernel_count,
     sum(end_ns - start_ns)::bigint as busy_ns,

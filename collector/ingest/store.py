@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from collector.derive import derive_trace_tables
 from collector.errors import DatasetError
+from collector.ingest.merge import holds_source, run_lock, unmerge_source
 from collector.schema import TRACE_SCHEMAS
 
 TRACES_DIR = "traces"
@@ -112,9 +113,14 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
         shutil.rmtree(staging, ignore_errors=True)
         raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
     try:
-        _swap_in(out, run, source, staged, staging)
-        written = {table: tables[table].num_rows for table in staged}
-        _remove_stale(out, run, source, written)
+        # Under the run's lock, so that a merge (`gpulens compact`) never
+        # moves aside files newer than those it read.
+        with run_lock(run_dir(out, run)):
+            unmerge_source(run_dir(out, run), source)  # its rows are replaced below
+            _swap_in(out, run, source, staged, staging)
+            written = {table: tables[table].num_rows for table in staged}
+            _remove_stale(out, run, source, written)
+        _remove_from_other_runs(out, run, source)
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -176,11 +182,26 @@ def _fsync_file(path: Path) -> None:
 
 
 def _remove_stale(out: Path, run: str, source: str, written: dict[str, int]) -> None:
-    """Drop this source's files that the new ingest did not replace: tables
-    now empty, and copies under another run name."""
-    current = run_dir(out, run)
+    """Drop this source's files in its run that the new ingest did not
+    replace: tables now empty."""
     for table in TRACE_SCHEMAS:
-        for path in (out / TRACES_DIR).glob(f"run=*/{table}/{source}.parquet"):
-            if path.parent.parent != current or table not in written:
-                path.unlink(missing_ok=True)
+        if table not in written:
+            table_path(out, run, table, source).unlink(missing_ok=True)
+
+
+def _remove_from_other_runs(out: Path, run: str, source: str) -> None:
+    """Drop the source's rows stored under another run name (ingested
+    before with another --run), undoing a merge there that holds them."""
+    current = run_dir(out, run)
+    for other in (out / TRACES_DIR).glob("run=*"):
+        if other == current or not other.is_dir():
+            continue
+        held = holds_source(other, source)
+        files = [path for table in TRACE_SCHEMAS if (path := other / table / f"{source}.parquet").exists()]
+        if not held and not files:
+            continue
+        with run_lock(other):
+            unmerge_source(other, source)
+            for table in TRACE_SCHEMAS:
+                (other / table / f"{source}.parquet").unlink(missing_ok=True)
 
