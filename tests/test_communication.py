@@ -292,6 +292,16 @@ def test_collective_outliers_flag_the_slow_transfer_not_the_wait(hand_made):
     assert row["ratio_to_median"] == pytest.approx(5 / 1.01)
 
 
+def test_collective_outliers_name_the_lowest_of_ranks_with_equal_transfers(tmp_path):
+    # Both ranks start together and take as long; rank 1's rows come first.
+    calls = [{"rank": rank, "seq": seq, "bytes": 32 * MIB, "start_ns": 1_000_000_000 * seq,
+              "dur_ns": 5_000_000 if seq == 7 else 1_000_000 + 10_000 * (seq % 3)}
+             for seq in range(1, 13) for rank in (1, 0)]
+    _write_run(tmp_path, "tie", calls, {0: None, 1: None}, None)
+    outliers = communication.collective_outliers(open_dataset(tmp_path))
+    assert outliers.select("seq", "transfer_rank").rows() == [(7, 0)]
+
+
 def test_collective_outliers_need_enough_samples(hand_made):
     assert communication.collective_outliers(hand_made, min_samples=13).is_empty()
 

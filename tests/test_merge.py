@@ -139,3 +139,24 @@ def test_gpulens_compact_merges_each_trace_run_and_says_so(tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"run=r: {RANKS * 6} trace files merged into 6" in result.stdout
     assert table_files(out, "kernels")[0].startswith(MERGED_PREFIX)
+
+
+def test_ingest_of_a_run_of_many_sources_suggests_gpulens_compact(tmp_path, monkeypatch, capsys):
+    from collector import cli as collector_cli
+    from dashboard import cli
+
+    monkeypatch.setattr(collector_cli, "SUGGEST_MERGE_AT_SOURCES", RANKS)
+    out = tmp_path / "out"
+    assert cli.main(["ingest", str(job(tmp_path)), "--out", str(out), "--quiet", "--jobs", "1"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"gpulens: run job is {RANKS} trace files a table: `gpulens compact {out}` merges them into one each, "
+        "which analyses read several times faster")
+
+
+def test_ingest_of_a_run_of_fewer_sources_suggests_nothing(tmp_path, monkeypatch, capsys):
+    from collector import cli as collector_cli
+    from dashboard import cli
+
+    monkeypatch.setattr(collector_cli, "SUGGEST_MERGE_AT_SOURCES", RANKS + 1)
+    assert cli.main(["ingest", str(job(tmp_path)), "--out", str(tmp_path / "out"), "--quiet", "--jobs", "1"]) == 0
+    assert "gpulens compact" not in capsys.readouterr().err
