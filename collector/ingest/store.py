@@ -10,7 +10,9 @@ one Parquet file per table, named by a stable hash of its absolute path:
 workers never write the same file, and ingesting the same source again
 overwrites its files (idempotent) without reading or rewriting anyone
 else's rows. `run` and `rank` are columns in the files too; readers do not
-depend on the folder names.
+depend on the folder names. `gpulens compact` merges a run of many
+sources into one file per table (`merge`); writing a source of a merged
+run first undoes that merge (renames), under the run's lock.
 
 Atomicity: all tables of a source are first written under `OUT/.staging/`
 (same filesystem), fsynced, then renamed into place. Any failure before the
