@@ -237,7 +237,7 @@ def ingest(paths, out, run_name, jobs, quiet):
 
 # A run with this many per-source files a table is worth `gpulens compact`:
 # each analysis opens every file (a report of 200 ranks, 2,000 files, took
-# 7.4 s; of 2,000 ranks 44 s, and 3.0 s merged).
+# 7.7 s, 3.4 s merged; of 2,000 ranks 44 s, 3.0 s merged).
 SUGGEST_MERGE_AT_SOURCES = 100
 
 
@@ -249,7 +249,7 @@ def _suggest_merging(out: Path, runs: list[str]) -> None:
         sources = len(per_source_files(run_dir(out, run), "runs"))
         if sources >= SUGGEST_MERGE_AT_SOURCES:
             click.echo(f"gpulens: run {run} is {sources:,} trace files a table: `gpulens compact {out}` "
-                       "merges them into one each, which analyses read several times faster", err=True)
+                       "merges them into one each, which analyses read faster", err=True)
 
 
 class _IngestFailed(Exception):

@@ -150,7 +150,7 @@ def test_ingest_of_a_run_of_many_sources_suggests_gpulens_compact(tmp_path, monk
     assert cli.main(["ingest", str(job(tmp_path)), "--out", str(out), "--quiet", "--jobs", "1"]) == 0
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"gpulens: run job is {RANKS} trace files a table: `gpulens compact {out}` merges them into one each, "
-        "which analyses read several times faster")
+        "which analyses read faster")
 
 
 def test_ingest_of_a_run_of_fewer_sources_suggests_nothing(tmp_path, monkeypatch, capsys):
