@@ -37,7 +37,7 @@ import fcntl
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -144,17 +144,27 @@ def _merge_locked(files: list[Path], staging: Path) -> Path:
 
 def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
     """The files' rows, in order, in tables of about MERGE_ROW_GROUP_ROWS."""
-    pending: list[pa.Table] = []
-    rows = 0
+    return in_row_groups(_conformed_row_groups(files, schema))
+
+
+def _conformed_row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
     for path in files:
         parquet = pq.ParquetFile(path)
         for index in range(parquet.num_row_groups):
-            part = _conform(parquet.read_row_group(index), schema)
-            pending.append(part)
-            rows += part.num_rows
-            if rows >= MERGE_ROW_GROUP_ROWS:
-                yield pa.concat_tables(pending)
-                pending, rows = [], 0
+            yield _conform(parquet.read_row_group(index), schema)
+
+
+def in_row_groups(parts: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """The parts' rows, in order, regrouped into tables of about
+    MERGE_ROW_GROUP_ROWS: each one row group of a merged file."""
+    pending: list[pa.Table] = []
+    rows = 0
+    for part in parts:
+        pending.append(part)
+        rows += part.num_rows
+        if rows >= MERGE_ROW_GROUP_ROWS:
+            yield pa.concat_tables(pending)
+            pending, rows = [], 0
     if pending:
         yield pa.concat_tables(pending)
 

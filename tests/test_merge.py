@@ -7,13 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from collector.errors import DatasetError
 from collector.ingest import ingest_paths
 from collector.ingest.merge import MERGED_DIR, MERGED_PREFIX, merge_run
-from tests.test_ingest import kineto_json, write
+from tests.test_ingest import kineto_json, rows_in, write
 
 RANKS = 16  # MERGE_MIN_SOURCES
 
@@ -39,9 +38,7 @@ def run_path(out: Path) -> Path:
 
 def table_rows(out: Path, table: str) -> list[tuple]:
     """The table's rows as readers see them (the files its glob matches), sorted."""
-    rows = [row for path in sorted((out / "traces").glob(f"run=*/{table}/*.parquet"))
-            for row in pq.read_table(path).to_pylist()]
-    return sorted(tuple(sorted(row.items(), key=lambda item: item[0])) for row in rows)
+    return sorted(tuple(sorted(row.items(), key=lambda item: item[0])) for row in rows_in(out, table))
 
 
 def table_files(out: Path, table: str) -> list[str]:

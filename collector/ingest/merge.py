@@ -48,7 +48,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.compact import MERGE_ROW_GROUP_ROWS
+from collector.compact import in_row_groups
 from collector.errors import DatasetError
 from collector.schema import TRACE_SCHEMAS
 
@@ -91,7 +91,7 @@ def merge_run(out: Path, run_path: Path, min_sources: int = MERGE_MIN_SOURCES) -
         _undo_incomplete(run_path)
         files = {table: per_source_files(run_path, table) for table in TRACE_SCHEMAS}
         files = {table: paths for table, paths in files.items() if paths}
-        before = sum(len(list((run_path / table).glob("*.parquet"))) for table in TRACE_SCHEMAS)
+        before = _trace_file_count(run_path)
         sources = {path.stem for paths in files.values() for path in paths}
         if len(sources) < max(2, min_sources):
             return before, before
@@ -106,7 +106,11 @@ def merge_run(out: Path, run_path: Path, min_sources: int = MERGE_MIN_SOURCES) -
             _place(run_path, token, files, staged)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return before, sum(len(list((run_path / table).glob("*.parquet"))) for table in TRACE_SCHEMAS)
+        return before, _trace_file_count(run_path)
+
+
+def _trace_file_count(run_path: Path) -> int:
+    return sum(len(list((run_path / table).glob("*.parquet"))) for table in TRACE_SCHEMAS)
 
 
 def _write_merged(files: list[Path], destination: Path) -> Path:
@@ -115,7 +119,7 @@ def _write_merged(files: list[Path], destination: Path) -> Path:
 
     Read by Arrow's dataset scanner, which reads files ahead on its own
     threads: 2,000 files a table merged in 29 s, against 52 s read one
-    after the other (`collector.compact.conformed_row_groups`)."""
+    after the other, as the telemetry merge reads (collector/compact.py)."""
     import pyarrow.dataset as ds
 
     from collector.ingest.store import trace_parquet_options
@@ -126,16 +130,8 @@ def _write_merged(files: list[Path], destination: Path) -> Path:
         batches = ds.dataset([str(path) for path in files], schema=schema, format="parquet").to_batches()
         with open(destination, "wb") as handle:
             with pq.ParquetWriter(handle, schema, **trace_parquet_options(schema)) as writer:
-                pending: list[pa.RecordBatch] = []
-                rows = 0
-                for batch in batches:
-                    pending.append(batch)
-                    rows += batch.num_rows
-                    if rows >= MERGE_ROW_GROUP_ROWS:
-                        writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=rows)
-                        pending, rows = [], 0
-                if pending:
-                    writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=max(1, rows))
+                for rows in in_row_groups(pa.Table.from_batches([batch], schema) for batch in batches):
+                    writer.write_table(rows, row_group_size=max(1, rows.num_rows))
             handle.flush()
             os.fsync(handle.fileno())
     except (OSError, pa.ArrowException) as error:
@@ -164,13 +160,18 @@ def unmerge_source(run_path: Path, source: str) -> None:
     merge a crash cut short); the caller holds the run's lock."""
     _undo_incomplete(run_path)
     for aside in _merges(run_path):
-        if any((aside / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS):
+        if _holds(aside, source):
             _unmerge(run_path, aside)
 
 
 def holds_source(run_path: Path, source: str) -> bool:
     """Whether a merge of the run holds `source`'s files."""
-    return any((aside / table / f"{source}.parquet").exists() for aside in _merges(run_path) for table in TRACE_SCHEMAS)
+    return any(_holds(aside, source) for aside in _merges(run_path))
+
+
+def _holds(aside: Path, source: str) -> bool:
+    """Whether one merge's folder holds a file of `source`."""
+    return any((aside / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS)
 
 
 def _merges(run_path: Path) -> list[Path]:

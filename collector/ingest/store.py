@@ -198,9 +198,8 @@ def _remove_from_other_runs(out: Path, run: str, source: str) -> None:
     for other in (out / TRACES_DIR).glob("run=*"):
         if other == current or not other.is_dir():
             continue
-        held = holds_source(other, source)
-        files = [path for table in TRACE_SCHEMAS if (path := other / table / f"{source}.parquet").exists()]
-        if not held and not files:
+        if not holds_source(other, source) and not any(
+                (other / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS):
             continue
         with run_lock(other):
             unmerge_source(other, source)
