@@ -17,6 +17,16 @@ from tests.test_ingest import kineto_json, rows_in, write
 RANKS = 16  # MERGE_MIN_SOURCES
 
 
+@pytest.fixture(autouse=True)
+def one_file_per_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingest writes each source on its own here, as the trace watcher and
+    commands of a few files do: the runs `gpulens compact` merges. (A
+    command of many small files writes them in batches: test_ingest_batches.)"""
+    from collector.ingest import batch
+
+    monkeypatch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+
+
 def job(tmp_path: Path, ranks: int = RANKS) -> Path:
     """A folder of per-rank traces; rank r has r + 1 kernels."""
     folder = tmp_path / "job"

@@ -10,7 +10,7 @@ files linked ten times) took 48 s and 1.1 GB; with each table in one file,
 `merged-<token>.parquet` holding the rows of the run's per-source files,
 and moves those files aside into `traces/run=R/.merged/<token>/<table>/`,
 where the table globs readers use do not reach. Re-ingesting a source of
-a merged run undoes its merge first (`unmerge_source`, called by
+a merged run undoes its merge first (`unmerge_sources`, called by
 `store.write_source`): the merged files go and the files moved aside come
 back, renames only, so the source's rows are then replaced as in any run,
 and `gpulens compact` merges the run again. A source ingested into a
@@ -25,10 +25,22 @@ holds it while it reads and places files, an ingest while it swaps a
 source's files in, so a merge never moves aside a file newer than the
 one it read.
 
+Ingest itself writes merged files too: a command of many small sources
+writes them in batches (`store.write_sources`), each batch one
+`merged-<token>.parquet` per table and, in place of files moved aside, a
+list of its sources and their row counts per table (`sources.json` in the
+batch's `.merged/<token>/` folder). Undoing such a batch (a source of it
+ingested again on its own, or under another run) writes each of its
+sources' rows back as per-source files (`_explode`), after which it is a
+run like any other.
+
 Crash safety: the merged files are written to staging and fsynced before
 any is placed, and a merge's folder gets its `complete` mark only once
 every file is placed and moved; a merge without its mark (one cut short)
-is undone by the next merge or ingest of that run. A reader that lists a
+is undone by the next merge or ingest of that run. Undoing a batch marks
+its folder `exploding` first and is finished, by the same rule, by the
+next holder of the run's lock: a source's file already written back is
+kept, the rest are written from the merged file. A reader that lists a
 table's files in the instant a merge places that table (or its undoing
 puts it back) sees the run's rows of that table once missing or twice, as
 with the collector's merges (collector/compact.py).
@@ -38,6 +50,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
+import json
 import os
 import secrets
 import shutil
@@ -54,7 +68,11 @@ from collector.schema import TRACE_SCHEMAS
 
 MERGED_PREFIX = "merged-"
 MERGED_DIR = ".merged"
+# An ingest batch's sources, in the order of their rows, and each one's
+# row count per table: {"sources": [id, ...], "rows": {table: [n, ...]}}.
+BATCH_SOURCES = "sources.json"
 _COMPLETE = "complete"
+_EXPLODING = "exploding"
 # Runs with fewer per-source files than this are left as they are: their
 # files cost the analyses little (about 20 ms of a report per source at
 # 2,000 sources), and merging rewrites every row.
@@ -155,23 +173,64 @@ def _place(run_path: Path, token: str, files: dict[str, list[Path]], staged: dic
         raise DatasetError(f"{run_path}: cannot merge its files ({error.strerror or error})") from None
 
 
-def unmerge_source(run_path: Path, source: str) -> None:
-    """Undo every merge of the run that holds `source`'s files (and any
+def place_batch(run_path: Path, token: str, staged: dict[str, Path], listing: Path, sources: list[str]) -> None:
+    """Put an ingest batch's files in place (`staged`: table → its file,
+    `listing`: its BATCH_SOURCES file) and move the sources' own files,
+    an earlier ingest's, aside; all or none. The caller holds the run's
+    lock and has undone every merge that held any of `sources`."""
+    aside = run_path / MERGED_DIR / token
+    try:
+        aside.mkdir(parents=True)
+        os.replace(listing, aside / BATCH_SOURCES)
+        for table in TRACE_SCHEMAS:
+            for source in sources:
+                previous = run_path / table / f"{source}.parquet"
+                if previous.exists():
+                    (aside / table).mkdir(exist_ok=True)
+                    os.replace(previous, aside / table / previous.name)
+        for table, path in staged.items():
+            (run_path / table).mkdir(exist_ok=True)
+            os.replace(path, run_path / table / f"{MERGED_PREFIX}{token}.parquet")
+        (aside / _COMPLETE).touch()
+    except OSError as error:
+        _unmerge(run_path, aside)  # without its mark: the earlier files go back
+        raise DatasetError(f"{run_path}: cannot write: {error.strerror or error}") from None
+    for table_dir in (path for path in aside.iterdir() if path.is_dir()):
+        shutil.rmtree(table_dir, ignore_errors=True)  # the earlier ingest's files, now replaced
+
+
+def unmerge_sources(run_path: Path, sources: set[str]) -> None:
+    """Undo every merge of the run that holds a file of `sources` (and any
     merge a crash cut short); the caller holds the run's lock."""
     _undo_incomplete(run_path)
     for aside in _merges(run_path):
-        if _holds(aside, source):
+        if _holds(aside, sources):
             _unmerge(run_path, aside)
 
 
-def holds_source(run_path: Path, source: str) -> bool:
-    """Whether a merge of the run holds `source`'s files."""
-    return any(_holds(aside, source) for aside in _merges(run_path))
+def holds_any(run_path: Path, sources: set[str]) -> bool:
+    """Whether a merge of the run holds a file of `sources`."""
+    return any(_holds(aside, sources) for aside in _merges(run_path))
 
 
-def _holds(aside: Path, source: str) -> bool:
-    """Whether one merge's folder holds a file of `source`."""
-    return any((aside / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS)
+def _holds(aside: Path, sources: set[str]) -> bool:
+    """Whether one merge holds rows of `sources`."""
+    listed = _batch_sources(aside)
+    if listed is not None:
+        return not sources.isdisjoint(listed["sources"])
+    return any((aside / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS for source in sources)
+
+
+def _batch_sources(aside: Path) -> dict | None:
+    """An ingest batch's BATCH_SOURCES; None for a merge by `gpulens compact`."""
+    path = aside / BATCH_SOURCES
+    try:
+        listed = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise DatasetError(f"{path}: cannot read the batch's list of sources ({error})") from None
+    return listed
 
 
 def _merges(run_path: Path) -> list[Path]:
@@ -184,12 +243,17 @@ def _merges(run_path: Path) -> list[Path]:
 
 def _undo_incomplete(run_path: Path) -> None:
     for aside in _merges(run_path):
-        if not (aside / _COMPLETE).exists():
+        if (aside / _EXPLODING).exists():
+            _explode(run_path, aside)
+        elif not (aside / _COMPLETE).exists():
             _unmerge(run_path, aside)
 
 
 def _unmerge(run_path: Path, aside: Path) -> None:
     """Remove one merge's files and put the files it held back."""
+    if (aside / _COMPLETE).exists() and (aside / BATCH_SOURCES).exists():
+        _explode(run_path, aside)
+        return
     token = aside.name
     for merged in run_path.glob(f"*/{MERGED_PREFIX}{token}.parquet"):
         merged.unlink(missing_ok=True)
@@ -200,6 +264,68 @@ def _unmerge(run_path: Path, aside: Path) -> None:
                 path.unlink()
             else:
                 os.replace(path, destination)
+    _remove_merge_folder(run_path, aside)
+
+
+def _explode(run_path: Path, aside: Path) -> None:
+    """Undo an ingest batch: write each source's rows back from the merged
+    files as its own files, then remove the merged files.
+
+    Marked `exploding` first, so that a crash midway is finished by the
+    next holder of the run's lock (`_undo_incomplete`): a table whose
+    merged file is gone is done, and a source whose file exists already
+    is written back."""
+    listed = _batch_sources(aside)
+    assert listed is not None
+    sources: list[str] = listed["sources"]
+    (aside / _EXPLODING).touch()
+    staging_root = run_path.parent.parent / ".staging"  # the dataset's
+    try:
+        staging_root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"explode-{aside.name}-", dir=staging_root))
+    except OSError as error:
+        raise DatasetError(f"{run_path.parent.parent}: cannot write: {error.strerror or error}") from None
+    try:
+        for table, counts in listed["rows"].items():
+            merged = run_path / table / f"{MERGED_PREFIX}{aside.name}.parquet"
+            if merged.exists():
+                _write_back(merged, sources, counts, staging)
+                merged.unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _remove_merge_folder(run_path, aside)
+
+
+def _write_back(merged: Path, sources: list[str], counts: list[int], staging: Path) -> None:
+    """Each source's rows of one table's merged file, as its own file
+    beside it (where it has rows and no file yet)."""
+    from collector.ingest.store import trace_parquet_options
+
+    ends = list(itertools.accumulate(counts))
+    wanted = [(source, end - count, count) for source, end, count in zip(sources, ends, counts)
+              if count and not (merged.parent / f"{source}.parquet").exists()]
+    if not wanted:
+        return
+    try:
+        data = pq.read_table(merged)
+        if data.num_rows != ends[-1]:
+            raise DatasetError(f"{merged}: holds {data.num_rows} rows where its batch lists {ends[-1]}")
+        options = trace_parquet_options(data.schema)
+        staged = []
+        for source, start, count in wanted:
+            path = staging / f"{merged.parent.name}-{source}.parquet"
+            pq.write_table(data.slice(start, count), path, **options)
+            staged.append((path, merged.parent / f"{source}.parquet"))
+        for path, _ in staged:
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        for path, destination in staged:
+            os.replace(path, destination)
+    except (OSError, pa.ArrowException) as error:
+        raise DatasetError(f"{merged}: cannot split its batch back into its sources ({error})") from None
+
+
+def _remove_merge_folder(run_path: Path, aside: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
     with contextlib.suppress(OSError):
         (run_path / MERGED_DIR).rmdir()  # only when no other merge is left

@@ -14,6 +14,13 @@ depend on the folder names. `gpulens compact` merges a run of many
 sources into one file per table (`merge`); writing a source of a merged
 run first undoes that merge (renames), under the run's lock.
 
+The exception is a command of many small sources: a worker writes several
+at once (`write_sources`), one `merged-<token>.parquet` per table for all
+of them, as a merge would leave them. A 5,000-event rank costs about 40 ms
+of CPU written alone, of which 15 ms is its ten Parquet files; written 8
+at a time, 24 ms. Re-ingesting one source of such a batch writes the
+others' rows back as their own files first (`merge._explode`).
+
 Atomicity: all tables of a source are first written under `OUT/.staging/`
 (same filesystem), fsynced, then renamed into place. Any failure before the
 renames leaves nothing of that source behind and the previous ingest of it
@@ -34,8 +41,10 @@ elsewhere (`collector/writer.py`) with its own syncs.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -45,7 +54,7 @@ import pyarrow.parquet as pq
 
 from collector.derive import derive_trace_tables
 from collector.errors import DatasetError
-from collector.ingest.merge import holds_source, run_lock, unmerge_source
+from collector.ingest.merge import BATCH_SOURCES, holds_any, place_batch, run_lock, unmerge_sources
 from collector.schema import TRACE_SCHEMAS
 
 TRACES_DIR = "traces"
@@ -97,12 +106,7 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
     the file that could not be written.
     """
     tables = derive_trace_tables(tables)
-    try:
-        staging_root = out / STAGING_DIR
-        staging_root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{source}-", dir=staging_root))
-    except OSError as error:
-        raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
+    staging = _staging_folder(out, source)
     try:
         staged: dict[str, Path] = {}
         for table, data in tables.items():
@@ -118,14 +122,62 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
         # Under the run's lock, so that a merge (`gpulens compact`) never
         # moves aside files newer than those it read.
         with run_lock(run_dir(out, run)):
-            unmerge_source(run_dir(out, run), source)  # its rows are replaced below
+            unmerge_sources(run_dir(out, run), {source})  # its rows are replaced below
             _swap_in(out, run, source, staged, staging)
             written = {table: tables[table].num_rows for table in staged}
             _remove_stale(out, run, source, written)
-        _remove_from_other_runs(out, run, source)
+        _remove_from_other_runs(out, run, [source])
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_sources(out: Path, run: str, sources: list[tuple[str, dict[str, pa.Table]]]) -> list[dict[str, int]]:
+    """Replace the rows of several sources of one run, written together as
+    one file per table (a batch: see `merge`); row counts written, per source.
+
+    As `write_source` in all else: derived here, all or none, raising
+    DatasetError naming what could not be written."""
+    if len(sources) == 1:
+        return [write_source(out, run, *sources[0])]
+    derived = [(source, derive_trace_tables(tables)) for source, tables in sources]
+    counts = {table: [tables[table].num_rows if table in tables else 0 for _, tables in derived]
+              for table in TRACE_SCHEMAS}
+    counts = {table: rows for table, rows in counts.items() if any(rows)}
+    ids = [source for source, _ in derived]
+    staging = _staging_folder(out, ids[0])
+    try:
+        try:
+            staged: dict[str, Path] = {}
+            for table in counts:
+                parts = [tables[table] for _, tables in derived if table in tables and tables[table].num_rows]
+                # Sources of different formats (or gpulens versions) may lack a column.
+                data = pa.concat_tables(parts, promote_options="permissive")
+                staged[table] = _write_staged(data, staging / f"{table}.parquet")
+            listing = staging / BATCH_SOURCES
+            listing.write_text(json.dumps({"sources": ids, "rows": counts}))
+            for path in [*staged.values(), listing]:
+                _fsync_file(path)
+        except (OSError, pa.ArrowException) as error:
+            raise DatasetError(f"{out}: cannot write: {getattr(error, 'strerror', None) or error}") from None
+        token = secrets.token_hex(5)
+        with run_lock(run_dir(out, run)):
+            unmerge_sources(run_dir(out, run), set(ids))  # their rows are replaced below
+            place_batch(run_dir(out, run), token, staged, listing, ids)
+        _remove_from_other_runs(out, run, ids)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [{table: rows[i] for table, rows in counts.items() if rows[i]} for i in range(len(ids))]
+
+
+def _staging_folder(out: Path, source: str) -> Path:
+    """A new folder under the dataset's staging folder for one write."""
+    try:
+        staging_root = out / STAGING_DIR
+        staging_root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{source}-", dir=staging_root))
+    except OSError as error:
+        raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
 
 
 def _swap_in(out: Path, run: str, source: str, staged: dict[str, Path], staging: Path) -> None:
@@ -191,18 +243,19 @@ def _remove_stale(out: Path, run: str, source: str, written: dict[str, int]) -> 
             table_path(out, run, table, source).unlink(missing_ok=True)
 
 
-def _remove_from_other_runs(out: Path, run: str, source: str) -> None:
-    """Drop the source's rows stored under another run name (ingested
+def _remove_from_other_runs(out: Path, run: str, sources: list[str]) -> None:
+    """Drop the sources' rows stored under another run name (ingested
     before with another --run), undoing a merge there that holds them."""
     current = run_dir(out, run)
+    wanted = set(sources)
     for other in (out / TRACES_DIR).glob("run=*"):
         if other == current or not other.is_dir():
             continue
-        if not holds_source(other, source) and not any(
-                (other / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS):
+        if not holds_any(other, wanted) and not any(
+                (other / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS for source in sources):
             continue
         with run_lock(other):
-            unmerge_source(other, source)
+            unmerge_sources(other, wanted)
             for table in TRACE_SCHEMAS:
-                (other / table / f"{source}.parquet").unlink(missing_ok=True)
-
+                for source in sources:
+                    (other / table / f"{source}.parquet").unlink(missing_ok=True)

@@ -1,0 +1,206 @@
+"""A command of many small trace files writes them in batches: one file per
+table for each group of sources (`store.write_sources`), split back into
+per-source files when one of them is ingested again (`merge._explode`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collector.ingest import batch, ingest_paths, merge, store
+from collector.ingest.merge import BATCH_SOURCES, MERGED_DIR, MERGED_PREFIX
+from tests.test_ingest import kineto_json, write
+from tests.test_merge import job, kernels_per_rank, run_path, table_files, table_rows
+
+RANKS = 16  # GROUP_MIN_SOURCES; with --jobs 1, four groups of four
+ALL_KERNELS = {rank: rank + 1 for rank in range(RANKS)}
+
+
+def batched(tmp_path: Path, ranks: int = RANKS) -> tuple[Path, Path]:
+    folder = job(tmp_path, ranks)
+    out = tmp_path / "out"
+    ingest_paths([folder], out, run="r", jobs=1)
+    return folder, out
+
+
+def merged_files(out: Path, table: str = "kernels") -> list[str]:
+    return [name for name in table_files(out, table) if name.startswith(MERGED_PREFIX)]
+
+
+def batch_of(out: Path, rank_file: str) -> Path:
+    """The folder of the batch that holds a source file of the job."""
+    source = store.source_id(out.parent / "job" / rank_file)
+    [aside] = [aside for aside in (run_path(out) / MERGED_DIR).iterdir()
+               if source in json.loads((aside / BATCH_SOURCES).read_text())["sources"]]
+    return aside
+
+
+def all_tables(out: Path) -> dict[str, list[tuple]]:
+    """Every table's rows, but for the time each was ingested."""
+    tables = ("kernels", "cpu_ops", "runs", "rank_summary", "kernel_names", "gpu_phases")
+    return {table: [tuple(item for item in row if item[0] != "ingested_at") for row in table_rows(out, table)]
+            for table in tables}
+
+
+def without_rank(tables: dict[str, list[tuple]], rank: int) -> dict[str, list[tuple]]:
+    return {table: [row for row in rows if dict(row)["rank"] != rank] for table, rows in tables.items()}
+
+
+def test_a_command_of_many_small_sources_writes_a_file_per_table_per_group_with_every_row(tmp_path, monkeypatch):
+    folder, out = batched(tmp_path)
+    assert len(merged_files(out)) == 4 and len(table_files(out, "kernels")) == 4
+    monkeypatch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+    alone = tmp_path / "alone"
+    ingest_paths([folder], alone, run="r", jobs=1)
+    assert len(table_files(alone, "kernels")) == RANKS
+    assert all_tables(out) == all_tables(alone)
+
+
+def test_a_batch_lists_its_sources_in_the_order_of_their_rows(tmp_path):
+    _, out = batched(tmp_path)
+    aside = batch_of(out, "rank0.pt.trace.json")
+    listed = json.loads((aside / BATCH_SOURCES).read_text())
+    # Groups are of consecutive files by name: rank0, rank1, rank10, rank11.
+    assert listed["sources"] == [store.source_id(tmp_path / "job" / f"rank{rank}.pt.trace.json")
+                                 for rank in (0, 1, 10, 11)]
+    assert listed["rows"]["kernels"] == [1, 2, 11, 12]
+    assert listed["rows"]["runs"] == [1, 1, 1, 1]
+
+
+def test_a_command_of_fewer_sources_than_the_threshold_writes_a_file_per_source(tmp_path):
+    _, out = batched(tmp_path, ranks=RANKS - 1)
+    assert merged_files(out) == [] and len(table_files(out, "kernels")) == RANKS - 1
+    assert not (run_path(out) / MERGED_DIR).exists()
+
+
+def test_ingesting_one_source_of_a_batch_again_replaces_its_rows_and_writes_the_others_back_alone(tmp_path):
+    folder, out = batched(tmp_path)
+    write(folder / "rank10.pt.trace.json", kineto_json(rank=10, kernels=40))
+    ingest_paths([folder / "rank10.pt.trace.json"], out, run="r", jobs=1)
+    assert kernels_per_rank(out) == {**ALL_KERNELS, 10: 40}
+    # rank0, rank1, rank10 and rank11's batch is split; the other three stay.
+    assert len(merged_files(out)) == 3 and len(table_files(out, "kernels")) == 3 + 4
+    assert len(list((run_path(out) / MERGED_DIR).iterdir())) == 3
+
+
+def test_ingesting_the_whole_run_again_replaces_each_batch_whole(tmp_path):
+    folder, out = batched(tmp_path)
+    before = all_tables(out)
+    ingest_paths([folder], out, run="r", jobs=1)
+    assert len(merged_files(out)) == 4 and len(table_files(out, "kernels")) == 4
+    assert len(list((run_path(out) / MERGED_DIR).iterdir())) == 4
+    assert all_tables(out) == before
+
+
+def test_ingesting_the_whole_run_again_in_other_groups_gives_the_same_rows(tmp_path):
+    folder, out = batched(tmp_path)
+    before = all_tables(out)
+    ingest_paths([folder], out, run="r", jobs=2)  # two cores: groups of two
+    assert len(merged_files(out)) == 8 and len(table_files(out, "kernels")) == 8
+    assert all_tables(out) == before
+
+
+def test_ingesting_a_batched_source_under_another_run_takes_its_rows_out_of_the_batch(tmp_path):
+    folder, out = batched(tmp_path)
+    ingest_paths([folder / "rank0.pt.trace.json"], out, run="other", jobs=1)
+    runs = sorted((dict(row)["run"], dict(row)["rank"]) for row in table_rows(out, "runs"))
+    assert runs == [("other", 0)] + [("r", rank) for rank in range(1, RANKS)]
+
+
+def test_a_source_that_cannot_be_read_leaves_the_rest_of_its_group_written(tmp_path):
+    folder = job(tmp_path)
+    write(folder / "rank1.pt.trace.json", '{"traceEvents": [')
+    report = ingest_paths([folder], tmp_path / "out", run="r", jobs=1)
+    [failure] = report.failures
+    assert failure.path == str(folder / "rank1.pt.trace.json")
+    assert len(report.results) == RANKS - 1
+    assert kernels_per_rank(tmp_path / "out") == {rank: n for rank, n in ALL_KERNELS.items() if rank != 1}
+
+
+def test_a_source_whose_tables_cannot_be_derived_fails_alone_and_its_group_is_written_one_by_one(
+        tmp_path, monkeypatch):
+    real_derive = store.derive_trace_tables
+
+    def fails_on_rank_10(tables):
+        if tables["runs"].column("rank").to_pylist() == [10]:
+            raise ValueError("a derive bug")
+        return real_derive(tables)
+
+    monkeypatch.setattr(store, "derive_trace_tables", fails_on_rank_10)
+    folder = job(tmp_path)
+    report = ingest_paths([folder], tmp_path / "out", run="r", jobs=1)
+    assert [failure.message for failure in report.failures] == [
+        f"{folder / 'rank10.pt.trace.json'}: unexpected error: ValueError: a derive bug"]
+    assert kernels_per_rank(tmp_path / "out") == {rank: n for rank, n in ALL_KERNELS.items() if rank != 10}
+    assert len(merged_files(tmp_path / "out")) == 3  # rank10's group: each of the other three alone
+
+
+def test_a_source_bigger_than_a_group_takes_is_ingested_on_its_own(tmp_path, monkeypatch):
+    folder = job(tmp_path)
+    write(folder / "rank16.pt.trace.json", kineto_json(rank=16, kernels=200))
+    monkeypatch.setattr(batch, "GROUP_SOURCE_MAX_BYTES", len(kineto_json(rank=16, kernels=100)))
+    tasks, _ = batch._expand([folder], tmp_path / "out", "r")
+    planned = batch._group_small_sources(tasks, jobs=1)
+    assert [[Path(member.path).name for member in task.members] for task in planned] == [
+        ["rank16.pt.trace.json"],
+        ["rank0.pt.trace.json", "rank1.pt.trace.json", "rank10.pt.trace.json", "rank11.pt.trace.json"],
+        ["rank12.pt.trace.json", "rank13.pt.trace.json", "rank14.pt.trace.json", "rank15.pt.trace.json"],
+        ["rank2.pt.trace.json", "rank3.pt.trace.json", "rank4.pt.trace.json", "rank5.pt.trace.json"],
+        ["rank6.pt.trace.json", "rank7.pt.trace.json", "rank8.pt.trace.json", "rank9.pt.trace.json"]]
+
+
+class Crash(BaseException):
+    """The process stopping in the middle (no `except Exception` catches it)."""
+
+
+def test_a_batch_split_back_only_in_part_is_finished_by_the_next_write_to_its_run(tmp_path, monkeypatch):
+    folder, out = batched(tmp_path)
+    before = all_tables(out)
+    aside = batch_of(out, "rank0.pt.trace.json")
+    real_write_back, tables_done = merge._write_back, []
+
+    def stops_after_two_tables(*args):
+        if len(tables_done) == 2:
+            raise Crash
+        real_write_back(*args)
+        tables_done.append(args[0])
+
+    monkeypatch.setattr(merge, "_write_back", stops_after_two_tables)
+    with pytest.raises(Crash):
+        with merge.run_lock(run_path(out)):
+            merge.unmerge_sources(run_path(out), {store.source_id(folder / "rank0.pt.trace.json")})
+    monkeypatch.undo()
+    assert (aside / "exploding").exists()
+    late = write(tmp_path / "late" / "rank16.pt.trace.json", kineto_json(rank=16, kernels=1))
+    ingest_paths([late], out, run="r", jobs=1)
+    assert without_rank(all_tables(out), 16) == before
+    assert not aside.exists() and len(merged_files(out)) == 3
+
+
+def test_a_batch_cut_short_while_placed_is_undone_and_the_earlier_ingest_kept(tmp_path, monkeypatch):
+    folder = job(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+    ingest_paths([folder], out, run="r", jobs=1)  # a file per source
+    monkeypatch.undo()
+    before = all_tables(out)
+    write(folder / "rank0.pt.trace.json", kineto_json(rank=0, kernels=30))
+    real_replace, merged_placed = merge.os.replace, []
+
+    def stops_after_a_merged_file(source, destination):
+        if Path(destination).name.startswith(MERGED_PREFIX):
+            if merged_placed:
+                raise Crash
+            merged_placed.append(destination)
+        real_replace(source, destination)
+
+    monkeypatch.setattr(merge.os, "replace", stops_after_a_merged_file)
+    with pytest.raises(Crash):
+        ingest_paths([folder], out, run="r", jobs=1)
+    monkeypatch.undo()
+    late = write(tmp_path / "late" / "rank16.pt.trace.json", kineto_json(rank=16, kernels=1))
+    ingest_paths([late], out, run="r", jobs=1)
+    assert without_rank(all_tables(out), 16) == before
+    assert not any(name.startswith(MERGED_PREFIX) for name in table_files(out, "kernels"))
