@@ -94,6 +94,18 @@ def test_ingesting_the_whole_run_again_replaces_each_batch_whole(tmp_path):
     assert all_tables(out) == before
 
 
+def test_ingesting_the_same_files_again_replaces_each_batch_without_splitting_it_first(tmp_path, monkeypatch):
+    folder, out = batched(tmp_path)
+    monkeypatch.setattr(merge, "_explode", never_split)
+    report = ingest_paths([folder], out, run="r", jobs=1)
+    assert report.ok and kernels_per_rank(out) == ALL_KERNELS
+    assert len(merged_files(out)) == 4
+
+
+def never_split(run_path, aside):
+    raise AssertionError(f"{aside.name} was split back into its sources")
+
+
 def test_ingesting_the_whole_run_again_in_other_groups_gives_the_same_rows(tmp_path):
     folder, out = batched(tmp_path)
     before = all_tables(out)
@@ -107,6 +119,14 @@ def test_ingesting_a_batched_source_under_another_run_takes_its_rows_out_of_the_
     ingest_paths([folder / "rank0.pt.trace.json"], out, run="other", jobs=1)
     runs = sorted((dict(row)["run"], dict(row)["rank"]) for row in table_rows(out, "runs"))
     assert runs == [("other", 0)] + [("r", rank) for rank in range(1, RANKS)]
+
+
+def test_moving_the_whole_run_to_another_run_name_drops_its_batches_without_splitting_them(tmp_path, monkeypatch):
+    folder, out = batched(tmp_path)
+    monkeypatch.setattr(merge, "_explode", never_split)
+    ingest_paths([folder], out, run="other", jobs=1)
+    assert {dict(row)["run"] for row in table_rows(out, "runs")} == {"other"}
+    assert not (run_path(out) / MERGED_DIR).exists()
 
 
 def test_a_source_that_cannot_be_read_leaves_the_rest_of_its_group_written(tmp_path):
@@ -204,3 +224,30 @@ def test_a_batch_cut_short_while_placed_is_undone_and_the_earlier_ingest_kept(tm
     ingest_paths([late], out, run="r", jobs=1)
     assert without_rank(all_tables(out), 16) == before
     assert not any(name.startswith(MERGED_PREFIX) for name in table_files(out, "kernels"))
+
+
+def test_a_batch_cut_short_while_replacing_an_earlier_one_is_undone_and_the_earlier_kept(tmp_path, monkeypatch):
+    folder, out = batched(tmp_path)
+    before = all_tables(out)
+    write(folder / "rank0.pt.trace.json", kineto_json(rank=0, kernels=30))
+    real_replace, merged_placed = merge.os.replace, []
+
+    def stops_after_a_new_merged_file(source, destination):
+        placing = ".staging" in str(source) and Path(destination).name.startswith(MERGED_PREFIX)
+        if placing and merged_placed:
+            raise Crash
+        if placing:
+            merged_placed.append(destination)
+        real_replace(source, destination)
+
+    monkeypatch.setattr(merge.os, "replace", stops_after_a_new_merged_file)
+    with pytest.raises(Crash):
+        ingest_paths([folder], out, run="r", jobs=1)
+    monkeypatch.undo()
+    late = write(tmp_path / "late" / "rank16.pt.trace.json", kineto_json(rank=16, kernels=1))
+    ingest_paths([late], out, run="r", jobs=1)
+    assert without_rank(all_tables(out), 16) == before
+    assert len(merged_files(out)) == 4
+    # The earlier batch is whole again, its sources listed: ingesting one of them replaces its rows.
+    ingest_paths([folder / "rank0.pt.trace.json"], out, run="r", jobs=1)
+    assert kernels_per_rank(out) == {**ALL_KERNELS, 0: 30, 16: 1}

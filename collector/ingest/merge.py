@@ -29,10 +29,12 @@ Ingest itself writes merged files too: a command of many small sources
 writes them in batches (`store.write_sources`), each batch one
 `merged-<token>.parquet` per table and, in place of files moved aside, a
 list of its sources and their row counts per table (`sources.json` in the
-batch's `.merged/<token>/` folder). Undoing such a batch (a source of it
-ingested again on its own, or under another run) writes each of its
-sources' rows back as per-source files (`_explode`), after which it is a
-run like any other.
+batch's `.merged/<token>/` folder). A batch whose sources are all written
+again at once (the same files ingested again) is replaced whole
+(`place_batch`), or dropped where they moved to another run. Otherwise
+undoing it (one of its sources ingested again on its own, or in other
+groups) writes each of its sources' rows back as per-source files
+(`_explode`), after which it is a run like any other.
 
 Crash safety: the merged files are written to staging and fsynced before
 any is placed, and a merge's folder gets its `complete` mark only once
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import json
 import os
@@ -73,6 +76,8 @@ MERGED_DIR = ".merged"
 BATCH_SOURCES = "sources.json"
 _COMPLETE = "complete"
 _EXPLODING = "exploding"
+# An earlier batch's folder inside the batch that replaces it, until that one is complete.
+_REPLACED_PREFIX = "replaced-"
 # Runs with fewer per-source files than this are left as they are: their
 # files cost the analyses little (about 20 ms of a report per source at
 # 2,000 sources), and merging rewrites every row.
@@ -175,37 +180,61 @@ def _place(run_path: Path, token: str, files: dict[str, list[Path]], staged: dic
 
 def place_batch(run_path: Path, token: str, staged: dict[str, Path], listing: Path, sources: list[str]) -> None:
     """Put an ingest batch's files in place (`staged`: table → its file,
-    `listing`: its BATCH_SOURCES file) and move the sources' own files,
-    an earlier ingest's, aside; all or none. The caller holds the run's
-    lock and has undone every merge that held any of `sources`."""
+    `listing`: its BATCH_SOURCES file) and move what it replaces aside:
+    the sources' own files, and whole earlier batches of only these
+    sources (an ingest of the same files again); all or none. The caller
+    holds the run's lock and has undone every other merge that held any of
+    `sources` (`unmerge_sources(..., keep_batches_within=...)`)."""
     aside = run_path / MERGED_DIR / token
+    replaced = [old for old in _merges(run_path) if _batch_within(old, set(sources))]
     try:
         aside.mkdir(parents=True)
         os.replace(listing, aside / BATCH_SOURCES)
         for table in TRACE_SCHEMAS:
-            for source in sources:
-                previous = run_path / table / f"{source}.parquet"
-                if previous.exists():
+            previous = [run_path / table / f"{source}.parquet" for source in sources]
+            previous += [run_path / table / f"{MERGED_PREFIX}{old.name}.parquet" for old in replaced]
+            for path in previous:
+                if path.exists():
                     (aside / table).mkdir(exist_ok=True)
-                    os.replace(previous, aside / table / previous.name)
+                    os.replace(path, aside / table / path.name)
+        for old in replaced:
+            os.replace(old, aside / f"{_REPLACED_PREFIX}{old.name}")
         for table, path in staged.items():
             (run_path / table).mkdir(exist_ok=True)
             os.replace(path, run_path / table / f"{MERGED_PREFIX}{token}.parquet")
         (aside / _COMPLETE).touch()
     except OSError as error:
-        _unmerge(run_path, aside)  # without its mark: the earlier files go back
+        _unmerge(run_path, aside)  # without its mark: what it replaced goes back
         raise DatasetError(f"{run_path}: cannot write: {error.strerror or error}") from None
-    for table_dir in (path for path in aside.iterdir() if path.is_dir()):
-        shutil.rmtree(table_dir, ignore_errors=True)  # the earlier ingest's files, now replaced
+    for folder in (path for path in aside.iterdir() if path.is_dir()):
+        shutil.rmtree(folder, ignore_errors=True)  # what the batch replaced
 
 
-def unmerge_sources(run_path: Path, sources: set[str]) -> None:
+def unmerge_sources(run_path: Path, sources: set[str], keep_batches_within: bool = False) -> None:
     """Undo every merge of the run that holds a file of `sources` (and any
-    merge a crash cut short); the caller holds the run's lock."""
+    merge a crash cut short); the caller holds the run's lock. With
+    `keep_batches_within`, ingest batches of only `sources` are left for
+    `place_batch` to replace whole."""
     _undo_incomplete(run_path)
     for aside in _merges(run_path):
-        if _holds(aside, sources):
+        if _holds(aside, sources) and not (keep_batches_within and _batch_within(aside, sources)):
             _unmerge(run_path, aside)
+
+
+def drop_batches_within(run_path: Path, sources: set[str]) -> None:
+    """Remove the run's ingest batches of only `sources` (whose rows now
+    live in another run); the caller holds the run's lock."""
+    for aside in _merges(run_path):
+        if (aside / _COMPLETE).exists() and _batch_within(aside, sources):
+            for merged in run_path.glob(f"*/{MERGED_PREFIX}{aside.name}.parquet"):
+                merged.unlink(missing_ok=True)
+            _remove_merge_folder(run_path, aside)
+
+
+def _batch_within(aside: Path, sources: set[str]) -> bool:
+    """Whether `aside` is an ingest batch of only `sources`."""
+    listed = _batch_sources(aside)
+    return listed is not None and sources.issuperset(listed["sources"])
 
 
 def holds_any(run_path: Path, sources: set[str]) -> bool:
@@ -222,15 +251,27 @@ def _holds(aside: Path, sources: set[str]) -> bool:
 
 
 def _batch_sources(aside: Path) -> dict | None:
-    """An ingest batch's BATCH_SOURCES; None for a merge by `gpulens compact`."""
+    """An ingest batch's BATCH_SOURCES; None for a merge by `gpulens compact`.
+
+    Every write to a dataset asks this of each batch of each run (is one of
+    my sources there?), so a listing read once is kept, by file identity:
+    it is written once and never changed."""
     path = aside / BATCH_SOURCES
     try:
-        listed = json.loads(path.read_bytes())
+        stat = path.stat()
     except FileNotFoundError:
         return None
+    except OSError as error:
+        raise DatasetError(f"{path}: cannot read the batch's list of sources ({error.strerror})") from None
+    return _read_listing(str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _read_listing(path: str, inode: int, mtime_ns: int, size: int) -> dict:
+    try:
+        return json.loads(Path(path).read_bytes())
     except (OSError, ValueError) as error:
         raise DatasetError(f"{path}: cannot read the batch's list of sources ({error})") from None
-    return listed
 
 
 def _merges(run_path: Path) -> list[Path]:
@@ -257,6 +298,8 @@ def _unmerge(run_path: Path, aside: Path) -> None:
     token = aside.name
     for merged in run_path.glob(f"*/{MERGED_PREFIX}{token}.parquet"):
         merged.unlink(missing_ok=True)
+    for old in sorted(aside.glob(f"{_REPLACED_PREFIX}*")):  # an earlier batch this one was to replace
+        os.replace(old, run_path / MERGED_DIR / old.name.removeprefix(_REPLACED_PREFIX))
     for table_dir in sorted(path for path in aside.iterdir() if path.is_dir()):
         for path in table_dir.glob("*.parquet"):
             destination = run_path / table_dir.name / path.name

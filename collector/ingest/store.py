@@ -54,7 +54,8 @@ import pyarrow.parquet as pq
 
 from collector.derive import derive_trace_tables
 from collector.errors import DatasetError
-from collector.ingest.merge import BATCH_SOURCES, holds_any, place_batch, run_lock, unmerge_sources
+from collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,
+                                    unmerge_sources)
 from collector.schema import TRACE_SCHEMAS
 
 TRACES_DIR = "traces"
@@ -162,7 +163,9 @@ def write_sources(out: Path, run: str, sources: list[tuple[str, dict[str, pa.Tab
             raise DatasetError(f"{out}: cannot write: {getattr(error, 'strerror', None) or error}") from None
         token = secrets.token_hex(5)
         with run_lock(run_dir(out, run)):
-            unmerge_sources(run_dir(out, run), set(ids))  # their rows are replaced below
+            # Their rows are replaced below; a batch of only these sources (the
+            # same files ingested again) is replaced whole, not split first.
+            unmerge_sources(run_dir(out, run), set(ids), keep_batches_within=True)
             place_batch(run_dir(out, run), token, staged, listing, ids)
         _remove_from_other_runs(out, run, ids)
     finally:
@@ -251,11 +254,16 @@ def _remove_from_other_runs(out: Path, run: str, sources: list[str]) -> None:
     for other in (out / TRACES_DIR).glob("run=*"):
         if other == current or not other.is_dir():
             continue
+        # Asked of every run at every write: os.path on text, not pathlib
+        # (8.8 against 2.4 µs a file asked for; a dataset of 100 runs asks 16,000
+        # a group of 16 sources).
+        folder = os.fspath(other)
         if not holds_any(other, wanted) and not any(
-                (other / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS for source in sources):
+                os.path.exists(f"{folder}/{table}/{source}.parquet") for table in TRACE_SCHEMAS for source in sources):
             continue
         with run_lock(other):
-            unmerge_sources(other, wanted)
+            unmerge_sources(other, wanted, keep_batches_within=True)
+            drop_batches_within(other, wanted)
             for table in TRACE_SCHEMAS:
                 for source in sources:
                     (other / table / f"{source}.parquet").unlink(missing_ok=True)
