@@ -199,29 +199,36 @@ def test_a_batch_split_back_only_in_part_is_finished_by_the_next_write_to_its_ru
     assert not aside.exists() and len(merged_files(out)) == 3
 
 
+def ingest_cut_short_then_another_file(monkeypatch: pytest.MonkeyPatch, folder: Path, out: Path) -> None:
+    """Ingest `folder` into run r, stopping as its second merged file is put
+    in place; then ingest another file into the run, which finds that."""
+    real_replace, placed = merge.os.replace, []
+
+    def stops_at_the_second_merged_file(source, destination):
+        placing = ".staging" in str(source) and Path(destination).name.startswith(MERGED_PREFIX)
+        if placing and placed:
+            raise Crash
+        if placing:
+            placed.append(destination)
+        real_replace(source, destination)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(merge.os, "replace", stops_at_the_second_merged_file)
+        with pytest.raises(Crash):
+            ingest_paths([folder], out, run="r", jobs=1)
+    late = write(folder.parent / "late" / "rank16.pt.trace.json", kineto_json(rank=16, kernels=1))
+    ingest_paths([late], out, run="r", jobs=1)
+
+
 def test_a_batch_cut_short_while_placed_is_undone_and_the_earlier_ingest_kept(tmp_path, monkeypatch):
     folder = job(tmp_path)
     out = tmp_path / "out"
-    monkeypatch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
-    ingest_paths([folder], out, run="r", jobs=1)  # a file per source
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+        ingest_paths([folder], out, run="r", jobs=1)  # a file per source
     before = all_tables(out)
     write(folder / "rank0.pt.trace.json", kineto_json(rank=0, kernels=30))
-    real_replace, merged_placed = merge.os.replace, []
-
-    def stops_after_a_merged_file(source, destination):
-        if Path(destination).name.startswith(MERGED_PREFIX):
-            if merged_placed:
-                raise Crash
-            merged_placed.append(destination)
-        real_replace(source, destination)
-
-    monkeypatch.setattr(merge.os, "replace", stops_after_a_merged_file)
-    with pytest.raises(Crash):
-        ingest_paths([folder], out, run="r", jobs=1)
-    monkeypatch.undo()
-    late = write(tmp_path / "late" / "rank16.pt.trace.json", kineto_json(rank=16, kernels=1))
-    ingest_paths([late], out, run="r", jobs=1)
+    ingest_cut_short_then_another_file(monkeypatch, folder, out)
     assert without_rank(all_tables(out), 16) == before
     assert not any(name.startswith(MERGED_PREFIX) for name in table_files(out, "kernels"))
 
@@ -230,22 +237,7 @@ def test_a_batch_cut_short_while_replacing_an_earlier_one_is_undone_and_the_earl
     folder, out = batched(tmp_path)
     before = all_tables(out)
     write(folder / "rank0.pt.trace.json", kineto_json(rank=0, kernels=30))
-    real_replace, merged_placed = merge.os.replace, []
-
-    def stops_after_a_new_merged_file(source, destination):
-        placing = ".staging" in str(source) and Path(destination).name.startswith(MERGED_PREFIX)
-        if placing and merged_placed:
-            raise Crash
-        if placing:
-            merged_placed.append(destination)
-        real_replace(source, destination)
-
-    monkeypatch.setattr(merge.os, "replace", stops_after_a_new_merged_file)
-    with pytest.raises(Crash):
-        ingest_paths([folder], out, run="r", jobs=1)
-    monkeypatch.undo()
-    late = write(tmp_path / "late" / "rank16.pt.trace.json", kineto_json(rank=16, kernels=1))
-    ingest_paths([late], out, run="r", jobs=1)
+    ingest_cut_short_then_another_file(monkeypatch, folder, out)
     assert without_rank(all_tables(out), 16) == before
     assert len(merged_files(out)) == 4
     # The earlier batch is whole again, its sources listed: ingesting one of them replaces its rows.
