@@ -11,7 +11,7 @@ import pytest
 
 from collector.ingest import batch, ingest_paths, merge, store
 from collector.ingest.merge import BATCH_SOURCES, MERGED_DIR, MERGED_PREFIX
-from tests.test_ingest import kineto_json, write
+from tests.test_ingest import kineto_json, rows_in, write
 from tests.test_merge import job, kernels_per_rank, run_path, table_files, table_rows
 
 RANKS = 16  # GROUP_MIN_SOURCES; with --jobs 1, four groups of four
@@ -243,3 +243,33 @@ def test_a_batch_cut_short_while_replacing_an_earlier_one_is_undone_and_the_earl
     # The earlier batch is whole again, its sources listed: ingesting one of them replaces its rows.
     ingest_paths([folder / "rank0.pt.trace.json"], out, run="r", jobs=1)
     assert kernels_per_rank(out) == {**ALL_KERNELS, 0: 30, 16: 1}
+
+
+def test_a_group_of_several_formats_holds_the_rows_each_gives_written_alone(tmp_path, monkeypatch):
+    from collector.schema import TRACE_SCHEMAS
+    from tests import test_ingest_nccl_log as nccl
+    from tests import test_ingest_nsys as nsys
+    from tests import test_ingest_rocprof as rocprof
+
+    folder = tmp_path / "mixed"
+    # Named so that each group of four (consecutive by path) mixes formats.
+    for n in range(4):
+        write(folder / f"g{n}a.pt.trace.json", kineto_json(rank=n, kernels=n + 2))
+        write(folder / f"g{n}b.log", nccl.TWO_NODES_LOG if n % 2 else nccl.NVLS_LOG)
+        nsys.build_export(folder / f"g{n}c.sqlite")
+        rocprof._process(folder / f"g{n}d", "kernel_trace", "hip_api_trace", "agent_info", pid=4240 + n)
+    grouped = ingest_paths([folder], tmp_path / "grouped", run="r", jobs=1)
+    assert grouped.ok and len(grouped.results) == 16
+    assert len(merged_files(tmp_path / "grouped", "runs")) == 4
+    monkeypatch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+    ingest_paths([folder], tmp_path / "alone", run="r", jobs=1)
+    for table in TRACE_SCHEMAS:
+        assert as_read(tmp_path / "grouped", table) == as_read(tmp_path / "alone", table), table
+
+
+def as_read(out: Path, table: str) -> list[str]:
+    """The table's rows as a reader sees them (a column a file lacks is
+    NULL), but for the time each was ingested; sorted."""
+    return sorted(repr(sorted((column, value) for column, value in row.items()
+                              if value is not None and column != "ingested_at"))
+                  for row in rows_in(out, table))
