@@ -273,3 +273,39 @@ def as_read(out: Path, table: str) -> list[str]:
     return sorted(repr(sorted((column, value) for column, value in row.items()
                               if value is not None and column != "ingested_at"))
                   for row in rows_in(out, table))
+
+
+def test_a_merge_of_a_batched_run_leaves_one_file_per_table_with_every_row(tmp_path):
+    folder, out = batched(tmp_path)
+    before = all_tables(out)
+    assert merge.merge_run(out, run_path(out)) == (4 * 6, 6)  # four batches of six tables
+    assert len(table_files(out, "kernels")) == 1
+    assert all_tables(out) == before
+
+
+def test_a_run_of_one_batch_is_left_as_it_is(tmp_path):
+    folder, out = job(tmp_path), tmp_path / "out"
+    sources = tuple(batch.Source(str(path), "r", True) for path in sorted(folder.iterdir()))
+    assert all(isinstance(outcome, batch.FileResult)
+               for outcome in batch.ingest_group(batch.Source(sources[0].path, "r", True, group=sources), str(out)))
+    assert len(merged_files(out)) == 1
+    assert merge.merge_run(out, run_path(out)) == (6, 6)
+
+
+def test_ingesting_one_source_of_a_merged_batched_run_replaces_its_rows_once(tmp_path):
+    folder, out = batched(tmp_path)
+    merge.merge_run(out, run_path(out))
+    write(folder / "rank10.pt.trace.json", kineto_json(rank=10, kernels=40))
+    ingest_paths([folder / "rank10.pt.trace.json"], out, run="r", jobs=1)
+    assert kernels_per_rank(out) == {**ALL_KERNELS, 10: 40}
+    # The merge is undone, its batches given back, and rank10's split: three batches and four files.
+    assert len(merged_files(out)) == 3 and len(table_files(out, "kernels")) == 3 + 4
+
+
+def test_ingesting_a_merged_batched_run_again_gives_the_same_rows(tmp_path):
+    folder, out = batched(tmp_path)
+    before = all_tables(out)
+    merge.merge_run(out, run_path(out))
+    ingest_paths([folder], out, run="r", jobs=1)
+    assert all_tables(out) == before
+    assert len(merged_files(out)) == 4 and len(table_files(out, "kernels")) == 4

@@ -106,17 +106,26 @@ def per_source_files(run_path: Path, table: str) -> list[Path]:
 
 
 def merge_run(out: Path, run_path: Path, min_sources: int = MERGE_MIN_SOURCES) -> tuple[int, int]:
-    """Merge the run's per-source files, table by table, where it has at
-    least `min_sources` of them; (trace files before, after). Raises
-    DatasetError naming a file that cannot be read or written; the run is
-    then as it was."""
+    """Merge the run's per-source files and ingest batches, table by table,
+    where they hold at least `min_sources` sources in more than one file a
+    table; (trace files before, after). Raises DatasetError naming a file
+    that cannot be read or written; the run is then as it was.
+
+    A batch merged again is kept whole inside the new merge's folder (its
+    files and its own folder, as `replaced-<token>`), so undoing the merge
+    gives the batch back."""
     with run_lock(run_path):
         _undo_incomplete(run_path)
+        batches = [aside for aside in _merges(run_path) if _batch_sources(aside) is not None]
         files = {table: per_source_files(run_path, table) for table in TRACE_SCHEMAS}
+        for table, paths in files.items():
+            paths += [path for path in (run_path / table / f"{MERGED_PREFIX}{aside.name}.parquet" for aside in batches)
+                      if path.exists()]
         files = {table: paths for table, paths in files.items() if paths}
         before = _trace_file_count(run_path)
-        sources = {path.stem for paths in files.values() for path in paths}
-        if len(sources) < max(2, min_sources):
+        sources = {path.stem for paths in files.values() for path in paths if not path.name.startswith(MERGED_PREFIX)}
+        sources.update(source for aside in batches for source in _batch_sources(aside)["sources"])
+        if len(sources) < max(2, min_sources) or max(map(len, files.values()), default=0) < 2:
             return before, before
         token = secrets.token_hex(5)
         try:
@@ -126,7 +135,7 @@ def merge_run(out: Path, run_path: Path, min_sources: int = MERGE_MIN_SOURCES) -
             raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
         try:
             staged = {table: _write_merged(paths, staging / f"{table}.parquet") for table, paths in files.items()}
-            _place(run_path, token, files, staged)
+            _place(run_path, token, files, staged, batches)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return before, _trace_file_count(run_path)
@@ -162,9 +171,10 @@ def _write_merged(files: list[Path], destination: Path) -> Path:
     return destination
 
 
-def _place(run_path: Path, token: str, files: dict[str, list[Path]], staged: dict[str, Path]) -> None:
+def _place(run_path: Path, token: str, files: dict[str, list[Path]], staged: dict[str, Path],
+           batches: list[Path]) -> None:
     """Put each merged file in its table's folder and move the files it
-    holds aside; all or none."""
+    holds (and the folders of the batches among them) aside; all or none."""
     aside = run_path / MERGED_DIR / token
     try:
         for table, merged in staged.items():
@@ -172,6 +182,8 @@ def _place(run_path: Path, token: str, files: dict[str, list[Path]], staged: dic
             os.replace(merged, run_path / table / f"{MERGED_PREFIX}{token}.parquet")
             for path in files[table]:
                 os.replace(path, aside / table / path.name)
+        for batch in batches:
+            os.replace(batch, aside / f"{_REPLACED_PREFIX}{batch.name}")
         (aside / _COMPLETE).touch()
     except OSError as error:
         _unmerge(run_path, aside)
@@ -216,8 +228,12 @@ def unmerge_sources(run_path: Path, sources: set[str], keep_batches_within: bool
     `keep_batches_within`, ingest batches of only `sources` are left for
     `place_batch` to replace whole."""
     _undo_incomplete(run_path)
-    for aside in _merges(run_path):
-        if _holds(aside, sources) and not (keep_batches_within and _batch_within(aside, sources)):
+    while True:  # again after each round: undoing a merge may give back batches that hold them
+        holders = [aside for aside in _merges(run_path)
+                   if _holds(aside, sources) and not (keep_batches_within and _batch_within(aside, sources))]
+        if not holders:
+            return
+        for aside in holders:
             _unmerge(run_path, aside)
 
 
@@ -247,7 +263,8 @@ def _holds(aside: Path, sources: set[str]) -> bool:
     listed = _batch_sources(aside)
     if listed is not None:
         return not sources.isdisjoint(listed["sources"])
-    return any((aside / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS for source in sources)
+    return (any((aside / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS for source in sources)
+            or any(_holds(batch, sources) for batch in aside.glob(f"{_REPLACED_PREFIX}*")))
 
 
 def _batch_sources(aside: Path) -> dict | None:
