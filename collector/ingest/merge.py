@@ -1,14 +1,16 @@
-"""Merging a trace run's per-source files into one file per table.
+"""Merging a trace run's files into one file per table.
 
-Ingest writes one Parquet file per table per source file (see `store`), so
-a run of 2,000 ranks is 20,000 files, and every analysis opens every file
+Ingest writes one Parquet file per table per source file where it writes
+sources one at a time (see `store`), so such a run of 2,000 ranks is
+20,000 files, and every analysis opens every file
 of each table it reads. A JSON report of such a run (a 200-rank run's
 files linked ten times) took 48 s and 1.1 GB; with each table in one file,
 4.2 s and 0.4 GB.
 
 `merge_run` (`gpulens compact`) writes, for each table, one
-`merged-<token>.parquet` holding the rows of the run's per-source files,
-and moves those files aside into `traces/run=R/.merged/<token>/<table>/`,
+`merged-<token>.parquet` holding the rows of the run's per-source files
+(and of its ingest batches, below), and moves those files aside into
+`traces/run=R/.merged/<token>/<table>/`,
 where the table globs readers use do not reach. Re-ingesting a source of
 a merged run undoes its merge first (`unmerge_sources`, called by
 `store.write_source`): the merged files go and the files moved aside come
