@@ -162,7 +162,7 @@ def test_a_source_bigger_than_a_group_takes_is_ingested_on_its_own(tmp_path, mon
     write(folder / "rank16.pt.trace.json", kineto_json(rank=16, kernels=200))
     monkeypatch.setattr(batch, "GROUP_SOURCE_MAX_BYTES", len(kineto_json(rank=16, kernels=100)))
     tasks, _ = batch._expand([folder], tmp_path / "out", "r")
-    planned = batch._group_small_sources(tasks, jobs=1)
+    planned = batch.group_small_sources(tasks, jobs=1)
     assert [[Path(member.path).name for member in task.members] for task in planned] == [
         ["rank16.pt.trace.json"],
         ["rank0.pt.trace.json", "rank1.pt.trace.json", "rank10.pt.trace.json", "rank11.pt.trace.json"],

@@ -244,3 +244,19 @@ def test_collect_run_name_without_a_trace_folder_is_a_usage_error(tmp_path: Path
     code = cli.main(["collect", "--backend", "sim", "--run", "job", "--out", str(tmp_path / "out")])
     assert (code, capsys.readouterr().err) == (
         2, "gpulens: error: --run names the traces of --watch-traces; give --watch-traces DIR too\n")
+
+
+def test_watch_writes_many_traces_ready_at_once_in_groups_and_a_later_one_alone(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    for rank in range(16):  # a job's ranks, each writing its trace at the end of a profiling cycle
+        (folder / f"host_{rank}.123.pt.trace.json").write_text(kineto_text(rank))
+    watcher = TraceWatcher(folder, out, clock=FakeClock())
+    watcher.poll()
+    report = watcher.poll()
+    (folder / "host_16.456.pt.trace.json").write_text(kineto_text(16))
+    watcher.poll()
+    later = watcher.poll()
+    kernels = sorted(path.name[:7] for path in (out / "traces" / "run=handler" / "kernels").glob("*.parquet"))
+    assert (len(report.results), report.failures, len(later.results)) == (16, [], 1)
+    assert (kernels.count("merged-"), len(kernels), kernel_rows(out)) == (4, 5, 17 * 3)

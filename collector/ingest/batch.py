@@ -13,7 +13,7 @@ The exceptions:
   the other cores idle. A 620,000-event rank alone on two cores: 3.4 → 2.4 s.
 - Many small files (a job of hundreds of ranks): one process parses a
   group of them and writes them together, one file per table for the
-  group (`_group_small_sources`, `store.write_sources`), since each file
+  group (`group_small_sources`, `store.write_sources`), since each file
   written costs more than its rows do. 64 ranks of 5,000 events: 40 → 24 ms
   of CPU a rank.
 """
@@ -68,7 +68,7 @@ PARALLEL_MIN_CONTENT_BYTES = 8 << 20
 # stay small beside its parsing.
 SPLIT_MIN_PART_BYTES = 8 << 20
 # A command of at least this many small sources writes them in groups
-# (`_group_small_sources`): fewer would gain little, and re-ingesting one
+# (`group_small_sources`): fewer would gain little, and re-ingesting one
 # source of a group rewrites the group's other sources (`merge._explode`).
 GROUP_MIN_SOURCES = 16
 # A source bigger than this (content) is written on its own: its own costs
@@ -257,7 +257,7 @@ class Source:
     # parts of a file are assembled and written by this process (`_assemble`).
     part: FilePart | None = None
     # Small sources parsed by one process and written together
-    # (`_group_small_sources`); `path` is then the first one's.
+    # (`group_small_sources`); `path` is then the first one's.
     group: tuple[Source, ...] = ()
 
     @property
@@ -324,7 +324,7 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     check_writable(out)
     tasks, failures = _expand(list(paths), out, run)
     report = IngestReport(failures=failures)
-    planned = _group_small_sources(_split_big_files(tasks, jobs), jobs)
+    planned = group_small_sources(_split_big_files(tasks, jobs), jobs)
     for outcome in _assemble(_run(planned, out, jobs, progress), str(out)):
         if isinstance(outcome, FileResult):
             report.results.append(outcome)
@@ -426,34 +426,43 @@ def _result(path: str, format_name: str, parsed: ParsedTrace, run: str, rows: di
 
 def ingest_group(task: Source, out: str) -> list[FileResult | FileFailure | SkippedFile]:
     """Parse a group's sources and write them together (`store.write_sources`);
-    each one's outcome. A source that fails leaves the others to be written."""
+    each one's outcome, in the group's order. A source that fails leaves the
+    others to be written."""
     try:
-        parsed: list[tuple[Source, str, ParsedTrace, float]] = []  # (source, format, tables, seconds)
-        outcomes: list[FileResult | FileFailure | SkippedFile] = []
         run = sanitise_run(task.run)
+        outcomes: list[FileResult | FileFailure | SkippedFile | None] = []
+        parsed: list[tuple[int, str, ParsedTrace, float]] = []  # (its place, format, tables, seconds)
         for source in task.group:
             started = time.perf_counter()
             got = _parse(source.path, run, source.explicit, source.parts)
             if isinstance(got, (FileFailure, SkippedFile)):
                 outcomes.append(got)
             else:
-                parsed.append((source, *got, time.perf_counter() - started))
-        if not parsed:
-            return outcomes
-        started = time.perf_counter()
-        try:
-            written = write_sources(Path(out), run, [(source_id(source.path), tables.tables)
-                                                     for source, _, tables, _ in parsed])
-        except DatasetError as error:
-            return outcomes + [FileFailure(source.path, str(error)) for source, *_ in parsed]
-        except Exception:  # a bug one source meets (in derive): written one by one, that one fails alone
-            return outcomes + [_written(source.path, format_name, tables, run, out, time.perf_counter() - seconds)
-                               for source, format_name, tables, seconds in parsed]
-        share = (time.perf_counter() - started) / len(parsed)  # the writing, shared out evenly
-        return outcomes + [_result(source.path, format_name, tables, run, rows, seconds + share)
-                           for (source, format_name, tables, seconds), rows in zip(parsed, written)]
+                parsed.append((len(outcomes), *got, time.perf_counter() - started))
+                outcomes.append(None)  # written below
+        if parsed:
+            for place, outcome in zip((place for place, *_ in parsed), _written_together(task, parsed, run, out)):
+                outcomes[place] = outcome
+        return outcomes  # type: ignore[return-value]  # every place is filled now
     finally:
         release_freed_memory()
+
+
+def _written_together(task: Source, parsed: list[tuple[int, str, ParsedTrace, float]], run: str,
+                      out: str) -> list[FileResult | FileFailure]:
+    paths = [task.group[place].path for place, *_ in parsed]
+    started = time.perf_counter()
+    try:
+        written = write_sources(Path(out), run, [(source_id(path), tables.tables)
+                                                 for path, (_, _, tables, _) in zip(paths, parsed)])
+    except DatasetError as error:
+        return [FileFailure(path, str(error)) for path in paths]
+    except Exception:  # a bug one source meets (in derive): written one by one, that one fails alone
+        return [_written(path, format_name, tables, run, out, time.perf_counter() - seconds)
+                for path, (_, format_name, tables, seconds) in zip(paths, parsed)]
+    share = (time.perf_counter() - started) / len(parsed)  # the writing, shared out evenly
+    return [_result(path, format_name, tables, run, rows, seconds + share)
+            for path, (_, format_name, tables, seconds), rows in zip(paths, parsed, written)]
 
 
 def release_freed_memory() -> None:
@@ -564,7 +573,7 @@ def _split_big_files(tasks: list[Source], jobs: int | None) -> list[Source]:
     return planned
 
 
-def _group_small_sources(tasks: list[Source], jobs: int | None) -> list[Source]:
+def group_small_sources(tasks: list[Source], jobs: int | None) -> list[Source]:
     """The tasks, with the small whole sources of a command of many put in
     groups that one process parses and writes together (`ingest_group`).
 
@@ -1004,6 +1013,7 @@ def rank_ranges(ranks: list[int]) -> str:
 
 __all__ = [
     "FileFailure", "FileResult", "IngestReport", "SkippedFile", "Source", "STAGING_DIR",
-    "common_stem", "default_run_name", "find_traces", "ingest_file", "ingest_paths", "sources_of", "sources_in_runs",
+    "common_stem", "default_run_name", "find_traces", "group_small_sources", "ingest_file", "ingest_group",
+    "ingest_paths", "sources_of", "sources_in_runs",
     "trace_stem",
 ]

