@@ -75,9 +75,10 @@ GROUP_MIN_SOURCES = 16
 # outweigh a file's fixed ones.
 GROUP_SOURCE_MAX_BYTES = 8 << 20
 # At most this many sources and this much content a group: the group's
-# tables are held in memory together until written. Beyond 8 a group, the
-# writes gain little more (64 ranks of 5,000 events: 17.7 ms of writing a
-# rank alone, 6.1 in fours, 4.0 in eights, 3.0 in sixteens).
+# tables are held in memory together until written. Past eight a group the
+# writing gains little (64 ranks of 5,000 events: 17.7 ms of writing a rank
+# alone, 6.1 in fours, 4.0 in eights, 3.0 in sixteens); sixteen halves the
+# files a run of thousands of ranks leaves.
 GROUP_MAX_SOURCES = 16
 GROUP_MAX_BYTES = 64 << 20
 # Set in ingest workers (`_worker_start`): they spill a part's events to a file.
@@ -493,7 +494,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 def _run_task(task: Source, out: str) -> list[FileResult | FileFailure | SkippedFile | PartOutcome]:
     """What running a task gave: an outcome per source (one, but for a group)."""
     if task.group:
-        return list(ingest_group(task, out))
+        return ingest_group(task, out)
     if task.part is not None:
         return [_read_part(task, out)]
     return [ingest_file(task.path, task.run, out, task.explicit, task.parts)]
