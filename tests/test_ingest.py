@@ -604,8 +604,8 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> list:
     plans: list = []
     real_split = batch._split_big_files
 
-    def recording(tasks, jobs):
-        plans.append(real_split(tasks, jobs))
+    def recording(tasks, jobs, file_sizes=None):
+        plans.append(real_split(tasks, jobs, file_sizes))
         return plans[-1]
 
     monkeypatch.setattr(batch, "_split_big_files", recording)

@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from collector.ingest.batch import (FileFailure, FileResult, IngestReport, SkippedFile, Source, group_small_sources,
-                                    find_traces, ingest_file, ingest_group, sources_in_runs, sources_of)
+from collector.ingest.batch import (FileFailure, FileResult, IngestReport, SkippedFile, Source, find_traces,
+                                    group_small_sources, ingest_task, sources_in_runs, sources_of)
 from collector.ingest.store import read_runs, sanitise_run
 
 # Size in bytes and mtime in ns of each of a source's files, by path.
@@ -122,8 +122,7 @@ class TraceWatcher:
         first = [source for source in ready if source.path not in self._ingested]
         for task in [*group_small_sources(first, jobs=1), *(s for s in ready if s.path in self._ingested)]:
             began_s = self._clock()
-            outcomes = ingest_group(task, str(self.out)) if task.group else [
-                ingest_file(task.path, self.run, str(self.out), explicit=task.explicit, parts=task.parts)]
+            outcomes = ingest_task(task, str(self.out))
             took_s = (self._clock() - began_s) / len(outcomes)
             for source, outcome in zip(task.members, outcomes):
                 self._handle(source, sources[source.path][1], outcome, took_s, report)
