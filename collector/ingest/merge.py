@@ -121,8 +121,7 @@ def merge_run(out: Path, run_path: Path, min_sources: int = MERGE_MIN_SOURCES) -
         batches = [aside for aside in _merges(run_path) if _batch_sources(aside) is not None]
         files = {table: per_source_files(run_path, table) for table in TRACE_SCHEMAS}
         for table, paths in files.items():
-            paths += [path for path in (run_path / table / f"{MERGED_PREFIX}{aside.name}.parquet" for aside in batches)
-                      if path.exists()]
+            paths += _merged_files_of(run_path, table, batches)
         files = {table: paths for table, paths in files.items() if paths}
         before = _trace_file_count(run_path)
         sources = {path.stem for paths in files.values() for path in paths if not path.name.startswith(MERGED_PREFIX)}
@@ -137,7 +136,7 @@ def merge_run(out: Path, run_path: Path, min_sources: int = MERGE_MIN_SOURCES) -
             raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
         try:
             staged = {table: _write_merged(paths, staging / f"{table}.parquet") for table, paths in files.items()}
-            _place(run_path, token, files, staged, batches)
+            _put_in_place(run_path, run_path / MERGED_DIR / token, staged, files, batches, "cannot merge its files ({})")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return before, _trace_file_count(run_path)
@@ -173,23 +172,47 @@ def _write_merged(files: list[Path], destination: Path) -> Path:
     return destination
 
 
-def _place(run_path: Path, token: str, files: dict[str, list[Path]], staged: dict[str, Path],
-           batches: list[Path]) -> None:
-    """Put each merged file in its table's folder and move the files it
-    holds (and the folders of the batches among them) aside; all or none."""
-    aside = run_path / MERGED_DIR / token
+def _merged_file(run_path: Path, table: str, token: str) -> Path:
+    """The table's file of the merge (or ingest batch) `token`."""
+    return run_path / table / f"{MERGED_PREFIX}{token}.parquet"
+
+
+def _merged_files_of(run_path: Path, table: str, merges: list[Path]) -> list[Path]:
+    """The table's files of the merges whose folders are `merges` (a merge
+    has none for a table its sources left empty)."""
+    return [path for path in (_merged_file(run_path, table, aside.name) for aside in merges) if path.exists()]
+
+
+def _remove_merged_files(run_path: Path, token: str) -> None:
+    for merged in run_path.glob(f"*/{MERGED_PREFIX}{token}.parquet"):
+        merged.unlink(missing_ok=True)
+
+
+def _put_in_place(run_path: Path, aside: Path, staged: dict[str, Path], replaced: dict[str, list[Path]],
+                  batches: list[Path], failure: str, listing: Path | None = None) -> None:
+    """Make a merge (or ingest batch) whose folder is `aside`: move into that
+    folder `listing` (a batch's BATCH_SOURCES), the files it replaces
+    (table → files) and the folders of the batches among them (as
+    `replaced-<token>`), put each staged file in its table's folder, and
+    mark it complete; all or none. `failure` is the message, `{}` the
+    error, of the DatasetError raised where it cannot."""
     try:
-        for table, merged in staged.items():
-            (aside / table).mkdir(parents=True)
-            os.replace(merged, run_path / table / f"{MERGED_PREFIX}{token}.parquet")
-            for path in files[table]:
+        aside.mkdir(parents=True)
+        if listing is not None:
+            os.replace(listing, aside / BATCH_SOURCES)
+        for table, paths in replaced.items():
+            for path in paths:
+                (aside / table).mkdir(exist_ok=True)
                 os.replace(path, aside / table / path.name)
         for batch in batches:
             os.replace(batch, aside / f"{_REPLACED_PREFIX}{batch.name}")
+        for table, path in staged.items():
+            (run_path / table).mkdir(exist_ok=True)
+            os.replace(path, _merged_file(run_path, table, aside.name))
         (aside / _COMPLETE).touch()
     except OSError as error:
-        _unmerge(run_path, aside)
-        raise DatasetError(f"{run_path}: cannot merge its files ({error.strerror or error})") from None
+        _unmerge(run_path, aside)  # without its mark: what it replaced goes back
+        raise DatasetError(f"{run_path}: " + failure.format(error.strerror or error)) from None
 
 
 def place_batch(run_path: Path, token: str, staged: dict[str, Path], listing: Path, sources: list[str]) -> None:
@@ -200,26 +223,11 @@ def place_batch(run_path: Path, token: str, staged: dict[str, Path], listing: Pa
     holds the run's lock and has undone every other merge that held any of
     `sources` (`unmerge_sources(..., keep_batches_within=...)`)."""
     aside = run_path / MERGED_DIR / token
-    replaced = [old for old in _merges(run_path) if _batch_within(old, set(sources))]
-    try:
-        aside.mkdir(parents=True)
-        os.replace(listing, aside / BATCH_SOURCES)
-        for table in TRACE_SCHEMAS:
-            previous = [run_path / table / f"{source}.parquet" for source in sources]
-            previous += [run_path / table / f"{MERGED_PREFIX}{old.name}.parquet" for old in replaced]
-            for path in previous:
-                if path.exists():
-                    (aside / table).mkdir(exist_ok=True)
-                    os.replace(path, aside / table / path.name)
-        for old in replaced:
-            os.replace(old, aside / f"{_REPLACED_PREFIX}{old.name}")
-        for table, path in staged.items():
-            (run_path / table).mkdir(exist_ok=True)
-            os.replace(path, run_path / table / f"{MERGED_PREFIX}{token}.parquet")
-        (aside / _COMPLETE).touch()
-    except OSError as error:
-        _unmerge(run_path, aside)  # without its mark: what it replaced goes back
-        raise DatasetError(f"{run_path}: cannot write: {error.strerror or error}") from None
+    batches = [old for old in _merges(run_path) if _batch_within(old, set(sources))]
+    previous = {table: [path for path in (run_path / table / f"{source}.parquet" for source in sources)
+                        if path.exists()] + _merged_files_of(run_path, table, batches)
+                for table in TRACE_SCHEMAS}
+    _put_in_place(run_path, aside, staged, previous, batches, "cannot write: {}", listing)
     for folder in (path for path in aside.iterdir() if path.is_dir()):
         shutil.rmtree(folder, ignore_errors=True)  # what the batch replaced
 
@@ -244,8 +252,7 @@ def drop_batches_within(run_path: Path, sources: set[str]) -> None:
     live in another run); the caller holds the run's lock."""
     for aside in _merges(run_path):
         if (aside / _COMPLETE).exists() and _batch_within(aside, sources):
-            for merged in run_path.glob(f"*/{MERGED_PREFIX}{aside.name}.parquet"):
-                merged.unlink(missing_ok=True)
+            _remove_merged_files(run_path, aside.name)
             _remove_merge_folder(run_path, aside)
 
 
@@ -314,9 +321,7 @@ def _unmerge(run_path: Path, aside: Path) -> None:
     if (aside / _COMPLETE).exists() and (aside / BATCH_SOURCES).exists():
         _explode(run_path, aside)
         return
-    token = aside.name
-    for merged in run_path.glob(f"*/{MERGED_PREFIX}{token}.parquet"):
-        merged.unlink(missing_ok=True)
+    _remove_merged_files(run_path, aside.name)
     for old in sorted(aside.glob(f"{_REPLACED_PREFIX}*")):  # an earlier batch this one was to replace
         os.replace(old, run_path / MERGED_DIR / old.name.removeprefix(_REPLACED_PREFIX))
     for table_dir in sorted(path for path in aside.iterdir() if path.is_dir()):
@@ -349,7 +354,7 @@ def _explode(run_path: Path, aside: Path) -> None:
         raise DatasetError(f"{run_path.parent.parent}: cannot write: {error.strerror or error}") from None
     try:
         for table, counts in listed["rows"].items():
-            merged = run_path / table / f"{MERGED_PREFIX}{aside.name}.parquet"
+            merged = _merged_file(run_path, table, aside.name)
             if merged.exists():
                 _write_back(merged, sources, counts, staging)
                 merged.unlink()
