@@ -48,28 +48,26 @@ simply give no rows.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import shutil
 import sqlite3
-import tempfile
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, open_maybe_gzip, rank_from_filename
+from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, rank_from_filename
 from collector.ingest.categories import categorise
-from collector.schema import TRACE_SCHEMAS, TS_TYPE
+from collector.ingest.sqlite_db import (
+    SQLITE_MAGIC, Columns, Processes, by_start, column_names, connect, contract_table, mapped, plain_sqlite,
+    processes_of, query_columns, table_names,
+)
+from collector.schema import TS_TYPE
 
 FORMAT = "nsys"
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 # Table names that only an nsys export has; the schema sits in the first pages.
 _NSYS_MARKERS = (b"CUPTI_ACTIVITY_KIND_", b"TARGET_INFO_SESSION_START_TIME", b"NVTX_EVENTS", b"StringIds")
 
@@ -174,7 +172,7 @@ _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)")
 
 def sniff(head: bytes, path: Path) -> bool:
     """An SQLite file whose schema names nsys tables."""
-    if not head.startswith(_SQLITE_MAGIC):
+    if not head.startswith(SQLITE_MAGIC):
         return False
     if any(marker in head for marker in _NSYS_MARKERS):
         return True
@@ -182,23 +180,23 @@ def sniff(head: bytes, path: Path) -> bool:
     if path.suffix == ".gz":
         return False
     try:
-        with _connect(path) as conn:
-            return bool(_tables(conn) & {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"})
+        with connect(path) as conn:
+            return bool(table_names(conn) & {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"})
     except (sqlite3.Error, TraceError):
         return False
 
 
 def parse(path: Path, run: str) -> ParsedTrace:
-    with _plain_sqlite(path) as db_path:
+    with plain_sqlite(path) as db_path:
         try:
-            with _connect(db_path) as conn:
+            with connect(db_path) as conn:
                 return _parse_connection(conn, path, run)
         except sqlite3.DatabaseError as error:
             raise TraceError(str(path), f"not a readable nsys SQLite export ({error})") from error
 
 
 def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedTrace:
-    tables = _tables(conn)
+    tables = table_names(conn)
     activity = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS"}
     if "StringIds" not in tables or not tables & activity:
         raise TraceError(str(path), "no StringIds or CUDA/NVTX activity tables: not an nsys SQLite export")
@@ -214,9 +212,9 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
 
     parsed = ParsedTrace(format=FORMAT)
     produced = {
-        "kernels": _by_start([_table("kernels", columns, run, processes) for columns in gpu], "device"),
-        "api_calls": _by_start([_table("api_calls", cpu["api_calls"], run, processes)], "tid"),
-        "annotations": _by_start([_table("annotations", cpu["annotations"], run, processes)], "tid"),
+        "kernels": by_start([contract_table("kernels", columns, run, processes) for columns in gpu], "device"),
+        "api_calls": by_start([contract_table("api_calls", cpu["api_calls"], run, processes)], "tid"),
+        "annotations": by_start([contract_table("annotations", cpu["annotations"], run, processes)], "tid"),
     }
     parsed.tables = {name: table for name, table in produced.items() if table is not None and table.num_rows}
     without_gpu = processes.left_out({pid for columns in cpu.values() for pid in columns.get("pid", ())})
@@ -225,47 +223,14 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     return parsed
 
 
-# --- processes and ranks ------------------------------------------------------------
-
-Columns = dict[str, list[Any]]
+# --- processes and ranks (see sqlite_db) --------------------------------------------
 
 _RANK_BY_PROCESS_ORDER = "process order in the export (by pid, among processes with GPU work), not the job's rank"
 
 
-@dataclass(frozen=True)
-class _Processes:
-    """The rank of each process's rows (see the module docstring)."""
-
-    # pid -> rank for each process with GPU work; empty when GPU rows carry
-    # no pid, and then every row gets `rank`.
-    rank_by_pid: dict[int, int]
-    rank: int
-    # For runs.metadata_json; None where the rank is the file name's or 0.
-    rank_source: str | None
-
-    def ranks(self, pids: list[int | None]) -> list[int | None]:
-        """Each row's rank; None for a process without GPU work."""
-        if not self.rank_by_pid:
-            return [self.rank] * len(pids)
-        return [self.rank_by_pid.get(pid) for pid in pids]
-
-    def left_out(self, pids: set[int | None]) -> list[int]:
-        """Those of `pids` whose rows get no rank."""
-        if not self.rank_by_pid:
-            return []
-        return sorted(pid for pid in pids if pid is not None and pid not in self.rank_by_pid)
-
-
-def _processes(gpu: list[Columns], path: Path) -> _Processes:
-    pids = {pid for columns in gpu for pid in columns["pid"]}
+def _processes(gpu: list[Columns], path: Path) -> Processes:
     named = rank_from_filename(path)
-    rank = 0 if named is None else named
-    if None in pids:
-        # No globalPid: the processes cannot be told apart.
-        return _Processes({}, rank, None)
-    if len(pids) == 1:
-        return _Processes({pids.pop(): rank}, rank, None)
-    return _Processes({pid: order for order, pid in enumerate(sorted(pids))}, 0, _RANK_BY_PROCESS_ORDER)
+    return processes_of(gpu, 0 if named is None else named, None, _RANK_BY_PROCESS_ORDER)
 
 
 # --- one function per source table: contract columns as lists --------------------
@@ -274,9 +239,9 @@ def _processes(gpu: list[Columns], path: Path) -> _Processes:
 def _kernels(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         return {}
-    columns = _query(conn, _KERNEL_SQL.format(**_global_pid(conn, "CUPTI_ACTIVITY_KIND_KERNEL", "k")), params)
+    columns = query_columns(conn, _KERNEL_SQL.format(**_global_pid(conn, "CUPTI_ACTIVITY_KIND_KERNEL", "k")), params)
     columns["kind"] = ["kernel"] * len(columns["name"])
-    columns["category"] = _mapped(columns["name"], lambda name: categorise(name or "", "kernel"))
+    columns["category"] = mapped(columns["name"], lambda name: categorise(name or "", "kernel"))
     return columns
 
 
@@ -285,11 +250,11 @@ def _memcpys(conn: sqlite3.Connection, tables: set[str], params: dict[str, int])
     if table not in tables:
         return {}
     sql = _MEMCPY_SQL.format(**_global_pid(conn, table, "m"), **_optional_columns(conn, table, "m", ["srcKind", "dstKind"]))
-    columns = _query(conn, sql, params)
+    columns = query_columns(conn, sql, params)
     kinds = list(zip(columns.pop("copy_kind"), columns.pop("src_kind"), columns.pop("dst_kind")))
-    columns["name"] = _mapped(kinds, lambda kind: _memcpy_name(*kind))
+    columns["name"] = mapped(kinds, lambda kind: _memcpy_name(*kind))
     columns["kind"] = ["memcpy"] * len(kinds)
-    columns["category"] = _mapped(columns["name"], lambda name: categorise(name, "memcpy"))
+    columns["category"] = mapped(columns["name"], lambda name: categorise(name, "memcpy"))
     return columns
 
 
@@ -298,18 +263,18 @@ def _memsets(conn: sqlite3.Connection, tables: set[str], params: dict[str, int])
     if table not in tables:
         return {}
     sql = _MEMSET_SQL.format(**_global_pid(conn, table, "m"), **_optional_columns(conn, table, "m", ["memKind"]))
-    columns = _query(conn, sql, params)
-    columns["name"] = _mapped(columns.pop("mem_kind"), _memset_name)
+    columns = query_columns(conn, sql, params)
+    columns["name"] = mapped(columns.pop("mem_kind"), _memset_name)
     columns["kind"] = ["memset"] * len(columns["name"])
-    columns["category"] = _mapped(columns["name"], lambda name: categorise(name, "memset"))
+    columns["category"] = mapped(columns["name"], lambda name: categorise(name, "memset"))
     return columns
 
 
 def _runtime_calls(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
         return {}
-    columns = _query(conn, _RUNTIME_SQL, params)
-    columns["name"] = _mapped(columns["name"], lambda name: _API_VERSION_SUFFIX.sub("", name) if name else name)
+    columns = query_columns(conn, _RUNTIME_SQL, params)
+    columns["name"] = mapped(columns["name"], lambda name: _API_VERSION_SUFFIX.sub("", name) if name else name)
     return columns
 
 
@@ -317,18 +282,18 @@ def _nvtx_ranges(conn: sqlite3.Connection, tables: set[str], params: dict[str, i
     if "NVTX_EVENTS" not in tables:
         return {}
     # Registered strings (nvtxDomainRegisterString) leave `text` NULL and set `textId`.
-    if "textId" in _columns(conn, "NVTX_EVENTS"):
+    if "textId" in column_names(conn, "NVTX_EVENTS"):
         sql = _NVTX_SQL.format(text_by_id="s.value", text_join="left join StringIds as s on s.id = n.textId")
     else:
         sql = _NVTX_SQL.format(text_by_id="null", text_join="")
-    columns = _query(conn, sql, params)
-    steps = _mapped(columns["name"], _profiler_step)
+    columns = query_columns(conn, sql, params)
+    steps = mapped(columns["name"], _profiler_step)
     columns["kind"] = ["nvtx" if step is None else "profiler_step" for step in steps]
     columns["step"] = steps
     return columns
 
 
-def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str, processes: _Processes,
+def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str, processes: Processes,
                 without_gpu: list[int], epoch_ns: int | None) -> pa.Table:
     """One row per rank: per process with GPU work, or one for the whole export."""
     gpus = _gpus(conn, tables)
@@ -384,7 +349,7 @@ def _memcpy_name(copy_kind: int | None, src_kind: int | None, dst_kind: int | No
 
 def _session_start_epoch_ns(conn: sqlite3.Connection, tables: set[str]) -> int | None:
     table = "TARGET_INFO_SESSION_START_TIME"
-    if table not in tables or "utcEpochNs" not in _columns(conn, table):
+    if table not in tables or "utcEpochNs" not in column_names(conn, table):
         return None
     row = conn.execute(f"select utcEpochNs from {table} limit 1").fetchone()
     return int(row[0]) if row and row[0] is not None else None
@@ -394,7 +359,7 @@ def _gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict[str, Any]]:
     table = "TARGET_INFO_GPU"
     if table not in tables:
         return []
-    wanted = [c for c in ("id", "name", "busLocation", "uuid") if c in _columns(conn, table)]
+    wanted = [c for c in ("id", "name", "busLocation", "uuid") if c in column_names(conn, table)]
     if not wanted:
         return []
     cursor = conn.execute(f"select {', '.join(wanted)} from {table} order by 1")
@@ -404,103 +369,19 @@ def _gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict[str, Any]]:
 def _hostname(conn: sqlite3.Connection, tables: set[str]) -> str | None:
     # Best effort: newer exports list the target's environment as name/value pairs.
     table = "TARGET_INFO_SYSTEM_ENV"
-    if table not in tables or not {"name", "value"} <= _columns(conn, table):
+    if table not in tables or not {"name", "value"} <= column_names(conn, table):
         return None
     row = conn.execute(f"select value from {table} where lower(name) = 'hostname' limit 1").fetchone()
     return str(row[0]) if row and row[0] else None
 
 
-def _mapped(values: list[Any], function: Any) -> list[Any]:
-    """`function` over `values`, computed once per distinct value (names repeat a lot)."""
-    cache: dict[Any, Any] = {}
-    out = []
-    for value in values:
-        if value not in cache:
-            cache[value] = function(value)
-        out.append(cache[value])
-    return out
-
-
-def _table(name: str, columns: Columns, run: str, processes: _Processes) -> pa.Table | None:
-    """Contract table `name` from `columns`, each row given its process's rank
-    (rows of processes without one left out)."""
-    if not columns:
-        return None
-    ranks = processes.ranks(columns["pid"])
-    if None in ranks:
-        keep = [row for row, rank in enumerate(ranks) if rank is not None]
-        columns = {column: [values[row] for row in keep] for column, values in columns.items()}
-        ranks = [ranks[row] for row in keep]
-    if "pid" not in TRACE_SCHEMAS[name].names:
-        columns = {column: values for column, values in columns.items() if column != "pid"}
-    rows = len(ranks)
-    return build_table(name, {**columns, "run": [run] * rows, "rank": ranks}, num_rows=rows)
-
-
-def _by_start(parts: list[pa.Table | None], then: str) -> pa.Table | None:
-    parts = [part for part in parts if part is not None]
-    if not parts:
-        return None
-    return pa.concat_tables(parts).sort_by([("start_ns", "ascending"), (then, "ascending")])
-
-
-def _query(conn: sqlite3.Connection, sql: str, params: dict[str, int]) -> Columns:
-    try:
-        cursor = conn.execute(sql, params)
-    except sqlite3.OperationalError as error:
-        # A column this export does not have: say which, as one line.
-        raise sqlite3.DatabaseError(f"unexpected schema: {error}") from error
-    names = [d[0] for d in cursor.description]
-    rows = cursor.fetchall()
-    values = list(zip(*rows)) if rows else [() for _ in names]
-    return {name: list(column) for name, column in zip(names, values)}
-
-
 def _global_pid(conn: sqlite3.Connection, table: str, alias: str) -> dict[str, str]:
     """`{pid}`: the process of a GPU activity row, from its `globalPid` (bits 24-47, as in `globalTid`)."""
-    if "globalPid" not in _columns(conn, table):
+    if "globalPid" not in column_names(conn, table):
         return {"pid": "null"}
     return {"pid": f"{alias}.globalPid / {_PID_DIVISOR} % {_PID_DIVISOR}"}
 
 
 def _optional_columns(conn: sqlite3.Connection, table: str, alias: str, names: list[str]) -> dict[str, str]:
-    present = _columns(conn, table)
+    present = column_names(conn, table)
     return {name: f"{alias}.{name}" if name in present else "null" for name in names}
-
-
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    return {row[0] for row in conn.execute("select name from sqlite_master where type in ('table', 'view')")}
-
-
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {row[1] for row in conn.execute(f'pragma table_info("{table}")')}
-
-
-@contextmanager
-def _connect(path: Path) -> Iterator[sqlite3.Connection]:
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-@contextmanager
-def _plain_sqlite(path: Path) -> Iterator[Path]:
-    """The path itself, or a decompressed temporary copy of a `.gz` export."""
-    try:
-        handle = open_maybe_gzip(path)
-    except OSError as error:
-        raise TraceError(str(path), f"cannot read: {error.strerror}") from error
-    if not isinstance(handle, gzip.GzipFile):
-        handle.close()
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="gpulens-nsys-") as folder:
-        plain = Path(folder) / "export.sqlite"
-        try:
-            with handle, open(plain, "wb") as out:
-                shutil.copyfileobj(handle, out)
-        except (EOFError, gzip.BadGzipFile, OSError) as error:
-            raise TraceError(str(path), f"truncated or corrupt gzip ({error})") from error
-        yield plain
