@@ -55,7 +55,9 @@ if TYPE_CHECKING:
 # File names a directory is searched for (the watcher looks for the same).
 # Files found this way whose content is no known format are skipped, not
 # failed, so a broad net (.txt, .out: NCCL logs under job-log names) is safe.
-TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".csv", ".csv.gz", ".log", ".txt", ".out")
+TRACE_SUFFIXES: tuple[str, ...] = (
+    ".json", ".json.gz", ".sqlite", ".sqlite.gz", ".db", ".db.gz", ".csv", ".csv.gz", ".log", ".txt", ".out",
+)
 # Below this much trace content in all (decompressed), one process parses
 # everything: a forked worker's pool takes ~12 ms to start and stop and, by
 # RSS, another ~75 MB (the imported modules it shares with this process),

@@ -16,9 +16,11 @@ from collector.errors import TraceError
 from collector.ingest.base import open_maybe_gzip
 
 # Sniffed in this order: cheap, unambiguous checks first.
-FORMAT_MODULES: tuple[str, ...] = ("kineto", "nsys", "rocprof", "nccl_log")
+FORMAT_MODULES: tuple[str, ...] = ("kineto", "nsys", "rocpd", "rocprof", "nccl_log")
 HEAD_BYTES = 64 * 1024
-UNKNOWN_FORMAT = "unknown trace format (expected Kineto JSON, Nsight Systems SQLite, rocprofv3 CSV or an NCCL log)"
+UNKNOWN_FORMAT = (
+    "unknown trace format (expected Kineto JSON, Nsight Systems SQLite, a rocprofv3 database or CSV, or an NCCL log)"
+)
 
 _loaded: dict[str, ModuleType | None] = {}
 

@@ -51,20 +51,18 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, rank_from_filename
+from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, rank_from_filename
 from collector.ingest.categories import categorise
 from collector.ingest.sqlite_db import (
-    SQLITE_MAGIC, Columns, Processes, by_start, column_names, connect, contract_table, mapped, plain_sqlite,
-    processes_of, query_columns, table_names,
+    SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns, rank_notes, runs_table,
+    schema_has, table_names,
 )
-from collector.schema import TS_TYPE
 
 FORMAT = "nsys"
 
@@ -177,22 +175,11 @@ def sniff(head: bytes, path: Path) -> bool:
     if any(marker in head for marker in _NSYS_MARKERS):
         return True
     # A schema larger than the head: ask SQLite (plain files only).
-    if path.suffix == ".gz":
-        return False
-    try:
-        with connect(path) as conn:
-            return bool(table_names(conn) & {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"})
-    except (sqlite3.Error, TraceError):
-        return False
+    return schema_has(path, lambda names: bool(names & {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"}))
 
 
 def parse(path: Path, run: str) -> ParsedTrace:
-    with plain_sqlite(path) as db_path:
-        try:
-            with connect(db_path) as conn:
-                return _parse_connection(conn, path, run)
-        except sqlite3.DatabaseError as error:
-            raise TraceError(str(path), f"not a readable nsys SQLite export ({error})") from error
+    return parse_file(path, "nsys SQLite export", lambda conn: _parse_connection(conn, path, run))
 
 
 def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedTrace:
@@ -211,12 +198,7 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     cpu = {"api_calls": _runtime_calls(conn, tables, params), "annotations": _nvtx_ranges(conn, tables, params)}
 
     parsed = ParsedTrace(format=FORMAT)
-    produced = {
-        "kernels": by_start([contract_table("kernels", columns, run, processes) for columns in gpu], "device"),
-        "api_calls": by_start([contract_table("api_calls", cpu["api_calls"], run, processes)], "tid"),
-        "annotations": by_start([contract_table("annotations", cpu["annotations"], run, processes)], "tid"),
-    }
-    parsed.tables = {name: table for name, table in produced.items() if table is not None and table.num_rows}
+    parsed.tables = gpu_and_cpu_tables(gpu, cpu, run, processes)
     without_gpu = processes.left_out({pid for columns in cpu.values() for pid in columns.get("pid", ())})
     parsed.tables["runs"] = _runs_table(conn, tables, path, run, processes, without_gpu, epoch_ns)
     parsed.events = sum(table.num_rows for name, table in parsed.tables.items() if name != "runs")
@@ -303,10 +285,7 @@ def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str
     rows = []
     for pid, rank in ranked:
         metadata: dict[str, Any] = {"gpus": gpus, "pids": [] if pid is None else [pid]}
-        if processes.rank_source:
-            metadata["rank_source"] = processes.rank_source
-        if without_gpu:
-            metadata["pids_without_gpu_work"] = without_gpu
+        metadata |= rank_notes(processes, without_gpu)
         rows.append({
             "run": run,
             "rank": rank,
@@ -321,9 +300,7 @@ def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str
             "backend": "cuda",
             "metadata_json": json.dumps(metadata, sort_keys=True),
         })
-    columns = {name: [row[name] for row in rows] for name in rows[0]}
-    columns["ingested_at"] = pa.array([time.time_ns() // 1000] * len(rows), type=pa.int64()).cast(TS_TYPE)
-    return build_table("runs", columns)
+    return runs_table(rows)
 
 
 # --- small helpers --------------------------------------------------------------

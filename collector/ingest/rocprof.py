@@ -97,8 +97,9 @@ _INT_COLUMNS = (
 )
 _TEXT_COLUMNS = ("Kind", "Agent_Id", "Source_Agent_Id", "Destination_Agent_Id", "Kernel_Name", "Domain", "Function", "Direction")
 
-# Direction (with or without the MEMORY_COPY_ prefix) → Kineto's ROCm naming.
-_COPY_NAMES = {
+# Direction (with or without the MEMORY_COPY_ prefix) → Kineto's ROCm naming
+# (also read by `rocpd`).
+COPY_NAMES = {
     "HOST_TO_DEVICE": "Memcpy HtoD (Host -> Device)",
     "DEVICE_TO_HOST": "Memcpy DtoH (Device -> Host)",
     "DEVICE_TO_DEVICE": "Memcpy DtoD (Device -> Device)",
@@ -284,7 +285,7 @@ def _copy_columns(table: pa.Table, agents: _Agents) -> Columns:
     gpu_end = pc.if_else(pc.equal(direction, "HOST_TO_DEVICE"), table.column("Destination_Agent_Id"), table.column("Source_Agent_Id"))
     columns["device"] = _mapped(gpu_end, agents.device, pa.int32())
     columns["stream"] = _column(table, "Stream_Id")
-    columns["name"] = _mapped(direction, lambda d: _COPY_NAMES.get(d, "Memcpy"), pa.string())
+    columns["name"] = _mapped(direction, lambda d: COPY_NAMES.get(d, "Memcpy"), pa.string())
     columns["kind"] = pa.repeat("memcpy", table.num_rows)
     columns["category"] = pa.repeat("memory", table.num_rows)
     columns["bytes"] = _column(table, "Bytes")

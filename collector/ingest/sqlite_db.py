@@ -21,16 +21,17 @@ import gzip
 import shutil
 import sqlite3
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest.base import build_table, open_maybe_gzip
-from collector.schema import TRACE_SCHEMAS
+from collector.ingest.base import ParsedTrace, build_table, open_maybe_gzip
+from collector.schema import TRACE_SCHEMAS, TS_TYPE
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 RANK_BY_PROCESS_ORDER = "process order in the file (by pid, among processes with GPU work), not the job's rank"
@@ -76,6 +77,23 @@ def processes_of(gpu: list[Columns], rank: int, rank_source: str | None,
     return Processes({pid: order for order, pid in enumerate(sorted(pids))}, 0, by_order)
 
 
+def rank_notes(processes: Processes, without_gpu: list[int]) -> dict[str, Any]:
+    """What a runs row's metadata says of how its rank was found."""
+    notes: dict[str, Any] = {}
+    if processes.rank_source:
+        notes["rank_source"] = processes.rank_source
+    if without_gpu:
+        notes["pids_without_gpu_work"] = without_gpu
+    return notes
+
+
+def runs_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """The `runs` table of one row per rank, stamped with the ingest time."""
+    columns = {name: [row[name] for row in rows] for name in rows[0]}
+    columns["ingested_at"] = pa.array([time.time_ns() // 1000] * len(rows), type=pa.int64()).cast(TS_TYPE)
+    return build_table("runs", columns)
+
+
 def contract_table(name: str, columns: Columns, run: str, processes: Processes) -> pa.Table | None:
     """Contract table `name` from `columns`, each row given its process's rank
     (rows of processes without one left out)."""
@@ -90,6 +108,42 @@ def contract_table(name: str, columns: Columns, run: str, processes: Processes) 
         columns = {column: values for column, values in columns.items() if column != "pid"}
     rows = len(ranks)
     return build_table(name, {**columns, "run": [run] * rows, "rank": ranks}, num_rows=rows)
+
+
+def parse_file(path: Path, what: str, parse_connection: Callable[[sqlite3.Connection], ParsedTrace]) -> ParsedTrace:
+    """`parse_connection` over the file (a `.gz` one decompressed first); an
+    SQLite error is a TraceError naming the file as not a readable `what`."""
+    with plain_sqlite(path) as db_path:
+        try:
+            with connect(db_path) as conn:
+                return parse_connection(conn)
+        except sqlite3.DatabaseError as error:
+            raise TraceError(str(path), f"not a readable {what} ({error})") from error
+
+
+def schema_has(path: Path, test: Callable[[set[str]], bool]) -> bool:
+    """Whether the names of a plain SQLite file's tables and views pass
+    `test`: for sniffing a file whose schema is larger than its head."""
+    if path.suffix == ".gz":
+        return False
+    try:
+        with connect(path) as conn:
+            return test(table_names(conn))
+    except (sqlite3.Error, TraceError):
+        return False
+
+
+def gpu_and_cpu_tables(gpu: list[Columns], cpu: dict[str, Columns], run: str,
+                       processes: Processes) -> dict[str, pa.Table]:
+    """`kernels` from the GPU columns, `api_calls` and `annotations` from
+    the CPU ones, each row given its process's rank, sorted by start; tables
+    with no rows left out."""
+    produced = {
+        "kernels": by_start([contract_table("kernels", columns, run, processes) for columns in gpu], "device"),
+        **{name: by_start([contract_table(name, cpu.get(name, {}), run, processes)], "tid")
+           for name in ("api_calls", "annotations")},
+    }
+    return {name: table for name, table in produced.items() if table is not None and table.num_rows}
 
 
 def by_start(parts: list[pa.Table | None], then: str) -> pa.Table | None:
