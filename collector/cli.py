@@ -210,7 +210,7 @@ def display_width(text: str) -> int:
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one). A big Kineto file is read by several at once.")
 @click.option("--quiet", "-q", is_flag=True, help="No line per file ingested: only warnings, errors and the summary (for runs of thousands of ranks).")
 def ingest(paths, out, run_name, jobs, quiet):
-    """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 CSV, NCCL logs).
+    """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 database or CSV, NCCL logs).
 
     PATHS are files, folders or globs; the files of one call form one run,
     one rank per file. Bad files are reported one per line and skipped.

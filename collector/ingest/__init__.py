@@ -5,7 +5,7 @@
         ...  # one line each: "<file>: <problem>"
 
 Formats are told apart by content (`detect_format`): PyTorch profiler
-(Kineto) JSON, Nsight Systems SQLite, rocprofv3 CSV, NCCL INFO logs. Tables
+(Kineto) JSON, Nsight Systems SQLite, rocprofv3 databases (rocpd) and CSV, NCCL INFO logs. Tables
 land in `OUT/traces/run=<R>/<table>/<source-id>.parquet` (see `store`).
 `TraceWatcher` (in `watch`) ingests files as a profiler finishes them.
 """
