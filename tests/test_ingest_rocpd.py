@@ -204,6 +204,13 @@ def test_dispatches_and_copies_become_kernel_rows(tmp_path: Path, tracks: bool) 
     ]
 
 
+def test_a_database_without_its_views_is_read_through_its_suffixed_tables(tmp_path: Path) -> None:
+    with_views = rocpd.parse(write_rocpd(tmp_path / "4242_results.db"), "job")
+    without = rocpd.parse(write_rocpd(tmp_path / "4243_results.db", views=False), "job")
+    assert _rows(without.tables["kernels"]) == _rows(with_views.tables["kernels"])
+    assert _rows(without.tables["api_calls"]) == _rows(with_views.tables["api_calls"])
+
+
 def test_grid_is_counted_in_workgroups_and_block_is_the_workgroup(tmp_path: Path) -> None:
     kernels = [k for k in _rows(_parsed(tmp_path).tables["kernels"]) if k["kind"] == "kernel"]
     assert [(k["grid"], k["block"]) for k in kernels] == [("[1024, 1, 1]", "[256, 1, 1]"), ("[256, 1, 1]", "[640, 1, 1]")]
