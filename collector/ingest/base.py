@@ -94,6 +94,17 @@ NO_GPU_EVENTS = "no GPU events (kernels, memcpy or memset)"
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 
 
+# A profiler step's range, as PyTorch names it (`ProfilerStep#12`), wherever
+# a trace format records it as a named range (NVTX, roctx).
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)")
+
+
+def profiler_step(name: str | None) -> int | None:
+    """N of a `ProfilerStep#N` range name; None for any other name."""
+    match = _PROFILER_STEP.match(name or "")
+    return int(match.group(1)) if match else None
+
+
 def rank_from_filename(path: Path) -> int | None:
     """The rank a file name states (`rank-3`, `rank_3`, `rank3`), if any."""
     match = _RANK_IN_NAME.search(path.name)

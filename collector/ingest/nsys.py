@@ -57,11 +57,11 @@ from typing import Any
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, rank_from_filename
+from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, profiler_step, rank_from_filename
 from collector.ingest.categories import categorise
 from collector.ingest.sqlite_db import (
-    SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns, rank_notes, runs_table,
-    schema_has, table_names,
+    SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
+    rank_notes, runs_table, schema_has, table_names,
 )
 
 FORMAT = "nsys"
@@ -165,7 +165,6 @@ _MEMORY_KINDS: dict[int, str] = {
 }
 
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)")
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -269,7 +268,7 @@ def _nvtx_ranges(conn: sqlite3.Connection, tables: set[str], params: dict[str, i
     else:
         sql = _NVTX_SQL.format(text_by_id="null", text_join="")
     columns = query_columns(conn, sql, params)
-    steps = mapped(columns["name"], _profiler_step)
+    steps = mapped(columns["name"], profiler_step)
     columns["kind"] = ["nvtx" if step is None else "profiler_step" for step in steps]
     columns["step"] = steps
     return columns
@@ -305,10 +304,6 @@ def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str
 
 # --- small helpers --------------------------------------------------------------
 
-
-def _profiler_step(name: str | None) -> int | None:
-    match = _PROFILER_STEP.match(name or "")
-    return int(match.group(1)) if match else None
 
 
 def _memset_name(mem_kind: int | None) -> str:

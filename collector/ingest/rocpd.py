@@ -43,7 +43,6 @@ an error, as a Kineto trace without GPU events is.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -51,12 +50,12 @@ from typing import Any
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest.base import ParsedTrace
+from collector.ingest.base import ParsedTrace, profiler_step
 from collector.ingest.categories import categorise
 from collector.ingest.rocprof import COPY_NAMES, NO_GPU_EVENTS, rank_from_path
 from collector.ingest.sqlite_db import (
-    SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns, rank_notes, runs_table,
-    schema_has, table_names,
+    SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
+    rank_notes, runs_table, schema_has, table_names,
 )
 
 FORMAT = "rocpd"
@@ -68,7 +67,6 @@ _TABLES = (
 )
 _API_CATEGORIES = ("HIP_", "HSA_", "RCCL_")
 _MARKER_CATEGORY = "MARKER_"
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)")
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -229,9 +227,7 @@ def _memory_copies(conn: sqlite3.Connection, names: dict[str, str], agents: _Age
     if "rocpd_memory_copy" not in names:
         return {}
     frame = _Frame(conn, names, "rocpd_memory_copy")
-    direction = "null"
-    if "rocpd_string" in names:
-        direction = f'(select string from "{names["rocpd_string"]}" as N where N.id = X.name_id and N.guid = X.guid)'
+    direction = _string_of(names, "X.name_id")
     sql = f"""
         select
             X.guid as guid,
@@ -260,6 +256,13 @@ def _memory_copies(conn: sqlite3.Connection, names: dict[str, str], agents: _Age
     return columns
 
 
+def _string_of(names: dict[str, str], string_id: str) -> str:
+    """SQL for the text of `string_id` (a column of the row X) in `rocpd_string`."""
+    if "rocpd_string" not in names:
+        return "null"
+    return f'(select string from "{names["rocpd_string"]}" as N where N.id = {string_id} and N.guid = X.guid)'
+
+
 def _regions(conn: sqlite3.Connection, names: dict[str, str]) -> tuple[dict[str, Columns], dict[str, int]]:
     """HIP/HSA/RCCL calls and roctx ranges as columns, and the number of
     regions of every other category."""
@@ -274,9 +277,7 @@ def _regions(conn: sqlite3.Connection, names: dict[str, str]) -> tuple[dict[str,
     elif "rocpd_string" in names:
         category = "C.string"
         category_join = f'left join "{names["rocpd_string"]}" as C on C.id = {frame.category_id} and C.guid = X.guid'
-    name = "null"
-    if "rocpd_string" in names:
-        name = f'(select string from "{names["rocpd_string"]}" as N where N.id = X.name_id and N.guid = X.guid)'
+    name = _string_of(names, "X.name_id")
     sql = f"""
         select
             {frame.sql["pid"]} as pid,
@@ -304,7 +305,7 @@ def _regions(conn: sqlite3.Connection, names: dict[str, str]) -> tuple[dict[str,
     if markers:
         markers["name"] = [_message(extdata[row]) or name for row, name in zip(marker_rows, markers["name"])]
         del markers["correlation_id"]
-        markers["step"] = [_profiler_step(text) for text in markers["name"]]
+        markers["step"] = [profiler_step(text) for text in markers["name"]]
         markers["kind"] = ["nvtx" if step is None else "profiler_step" for step in markers["step"]]
     return {"api_calls": api, "annotations": markers}, dict(sorted(skipped.items()))
 
@@ -334,10 +335,6 @@ def _message(extdata: Any) -> str | None:
     return message if isinstance(message, str) and message else None
 
 
-def _profiler_step(name: str | None) -> int | None:
-    match = _PROFILER_STEP.match(name or "")
-    return int(match.group(1)) if match else None
-
 
 # --- runs ------------------------------------------------------------------------
 
@@ -347,18 +344,23 @@ def _runs_table(conn: sqlite3.Connection, names: dict[str, str], path: Path, run
     """One row per rank: per process with GPU work, or one for the whole file."""
     host = _first(conn, names, "rocpd_info_node", "hostname")
     commands = _commands(conn, names)
+    shared = {
+        "gpus": {str(index): name for index, name in sorted(agents.gpu_name.items())},
+        "schema_version": _metadata_value(conn, names, "schema_version"),
+        "skipped_regions": skipped,
+    }
+    # The GPU names each process's rows ran on, gathered in one pass (None: every process).
+    names_by_pid: dict[int | None, set[str]] = {}
+    for columns in gpu:
+        for pid, device in zip(columns["pid"], columns["device"]):
+            if device is not None and device in agents.gpu_name:
+                names_by_pid.setdefault(pid, set()).add(agents.gpu_name[device])
+                names_by_pid.setdefault(None, set()).add(agents.gpu_name[device])
     ranked = sorted(processes.rank_by_pid.items(), key=lambda item: item[1]) or [(None, processes.rank)]
     rows = []
     for pid, rank in ranked:
-        devices = {device for columns in gpu for row_pid, device in zip(columns["pid"], columns["device"])
-                   if device is not None and (pid is None or row_pid == pid)}
-        device_names = {agents.gpu_name.get(device) for device in devices} - {None}
-        metadata: dict[str, Any] = {
-            "gpus": {str(index): name for index, name in sorted(agents.gpu_name.items())},
-            "pids": [] if pid is None else [pid],
-            "schema_version": _metadata_value(conn, names, "schema_version"),
-            "skipped_regions": skipped,
-        }
+        device_names = names_by_pid.get(pid, set())
+        metadata: dict[str, Any] = {**shared, "pids": [] if pid is None else [pid]}
         if commands.get(pid):
             metadata["command"] = commands[pid]
         metadata |= rank_notes(processes, without_gpu)
@@ -367,7 +369,7 @@ def _runs_table(conn: sqlite3.Connection, names: dict[str, str], path: Path, run
             "rank": rank,
             "host": host,
             "pid": pid,
-            "device_name": device_names.pop() if len(device_names) == 1 else None,
+            "device_name": next(iter(device_names)) if len(device_names) == 1 else None,
             "source_path": str(path.resolve()),
             "source_format": FORMAT,
             "epoch_offset_ns": None,

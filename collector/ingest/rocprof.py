@@ -70,7 +70,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from collector.errors import TraceError
-from collector.ingest.base import ParsedTrace, build_table, rank_from_filename
+from collector.ingest.base import ParsedTrace, build_table, profiler_step, rank_from_filename
 from collector.ingest.buffer import read_buffer
 from collector.ingest.categories import categorise
 from collector.schema import TS_TYPE
@@ -116,7 +116,6 @@ _TRACE_NAME = re.compile(
 _NAMED_KIND = {"kernel_trace": "kernel", "memory_copy_trace": "memory_copy"}  # the rest: api
 _AGENT = re.compile(r"^\s*(?:(Agent|GPU|CPU)[\s-]*)?(\d+)\s*$", re.IGNORECASE)
 _PID_PREFIX = re.compile(r"^(\d+)_$")
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)")
 # A folder named for a rank: `rank3`, `rank-3`, `rank_3`, or such a word
 # among others (`node1.rank3`); not `rank3x` or `frank3`.
 _RANK_IN_FOLDER = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:$|[^a-z0-9])", re.IGNORECASE)
@@ -295,7 +294,7 @@ def _copy_columns(table: pa.Table, agents: _Agents) -> Columns:
 def _marker_columns(table: pa.Table) -> Columns:
     """roctx ranges, from the MARKER_* rows of an API trace."""
     columns = _renamed(table, _MARKER_COLUMNS)
-    columns["step"] = _mapped(table.column("Function"), _profiler_step, pa.int64())
+    columns["step"] = _mapped(table.column("Function"), profiler_step, pa.int64())
     columns["kind"] = pc.if_else(pc.is_null(columns["step"]), "nvtx", "profiler_step")
     return columns
 
@@ -417,10 +416,6 @@ def _prefix_path(path: Path, prefix: str) -> str:
     """A process's files as one path: its folder and file prefix, `*`."""
     return str(path.parent.resolve() / f"{prefix}*")
 
-
-def _profiler_step(name: str | None) -> int | None:
-    match = _PROFILER_STEP.match(name or "")
-    return int(match.group(1)) if match else None
 
 
 def _ceil_div(numerator: Any, denominator: Any) -> Any:
