@@ -238,6 +238,14 @@ def count_events(folder: Path) -> tuple[int, int, int]:
     return len(files), events, sum(p.stat().st_size for p in files)
 
 
+def empty_folder(folder: Path) -> Path:
+    """`folder`, emptied: a reused --work-dir must not mix an earlier run's
+    traces (other sizes, other file names) into this run's inputs."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
 def real_sets(work: Path) -> list[tuple[str, Path]]:
     sets = []
     for label, names in REAL_SETS.items():
@@ -245,7 +253,7 @@ def real_sets(work: Path) -> list[tuple[str, Path]]:
         if not all(p.is_file() for p in sources):
             continue
         folder = work / ("real-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-"))
-        folder.mkdir(parents=True, exist_ok=True)
+        empty_folder(folder)
         for source in sources:
             shutil.copyfile(source, folder / source.name)
         sets.append((f"real: {label}", folder))
@@ -260,18 +268,15 @@ def synthesise(folder: Path, ranks: int, events: int, steps: int, seed: int) -> 
     per_kernel = len(_EVENT.findall(sample[0].read_bytes())) / 1000
     shutil.rmtree(probe)
     kernels_per_step = max(60, round(events / ranks / steps / per_kernel))
-    write_training_traces(folder, ranks=ranks, steps=steps, seed=seed, straggler_rank=ranks - 1, kernels_per_step=kernels_per_step)
+    write_training_traces(empty_folder(folder), ranks=ranks, steps=steps, seed=seed, straggler_rank=ranks - 1, kernels_per_step=kernels_per_step)
     return folder, kernels_per_step
 
 
 def cap_ranks(folder: Path, keep: int) -> Path:
     """A folder with links to the first `keep` ranks' files."""
-    capped = folder.parent / f"{folder.name}-first{keep}"
-    capped.mkdir(exist_ok=True)
+    capped = empty_folder(folder.parent / f"{folder.name}-first{keep}")
     for path in sorted(folder.iterdir(), key=lambda p: int(re.search(r"rank-(\d+)", p.name).group(1)))[:keep]:
-        target = capped / path.name
-        if not target.exists():
-            target.symlink_to(path)
+        (capped / path.name).symlink_to(path)
     return capped
 
 
@@ -370,7 +375,7 @@ def _describe(load: Load) -> str:
 def memory_vs_ranks(base: Path, ranks: int, kernels_per_step: int, args: argparse.Namespace) -> None:
     """gpulens on `ranks` and 2 x `ranks` ranks of the same per-rank size."""
     twice = base / f"sim-{2 * ranks}ranks"
-    write_training_traces(twice, ranks=2 * ranks, steps=args.steps, seed=args.seed, straggler_rank=2 * ranks - 1,
+    write_training_traces(empty_folder(twice), ranks=2 * ranks, steps=args.steps, seed=args.seed, straggler_rank=2 * ranks - 1,
                           kernels_per_step=kernels_per_step)
     print(f"\nmemory vs ranks (gpulens, {args.jobs} jobs, same per-rank size):")
     peaks = []
