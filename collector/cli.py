@@ -8,6 +8,7 @@ on stderr and the exit code. Heavy imports happen inside the commands so
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import unicodedata
@@ -215,6 +216,11 @@ def ingest(paths, out, run_name, jobs, quiet):
     PATHS are files, folders or globs; the files of one call form one run,
     one rank per file. Bad files are reported one per line and skipped.
     """
+    # Before pyarrow loads: Arrow's C++ default allocator, the one its
+    # Parquet writer and reader use, is chosen from this variable once, on
+    # import; prepare_ingest_process can only change the pool of pyarrow's
+    # Python calls. A user's own choice stands.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     from collector.errors import GpulensError
     from collector.ingest import ingest_paths
     from collector.ingest.batch import prepare_ingest_process

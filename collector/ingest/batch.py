@@ -844,7 +844,12 @@ def prepare_ingest_process() -> None:
       2 MB huge pages, each zeroed), which cost ~15 % of ingest's CPU time
       in system time. With malloc: half the system time, 1/4 less peak
       memory (measured on 8 × 620,000-event ranks: 4.3 → 2.1 s of system
-      time, 366 → 282 MB max RSS).
+      time, 366 → 282 MB max RSS). This sets the pool of pyarrow's Python
+      calls only; the C++ default, which the Parquet writer uses, is read
+      from ARROW_DEFAULT_MEMORY_POOL when pyarrow loads, so `gpulens
+      ingest` sets that first. Once mimalloc serves even those few writes,
+      its per-thread segments cost 8-30 MB of RSS a process (64 ranks of
+      5,000 events on two cores: 212 → 184 MB in all).
     """
     import pyarrow as pa
 
