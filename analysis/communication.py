@@ -13,9 +13,11 @@ other thresholds and return a Polars frame:
   corrected), with their lateness.
 - `collective_outliers`: instances much slower than the same collective of
   the same size usually is.
+- `all_to_all_balance`: per rank, the all_to_all data it received against
+  its group's mean rank (uneven mixture-of-experts routing).
 
 `communication_findings` turns them into verdicts: `straggler_rank`,
-`low_bus_bandwidth`, `slow_collectives`.
+`low_bus_bandwidth`, `slow_collectives`, `all_to_all_imbalance`.
 
 Unlike Holistic Trace Analysis's straggler analysis, which looks for kernels
 named `ncclKernel*` (NCCL >= 2.19 names them `ncclDevKernel*`, and HTA then
@@ -309,6 +311,96 @@ def outlier_findings(
     return findings
 
 
+def all_to_all_balance(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per run, process group and rank: all_to_all bytes received and sent,
+    against the mean rank of the same instances."""
+    return run_analysis(con, "all_to_all_balance")
+
+
+def all_to_all_findings(
+    con: duckdb.DuckDBPyConnection,
+    min_ratio: float = 1.25,
+    critical_ratio: float = 2.0,
+    min_instances: int = 3,
+) -> list[Finding]:
+    """`all_to_all_imbalance`: a rank that receives far more than its
+    group's mean rank in all_to_all.
+
+    One finding per run and process group, about the rank that received the
+    most relative to the mean (summed over at least `min_instances`
+    instances), where that is at least `min_ratio` times the mean; critical
+    from `critical_ratio`.
+    """
+    balance = all_to_all_balance(con)
+    if balance.is_empty():
+        return []
+    others_dur = (
+        balance.join(balance.select("run", "process_group", "rank", "mean_dur_ns"), on=["run", "process_group"],
+                     how="inner", suffix="_other", nulls_equal=True)
+        .filter(pl.col("rank") != pl.col("rank_other"))
+        .group_by("run", "process_group", "rank")
+        .agg(pl.col("mean_dur_ns_other").mean().alias("others_mean_dur_ns"))
+    )
+    heaviest = (
+        balance.filter(pl.col("instances") >= min_instances)
+        .sort("received_vs_mean", "rank", descending=[True, False], nulls_last=True)
+        .group_by("run", "process_group", maintain_order=True)
+        .first()
+        .filter(pl.col("received_vs_mean") >= min_ratio)
+        .join(others_dur, on=["run", "process_group", "rank"], how="left", nulls_equal=True)
+        .sort("run", "process_group", nulls_last=True)
+    )
+    findings = []
+    for row in heaviest.iter_rows(named=True):
+        ratio = row["received_vs_mean"]
+        times = ""
+        if row["mean_dur_ns"] is not None and row["others_mean_dur_ns"] is not None:
+            times = (f" Its all_to_all kernels took {format_duration_ns(row['mean_dur_ns'])} on average, "
+                     f"the other ranks' {format_duration_ns(row['others_mean_dur_ns'])}.")
+        peers = ""
+        if row["peer_imbalance"] is not None:
+            peers = (f" Its busiest sender sent it {row['peer_imbalance']:.1f}x the mean peer's rows "
+                     f"({row['split_instances']} calls with per-peer splits).")
+        findings.append(
+            Finding(
+                id="all_to_all_imbalance",
+                severity="critical" if ratio >= critical_ratio else "warning",
+                title=(
+                    f"Rank {row['rank']} received {ratio:.2f}x the mean rank's all_to_all data "
+                    f"(process group {row['process_group']}, {row['instances']} calls)"
+                ),
+                detail=(
+                    "An all_to_all ends when its last transfer does, so every rank of the group waits for the "
+                    f"one that receives the most; this rank received the most at {row['most_received_share']:.0%} "
+                    f"of the calls, up to {row['max_received_vs_mean']:.2f}x the mean at one."
+                    + times + peers
+                    + " In a mixture-of-experts model this is uneven routing: the experts on this rank take more "
+                    "tokens than the others. An auxiliary load-balancing loss, a token capacity per expert, or "
+                    "placing often-chosen experts on different ranks evens it."
+                    + _partial_group_note(row["ranks_seen"], row["group_size"])
+                ),
+                subject={"run": row["run"], "process_group": row["process_group"], "rank": row["rank"]},
+                evidence={
+                    "received_vs_mean": ratio,
+                    "max_received_vs_mean": row["max_received_vs_mean"],
+                    "most_received_share": row["most_received_share"],
+                    "received_bytes": row["received_bytes"],
+                    "mean_rank_received_bytes": row["received_bytes"] / ratio,
+                    "sent_bytes": row["sent_bytes"],
+                    "peer_imbalance": row["peer_imbalance"],
+                    "mean_dur_ns": row["mean_dur_ns"],
+                    "others_mean_dur_ns": row["others_mean_dur_ns"],
+                    "instances": row["instances"],
+                    "ranks_seen": row["ranks_seen"],
+                    "group_size": row["group_size"],
+                },
+                page=PAGE,
+            )
+        )
+    return findings
+
+
 def communication_findings(con: duckdb.DuckDBPyConnection) -> list[Finding]:
-    """Stragglers, low bus bandwidth and slow collectives, with default thresholds."""
-    return straggler_findings(con) + bandwidth_findings(con) + outlier_findings(con)
+    """Stragglers, low bus bandwidth, slow collectives and all_to_all
+    imbalance, with default thresholds."""
+    return straggler_findings(con) + bandwidth_findings(con) + outlier_findings(con) + all_to_all_findings(con)

@@ -34,8 +34,11 @@ def _write_run(root: Path, run: str, calls: list[dict], hosts: dict[int, str | N
         "time_base": ["epoch"] * len(ranks),
     })
     columns: dict[str, list] = {name: [] for name in (
-        "run", "rank", "process_group", "seq", "op", "bytes", "group_size", "start_ns", "end_ns", "kernel_name")}
+        "run", "rank", "process_group", "seq", "op", "bytes", "group_size", "start_ns", "end_ns", "kernel_name",
+        "in_nelems", "out_nelems", "out_split_sizes", "split_sizes_truncated")}
     for call in calls:
+        for name in ("in_nelems", "out_nelems", "out_split_sizes", "split_sizes_truncated"):
+            columns[name].append(call.get(name))
         columns["run"].append(run)
         columns["rank"].append(call["rank"])
         columns["process_group"].append(call.get("process_group", "0"))
@@ -334,6 +337,117 @@ def test_low_bus_bandwidth_stays_quiet_near_the_peak(hand_made):
     runs = {f.subject["run"] for f in communication.bandwidth_findings(hand_made)}
     assert "bw8" not in runs and "xnode" not in runs
     assert communication.bandwidth_findings(hand_made, warning_share_of_peak=0.05) == []
+
+
+# --- all_to_all_balance -----------------------------------------------------------------
+
+# Elements (bf16) each of 4 ranks received at three all_to_all calls, each
+# rank sending SENT_ELEMS[i]: rank 2 receives the most at the first two,
+# the third is even.
+RECEIVED_ELEMS = [(1000, 1000, 2000, 1000), (1000, 1000, 3000, 1000), (2000, 2000, 2000, 2000)]
+SENT_ELEMS = [1250, 1500, 2000]
+
+
+def _all_to_all(received=RECEIVED_ELEMS, sent=SENT_ELEMS, splits=True, truncated=False) -> list[dict]:
+    calls = []
+    for i, (elems, sent_elems) in enumerate(zip(received, sent)):
+        for rank, out in enumerate(elems):
+            # Rank 2's busiest peer sends it half of what it receives.
+            peers = [out // 2, out // 6, out // 6, out - out // 2 - 2 * (out // 6)] if rank == 2 else [out // 4] * 4
+            calls.append({
+                "rank": rank, "seq": i + 1, "op": "all_to_all", "bytes": 2 * max(sent_elems, out),
+                "in_nelems": sent_elems, "out_nelems": out, "out_split_sizes": peers if splits else None,
+                "split_sizes_truncated": truncated, "start_ns": 1_000_000_000 * (i + 1),
+                "dur_ns": 200_000 if rank == 2 else 100_000,
+            })
+    return calls
+
+
+@pytest.fixture(scope="session")
+def moe(tmp_path_factory):
+    root = tmp_path_factory.mktemp("all_to_all")
+    four = {r: "node-a" for r in range(4)}
+    _write_run(root, "uneven", _all_to_all(), four, H100)
+    _write_run(root, "twice", _all_to_all(received=[(1000, 1000, 4000, 1000)] * 3, sent=[1750] * 3), four, H100)
+    _write_run(root, "even", _all_to_all(received=[(1500,) * 4] * 3, sent=[1500] * 3), four, H100)
+    _write_run(root, "cut", _all_to_all(truncated=True), four, H100)
+    _write_run(root, "nosplits", _all_to_all(splits=False), four, H100)
+    # Rank 1 logged the second call alone: an instance of one rank.
+    _write_run(root, "alone", [c for c in _all_to_all() if c["seq"] == 1] + [
+        dict(c, rank=1) for c in _all_to_all() if c["seq"] == 2 and c["rank"] == 2], four, H100)
+    # all_reduce carries element counts too, but is not an all_to_all.
+    _write_run(root, "reduce", [dict(c, op="all_reduce") for c in _all_to_all()], four, H100)
+    return open_dataset(root)
+
+
+def test_all_to_all_balance_sums_what_each_rank_received_against_the_mean_rank(moe):
+    hot = _row(communication.all_to_all_balance(moe), run="uneven", rank=2)
+    # Received 2,000 + 3,000 + 2,000 elements of 2 bytes; the mean rank
+    # 1,250 + 1,500 + 2,000.
+    assert {k: hot[k] for k in ("instances", "ranks_seen", "group_size", "received_bytes", "sent_bytes")} == {
+        "instances": 3, "ranks_seen": 4, "group_size": 4, "received_bytes": 14_000, "sent_bytes": 9_500}
+    assert hot["received_vs_mean"] == pytest.approx(14_000 / 9_500)
+    assert hot["max_received_vs_mean"] == pytest.approx(2.0)
+    assert hot["mean_dur_ns"] == 200_000
+
+
+def test_all_to_all_balance_counts_who_received_the_most_and_a_tie_marks_no_one(moe):
+    shares = communication.all_to_all_balance(moe).filter(pl.col("run") == "uneven").sort("rank")
+    # Rank 2 received the most at the first two calls; all four tied at the third.
+    assert shares["most_received_share"].to_list() == pytest.approx([0.0, 0.0, 2 / 3, 0.0])
+
+
+def test_all_to_all_balance_peer_imbalance_is_the_busiest_sender_over_the_mean_peer(moe):
+    balance = communication.all_to_all_balance(moe).filter(pl.col("run") == "uneven").sort("rank")
+    assert balance["peer_imbalance"].to_list() == pytest.approx([1.0, 1.0, 2.0, 1.0])
+    assert balance["split_instances"].to_list() == [3, 3, 3, 3]
+
+
+def test_all_to_all_balance_leaves_out_splits_pytorch_cut_short(moe):
+    hot = _row(communication.all_to_all_balance(moe), run="cut", rank=2)
+    assert (hot["peer_imbalance"], hot["split_instances"], hot["received_bytes"]) == (None, 0, 14_000)
+
+
+def test_all_to_all_balance_without_splits_still_compares_ranks(moe):
+    hot = _row(communication.all_to_all_balance(moe), run="nosplits", rank=2)
+    assert hot["peer_imbalance"] is None
+    assert hot["received_vs_mean"] == pytest.approx(14_000 / 9_500)
+
+
+def test_all_to_all_balance_needs_two_ranks_at_an_instance(moe):
+    alone = communication.all_to_all_balance(moe).filter(pl.col("run") == "alone").sort("rank")
+    assert alone["instances"].to_list() == [1, 1, 1, 1]
+
+
+def test_all_to_all_balance_reads_only_all_to_all(moe):
+    assert communication.all_to_all_balance(moe).filter(pl.col("run") == "reduce").is_empty()
+
+
+def test_all_to_all_imbalance_finding_names_the_rank_that_receives_the_most(moe):
+    found = [f for f in communication.all_to_all_findings(moe) if f.subject["run"] == "uneven"]
+    assert [(f.severity, f.subject) for f in found] == [("warning", {"run": "uneven", "process_group": "0", "rank": 2})]
+    assert found[0].title == "Rank 2 received 1.47x the mean rank's all_to_all data (process group 0, 3 calls)"
+    assert found[0].evidence["mean_rank_received_bytes"] == pytest.approx(9_500)
+    assert found[0].evidence["others_mean_dur_ns"] == 100_000
+
+
+def test_all_to_all_imbalance_is_critical_from_twice_the_mean(moe):
+    # Rank 2 receives 4,000 of 7,000 elements at every call: 16/7 of the mean.
+    found = [f for f in communication.all_to_all_findings(moe) if f.subject["run"] == "twice"]
+    assert [(f.severity, f.subject["rank"], round(f.evidence["received_vs_mean"], 3)) for f in found] == [
+        ("critical", 2, round(16 / 7, 3))]
+
+
+def test_even_all_to_all_gives_no_finding(moe):
+    assert not [f for f in communication.all_to_all_findings(moe) if f.subject["run"] == "even"]
+
+
+def test_all_to_all_imbalance_needs_enough_calls(moe):
+    assert not [f for f in communication.all_to_all_findings(moe, min_instances=4) if f.subject["run"] == "uneven"]
+
+
+def test_all_to_all_imbalance_is_among_the_communication_findings(moe):
+    assert "all_to_all_imbalance" in {f.id for f in communication.communication_findings(moe)}
 
 
 # --- simulated traces: a planted straggler ------------------------------------------------

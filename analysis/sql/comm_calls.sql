@@ -24,6 +24,8 @@
 --   launch, not the transfer) or not at all.
 -- shared_clock: the rank's times can be compared with other ranks' (epoch
 --   time; false where runs.time_base = 'trace').
+-- in_nelems, out_nelems, in_split_sizes, out_split_sizes,
+--   split_sizes_truncated: as in collectives (all_to_all_balance reads them).
 -- requires: collectives, runs
 with calls as (
     select
@@ -34,6 +36,11 @@ with calls as (
         c.seq as trace_seq,
         c.bytes,
         coalesce(c.group_size, len(c.group_ranks)) as group_size,
+        c.in_nelems,
+        c.out_nelems,
+        c.in_split_sizes,
+        c.out_split_sizes,
+        c.split_sizes_truncated,
         c.start_ns,
         c.end_ns,
         case
@@ -101,5 +108,10 @@ select
     start_ns,
     end_ns,
     dur_ns,
-    shared_clock
+    shared_clock,
+    in_nelems,
+    out_nelems,
+    in_split_sizes,
+    out_split_sizes,
+    split_sizes_truncated
 from numbered

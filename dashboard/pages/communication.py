@@ -1,5 +1,6 @@
 """Communication: time and bus bandwidth by collective and message size against
-the link peak, overlap with compute, and arrival skew with the straggler ranking."""
+the link peak, overlap with compute, arrival skew with the straggler ranking,
+slow calls and all_to_all balance."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import polars as pl
 import streamlit as st
 
 from analysis import communication, time_breakdown, timeline
+from analysis.communication import MIB
 from analysis.findings import format_duration_ns
 from dashboard import charts
 from dashboard.pages.common import (
@@ -90,3 +92,20 @@ with st.expander(f"Slow collective calls ({outliers.height})"):
                      hide_index=True, width="stretch")
     else:
         st.caption("No call took much longer than the same collective usually does.")
+
+balance = _of_run(frame(ds, communication.all_to_all_balance))
+with st.expander(f"all_to_all balance ({balance['process_group'].n_unique() if balance.height else 0} process groups)"):
+    if balance.height:
+        st.caption("Data each rank received in all_to_all against the mean rank of the same calls: the rank that "
+                   "receives the most sets every rank's time (uneven mixture-of-experts routing).")
+        st.dataframe(
+            balance.sort("process_group", "rank").select(
+                "process_group", "rank", "instances", (pl.col("received_bytes") / MIB).round(1).alias("received_mib"),
+                pl.col("received_vs_mean").round(2), pl.col("max_received_vs_mean").round(2),
+                (pl.col("most_received_share") * 100).round(1).alias("received_most_pct"),
+                pl.col("peer_imbalance").round(2), (pl.col("mean_dur_ns") / 1e3).round(1).alias("mean_dur_us"),
+            ),
+            hide_index=True, width="stretch",
+        )
+    else:
+        st.caption("No all_to_all calls with their element counts in this run.")

@@ -100,8 +100,8 @@ SECTIONS: tuple[SectionSpec, ...] = (
         title="Communication",
         about=(
             "Collectives per process group, op and message size: bus bandwidth (nccl-tests factors) against "
-            "the nominal peak of the link they cross; which ranks arrive last and hold the others back; and "
-            "calls much slower than usual."
+            "the nominal peak of the link they cross; which ranks arrive last and hold the others back; "
+            "calls much slower than usual; and whether all_to_all spreads its data evenly over the ranks."
         ),
         needs="traces",
         pages=("communication",),
@@ -122,6 +122,11 @@ SECTIONS: tuple[SectionSpec, ...] = (
             TableSpec(
                 "collective_outliers", "Unusually slow collective calls",
                 ("run", "process_group", "op", "size_bucket_bytes", "seq", "transfer_ns", "median_ns", "ratio_to_median"),
+            ),
+            TableSpec(
+                "all_to_all_balance", "all_to_all data received per rank, against the group's mean rank",
+                ("run", "process_group", "rank", "instances", "received_bytes", "received_vs_mean",
+                 "max_received_vs_mean", "most_received_share", "peer_imbalance", "mean_dur_ns"),
             ),
         ),
     ),
