@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -202,6 +203,23 @@ def test_ingest_same_file_under_new_run_moves_it(tmp_path: Path) -> None:
     ingest_paths([trace], out, run="old", jobs=1)
     ingest_paths([trace], out, run="new", jobs=1)
     assert {r["run"] for r in rows_in(out, "kernels")} == {"new"}
+
+
+def test_ingest_same_file_under_new_run_says_it_moved(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json())
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="old", jobs=1)
+    report = ingest_paths([trace], out, run="new", jobs=1)
+    assert report.moved == [(str(trace), ("old",), "new")]
+    assert (logging.WARNING, f"{trace}: moved from run old to run new (a trace file belongs to one run; "
+                             "to keep it in both, ingest a copy of it)") in report.notices()
+
+
+def test_ingest_same_file_into_its_own_run_moves_nothing(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json())
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="r", jobs=1)
+    assert ingest_paths([trace], out, run="r", jobs=1).moved == []
 
 
 # --- runs of many ranks ----------------------------------------------------------------------

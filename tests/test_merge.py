@@ -115,6 +115,13 @@ def test_ingesting_a_merged_source_under_another_run_takes_its_rows_out_of_the_m
     assert runs == [("other", 0)] + [("r", rank) for rank in range(1, RANKS)]
 
 
+def test_a_source_taken_out_of_a_merged_run_is_reported_as_moved(tmp_path):
+    folder, out = ingested(tmp_path)
+    merge_run(out, run_path(out))
+    report = ingest_paths([folder / "rank0.pt.trace.json"], out, run="other", jobs=1)
+    assert report.moved == [(str(folder / "rank0.pt.trace.json"), ("r",), "other")]
+
+
 def test_a_merge_cut_short_is_undone_by_the_next_ingest_of_its_run(tmp_path):
     _, out = ingested(tmp_path)
     before = table_rows(out, "kernels")

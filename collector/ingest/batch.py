@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 from collector.errors import DatasetError, TraceError, one_line
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
-from collector.ingest.store import STAGING_DIR, read_runs, sanitise_run, source_id, write_source, write_sources
+from collector.ingest.store import (STAGING_DIR, read_runs, runs_holding, sanitise_run, source_id, write_source,
+                                    write_sources)
 from collector.no_pandas import refuse_pandas
 
 if TYPE_CHECKING:
@@ -169,6 +170,9 @@ class IngestReport:
     # (run, format, rank, source path) of the sources earlier ingests wrote
     # into the runs of this one, for `shared_ranks`.
     earlier: list[tuple[str, str, int, str]] = field(default_factory=list)
+    # (source path, the runs that held it, its run now) of the sources this
+    # call took from other runs: a source file belongs to one run.
+    moved: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -214,6 +218,10 @@ class IngestReport:
             notices.append((logging.INFO, result.line))
             notices.extend((logging.WARNING, f"{result.path}: {warning}") for warning in result.warnings)
         notices.extend((logging.WARNING, shared.message) for shared in self.shared_ranks)
+        notices.extend(
+            (logging.WARNING, f"{path}: moved from run {', '.join(before)} to run {now} (a trace file belongs to "
+                              "one run; to keep it in both, ingest a copy of it)")
+            for path, before, now in self.moved)
         notices.extend((logging.ERROR, failure.message) for failure in self.failures)
         return notices
 
@@ -327,6 +335,8 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     check_writable(out)
     tasks, failures = _expand(list(paths), out, run)
     report = IngestReport(failures=failures)
+    ids = {source_id(member.path): member.path for task in tasks for member in task.members}
+    elsewhere = runs_holding(out, set(ids), tasks[0].run) if tasks else {}
     # Read once for the planning steps: a gzip file's size is in its last bytes
     # (53 ms a pass over 2,000 files, before any file is parsed).
     file_sizes = {file: content_bytes(file) for task in tasks for file in task.files}
@@ -340,6 +350,8 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
             report.failures.append(outcome)
     report.results.sort(key=lambda r: r.path)
     report.failures.sort(key=lambda f: f.path)
+    report.moved = [(result.path, tuple(elsewhere[source_id(result.path)]), result.run)
+                    for result in report.results if source_id(result.path) in elsewhere]
     report.earlier = sources_in_runs(out, report.runs)
     report.seconds = time.perf_counter() - started
     return report

@@ -98,6 +98,28 @@ def read_runs(out: Path, run: str, columns: list[str]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+def runs_holding(out: Path, sources: set[str], but: str) -> dict[str, list[str]]:
+    """The runs other than `but` that hold rows of each of `sources`, by
+    source id: where writing them into `but` will take them from (a source
+    belongs to one run; see `_remove_from_other_runs`)."""
+    found: dict[str, list[str]] = {}
+    current = run_dir(out, but)
+    for other in sorted((out / TRACES_DIR).glob("run=*")):
+        if other == current or not other.is_dir():
+            continue
+        # Every source ingested has a runs row, so its runs file names it,
+        # unless a merge holds it.
+        try:
+            held = {name.removesuffix(".parquet") for name in os.listdir(other / "runs")} & sources
+        except OSError:
+            held = set()
+        if holds_any(other, sources - held):
+            held |= {source for source in sources - held if holds_any(other, {source})}
+        for source in sorted(held):
+            found.setdefault(source, []).append(other.name.removeprefix("run="))
+    return found
+
+
 def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) -> dict[str, int]:
     """Replace the rows of one source with `tables`; row counts written.
 
