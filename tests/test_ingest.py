@@ -197,6 +197,32 @@ def test_ingest_changed_file_replaces_its_rows(tmp_path: Path) -> None:
     assert len(rows_in(out, "kernels")) == 2
 
 
+def _kernel(name: str, **fields) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "args": {"device": 0, "stream": 7}, **fields}
+
+
+def test_ingest_warns_of_kernels_that_end_before_they_start(tmp_path: Path) -> None:
+    events = [_kernel("a", ts=100, dur=-50), _kernel("b", ts=120, dur=-1), _kernel("c", ts=200, dur=5)]
+    trace = write(tmp_path / "t.json", json.dumps({"traceEvents": events}))
+    result = ingest_paths([trace], tmp_path / "out", jobs=1).results[0]
+    assert result.warnings == ("2 GPU activities end before they start (kernels, negative duration), kept as read: "
+                               "the trace's clock or the profiler that wrote it is off",)
+    assert sorted(row["dur_ns"] for row in rows_in(tmp_path / "out", "kernels")) == [-50_000, -1_000, 5_000]
+
+
+def test_ingest_warns_of_kernels_without_a_start_time(tmp_path: Path) -> None:
+    events = [_kernel("a", dur=5), _kernel("c", ts=200, dur=5)]
+    trace = write(tmp_path / "t.json", json.dumps({"traceEvents": events}))
+    result = ingest_paths([trace], tmp_path / "out", jobs=1).results[0]
+    assert result.warnings == ("1 GPU activity has no start time (kernels: ts missing or not a number), kept but "
+                               "left out of every timeline",)
+
+
+def test_ingest_of_well_timed_events_warns_of_nothing(tmp_path: Path) -> None:
+    trace = write(tmp_path / "t.json", kineto_json(kernels=3))
+    assert ingest_paths([trace], tmp_path / "out", jobs=1).results[0].warnings == ()
+
+
 def test_ingest_same_file_under_new_run_moves_it(tmp_path: Path) -> None:
     trace = write(tmp_path / "in" / "t.json", kineto_json())
     out = tmp_path / "out"

@@ -48,6 +48,37 @@ class ParsedTrace:
         return self.tables[table].num_rows if table in self.tables else 0
 
 
+# The timed tables, with what one row and several rows of each are called.
+_TIMED_TABLES = {"kernels": ("GPU activity", "GPU activities"), "api_calls": ("runtime call", "runtime calls"),
+                 "cpu_ops": ("CPU op", "CPU ops"), "annotations": ("annotation", "annotations")}
+
+
+def timing_warnings(tables: dict[str, pa.Table]) -> list[str]:
+    """What is wrong with the times of a parsed source's rows, one line per
+    table and kind: rows that end before they start, and rows with no start
+    (an event without a readable `ts`). They are kept as read (dropping them
+    would hide a broken clock), but analyses count them as they are, so the
+    user is told."""
+    import pyarrow.compute as pc
+
+    warnings = []
+    for table, (one, several) in _TIMED_TABLES.items():
+        data = tables.get(table)
+        if data is None or not data.num_rows:
+            continue
+        negative = pc.sum(pc.less(data.column("dur_ns"), 0)).as_py() or 0
+        no_start = data.column("start_ns").null_count
+        if negative:
+            rows = f"{negative:,} {one} ends" if negative == 1 else f"{negative:,} {several} end"
+            warnings.append(f"{rows} before {'it starts' if negative == 1 else 'they start'} ({table}, negative "
+                            "duration), kept as read: the trace's clock or the profiler that wrote it is off")
+        if no_start:
+            rows = f"{no_start:,} {one} has" if no_start == 1 else f"{no_start:,} {several} have"
+            warnings.append(f"{rows} no start time ({table}: ts missing or not a number), kept but left out "
+                            "of every timeline")
+    return warnings
+
+
 def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | None = None) -> pa.Table:
     """An Arrow table with `table`'s schema from a dict of column lists.
 

@@ -41,6 +41,7 @@ from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from collector.errors import DatasetError, TraceError, one_line
+from collector.ingest.base import timing_warnings
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
 from collector.ingest.store import (STAGING_DIR, read_runs, runs_holding, sanitise_run, source_id, write_source,
@@ -439,7 +440,7 @@ def _result(path: str, format_name: str, parsed: ParsedTrace, run: str, rows: di
     runs = parsed.tables.get("runs")
     ranks = tuple(sorted({r for r in runs.column("rank").to_pylist() if r is not None})) if runs is not None else ()
     return FileResult(path, format_name, run, ranks, rows, parsed.events or sum(rows.values()), seconds,
-                      tuple(parsed.warnings))
+                      (*parsed.warnings, *timing_warnings(parsed.tables)))
 
 
 def ingest_group(task: Source, out: str) -> list[FileResult | FileFailure | SkippedFile]:
