@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import decimal
 import functools
+import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -151,6 +152,7 @@ def open_dataset(
         raise DatasetError(f"{root}: no such dataset directory")
     if not root.is_dir():
         raise DatasetError(f"{root}: not a directory (a dataset is a folder of Parquet tables)")
+    _refuse_a_trace_folder(root)
     con = connection or duckdb.connect()
     con.execute("set TimeZone = 'UTC'")
     if footer_cache:
@@ -185,6 +187,30 @@ def open_dataset(
         else:
             register_analysis_views(con)
     return con
+
+
+# The folders a dataset's tables live in (see TABLE_GLOBS).
+_DATASET_FOLDERS = ("telemetry", "devices", "events", "processes", "traces")
+# Trace files by name: collector.ingest.batch.TRACE_SUFFIXES less the broad
+# ones (.log, .txt, .out), which a dataset folder may well hold as notes.
+_TRACE_FILE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".db", ".db.gz", ".csv", ".csv.gz")
+
+
+def _refuse_a_trace_folder(root: Path) -> None:
+    """A folder of raw trace files is not a dataset: its views would all be
+    empty, and a query would quietly count nothing. Say what to do instead.
+    (A folder with neither, a dataset a collector has not written to yet,
+    opens as empty views.)"""
+    if any((root / folder).is_dir() for folder in _DATASET_FOLDERS):
+        return
+    try:
+        traces = sorted(entry.name for entry in os.scandir(root)
+                        if entry.is_file() and entry.name.lower().endswith(_TRACE_FILE_SUFFIXES))
+    except OSError:
+        return
+    if traces:
+        raise DatasetError(f"{root}: holds trace files ({traces[0]}, ...), not a dataset: ingest them first "
+                           f"(gpulens ingest {root} --out DATASET) and query DATASET")
 
 
 def _check_derived_columns(con: duckdb.DuckDBPyConnection, root: Path, bound: list[str]) -> None:

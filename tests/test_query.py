@@ -106,6 +106,20 @@ def test_missing_dataset_names_the_path(tmp_path):
     assert result.stderr.strip() == f"gpulens: error: {tmp_path / 'nope'}: no such dataset directory"
 
 
+def test_a_folder_of_trace_files_is_not_queried_as_an_empty_dataset(tmp_path):
+    (tmp_path / "rank0.pt.trace.json.gz").write_bytes(b"")
+    result = _gpulens("query", str(tmp_path), "select count(*) from kernels")
+    assert result.returncode != 0
+    assert result.stderr.strip() == (
+        f"gpulens: error: {tmp_path}: holds trace files (rank0.pt.trace.json.gz, ...), not a dataset: "
+        f"ingest them first (gpulens ingest {tmp_path} --out DATASET) and query DATASET")
+
+
+def test_an_empty_folder_is_an_empty_dataset(tmp_path):
+    result = _gpulens("query", str(tmp_path), "select count(*) as n from kernels", "--format", "csv")
+    assert (result.returncode, result.stdout.split()) == (0, ["n", "0"])
+
+
 def _query(capsys, dataset: Path, sql: str, output_format: str = "table") -> tuple[int, str, str]:
     from dashboard import cli
 
