@@ -236,7 +236,10 @@ def ingest(paths, out, run_name, jobs, quiet):
         click.echo(f"gpulens: {report.summary(out)}", err=True)
         _suggest_merging(out, report.runs)
     if report.failures:
-        raise _IngestFailed(f"{len(report.failures)} of {len(report.failures) + len(report.results)} files could not be ingested")
+        attempted = len(report.failures) + len(report.results)
+        if attempted == 1:
+            raise click.exceptions.Exit(1)  # the file's own line said it all: one problem, one line
+        raise _IngestFailed(f"{len(report.failures)} of {attempted} files could not be ingested")
     if not report.results:
         raise GpulensError("no trace files found in " + ", ".join(paths))
 

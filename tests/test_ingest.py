@@ -429,6 +429,15 @@ def test_ingest_command_quiet_prints_only_problems_and_the_summary(tmp_path: Pat
     ])
 
 
+def test_ingest_command_of_one_bad_file_prints_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dashboard import cli
+
+    bad = write(tmp_path / "rank0.json", '{"traceEvents": [{"ph": "X"')
+    code = cli.main(["ingest", str(bad), "--out", str(tmp_path / "out")])
+    assert (code, capsys.readouterr().err.splitlines()) == (1, [
+        f"gpulens: error: {bad}: invalid JSON: Input data was truncated"])
+
+
 def test_ingest_failure_message_is_file_then_problem(tmp_path: Path) -> None:
     report = ingest_paths([tmp_path / "gone.json"], tmp_path / "out")
     assert report.failures[0].message == f"{tmp_path / 'gone.json'}: no such file or directory"
