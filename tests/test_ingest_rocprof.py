@@ -378,3 +378,26 @@ def test_api_trace_without_columns_names_them_all(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as error:
         rocprof.parse(_write(tmp_path, "4242_hip_api_trace.csv", text), "r1")
     assert error.value.problem == "rocprofv3 hip_api_trace CSV lacks the columns Process_Id, Thread_Id"
+
+
+# Only the columns the header check requires: a rocprofv3 version or a tool
+# that writes fewer than ROCm 6.4 does.
+MINIMAL_KERNEL_TRACE = """\
+Kind,Agent_Id,Kernel_Name,Correlation_Id,Start_Timestamp,End_Timestamp
+KERNEL_DISPATCH,GPU 1,"matrixTranspose(float*, float*, int)",7,671599758568,671599825328
+"""
+
+
+def test_kernel_trace_with_only_the_required_columns_has_no_stream_grid_or_block(tmp_path: Path) -> None:
+    parsed = rocprof.parse(_write(tmp_path, "4_kernel_trace.csv", MINIMAL_KERNEL_TRACE), "r1")
+    assert _rows(parsed.tables["kernels"], KERNEL_COLUMNS) == [
+        {"run": "r1", "rank": 0, "device": 1, "stream": None, "name": "matrixTranspose(float*, float*, int)", "category": "compute", "kind": "kernel", "start_ns": 671599758568, "end_ns": 671599825328, "dur_ns": 66760, "correlation_id": 7, "grid": None, "block": None, "bytes": None},
+    ]
+
+
+def test_header_only_kernel_trace_with_only_the_required_columns_names_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "4_kernel_trace.csv", MINIMAL_KERNEL_TRACE.splitlines()[0] + "\n")
+    with pytest.raises(TraceError) as error:
+        rocprof.parse_process([path], "r1")
+    assert (error.value.path, error.value.problem) == (str(path), "no GPU events (kernels or memory copies)")
+

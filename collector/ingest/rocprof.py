@@ -33,7 +33,10 @@ Decisions, each for a stated reason:
 - Grid: rocprofv3's `Grid_Size_*` counts work-items; `grid` is stored in
   workgroups (ceil(grid / workgroup)), the unit CUDA and Kineto use.
 - Stream: `Stream_Id` where the file has it; older files have only the HSA
-  queue, which stands in (work on one queue runs in order, like a stream).
+  queue, which stands in (work on one queue runs in order, like a stream);
+  a file with neither has a NULL stream. Only the columns a kernel cannot
+  do without are required (`_KERNEL_HEADER`); the rest (stream, grid,
+  bytes) are NULL where a file lacks them.
 - Memory copies run on the GPU end of the copy (destination for HtoD, else
   the source).
 - Source: a process's `runs.source_path` is its file prefix and a `*`
@@ -266,8 +269,9 @@ def _contract_columns(file: _File, agents: _Agents) -> dict[str, Columns]:
 def _kernel_columns(table: pa.Table, agents: _Agents) -> Columns:
     columns = _renamed(table, _KERNEL_COLUMNS)
     columns["device"] = _mapped(table.column("Agent_Id"), agents.device, pa.int32())
-    # Older files have no stream; their HSA queue stands in.
-    columns["stream"] = table.column("Stream_Id" if "Stream_Id" in table.column_names else "Queue_Id")
+    # Older files have no stream; their HSA queue stands in. A file with
+    # neither (only the required columns) still has its kernels: stream NULL.
+    columns["stream"] = _column(table, "Stream_Id" if "Stream_Id" in table.column_names else "Queue_Id")
     columns["kind"] = pa.repeat("kernel", table.num_rows)
     columns["category"] = _mapped(table.column("Kernel_Name"), lambda name: categorise(name, "kernel"), pa.string())
     workgroup = [_column(table, f"Workgroup_Size_{axis}") for axis in "XYZ"]
