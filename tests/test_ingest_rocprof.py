@@ -401,3 +401,14 @@ def test_header_only_kernel_trace_with_only_the_required_columns_names_the_file(
         rocprof.parse_process([path], "r1")
     assert (error.value.path, error.value.problem) == (str(path), "no GPU events (kernels or memory copies)")
 
+
+def test_a_bug_met_in_one_file_of_a_process_names_that_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _process(tmp_path, "kernel_trace", "memory_copy_trace")
+
+    def broken(table, agents):
+        raise KeyError("Direction")
+
+    monkeypatch.setattr(rocprof, "_copy_columns", broken)
+    with pytest.raises(TraceError) as error:
+        rocprof.parse_process(files, "r1")
+    assert (error.value.path, error.value.problem) == (str(files[1]), "unexpected error: KeyError: 'Direction'")

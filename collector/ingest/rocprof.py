@@ -72,7 +72,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from collector.errors import TraceError
+from collector.errors import TraceError, one_line
 from collector.ingest.base import ParsedTrace, build_table, profiler_step, rank_from_filename
 from collector.ingest.buffer import read_buffer
 from collector.ingest.categories import categorise
@@ -208,8 +208,13 @@ def _parse_files(paths: list[Path], run: str, source_path: str) -> ParsedTrace:
     rank, rank_source = rank_from_path(paths[0])
     pieces: dict[str, list[pa.Table]] = {}
     for file in files:
-        for name, columns in _contract_columns(file, agents).items():
-            pieces.setdefault(name, []).append(_table(name, columns, run, rank))
+        try:
+            for name, columns in _contract_columns(file, agents).items():
+                pieces.setdefault(name, []).append(_table(name, columns, run, rank))
+        except Exception as error:
+            # A bug met in one file: name that file, not the process (`4242_*`
+            # is no file a user can open).
+            raise TraceError(str(file.path), one_line(f"unexpected error: {type(error).__name__}: {error}")) from error
     parsed = ParsedTrace(format=FORMAT, events=sum(file.table.num_rows for file in files))
     for name, tables in pieces.items():
         table = pa.concat_tables(tables).sort_by([("start_ns", "ascending")])
