@@ -387,3 +387,29 @@ def test_export_with_only_memcpy_and_memset_is_ingested(tmp_path: Path) -> None:
     parsed = nsys.parse(build_export(tmp_path / "report.sqlite", leave_out=("CUPTI_ACTIVITY_KIND_KERNEL",)), "r1")
     assert parsed.tables["kernels"].column("kind").to_pylist() == ["memcpy", "memset"]
     assert _rows(parsed.tables["runs"], ["rank", "pid"]) == [{"rank": 0, "pid": PID}]
+
+
+def _set(path: Path, sql: str) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+
+
+def test_text_in_a_numeric_column_names_the_table_and_column(tmp_path: Path) -> None:
+    # SQLite stores any value in any column, whatever its declared type.
+    path = build_export(tmp_path / "report.sqlite")
+    _set(path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 'dev' WHERE correlationId = 12")
+    with pytest.raises(TraceError) as error:
+        nsys.parse(path, "r1")
+    assert (error.value.path, error.value.problem) == (
+        str(path), "CUPTI_ACTIVITY_KIND_KERNEL.deviceId holds text where a number belongs")
+
+
+def test_text_session_start_names_the_table_and_column(tmp_path: Path) -> None:
+    path = build_export(tmp_path / "report.sqlite")
+    _set(path, "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = '2023-11-14T22:13:20Z'")
+    with pytest.raises(TraceError) as error:
+        nsys.parse(path, "r1")
+    assert (error.value.path, error.value.problem) == (
+        str(path), "TARGET_INFO_SESSION_START_TIME.utcEpochNs holds text where a number belongs")

@@ -61,7 +61,7 @@ from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, profiler_step, ran
 from collector.ingest.categories import categorise
 from collector.ingest.sqlite_db import (
     SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
-    rank_notes, runs_table, schema_has, table_names,
+    rank_notes, runs_table, schema_has, table_names, whole_number,
 )
 
 FORMAT = "nsys"
@@ -324,7 +324,7 @@ def _session_start_epoch_ns(conn: sqlite3.Connection, tables: set[str]) -> int |
     if table not in tables or "utcEpochNs" not in column_names(conn, table):
         return None
     row = conn.execute(f"select utcEpochNs from {table} limit 1").fetchone()
-    return int(row[0]) if row and row[0] is not None else None
+    return whole_number(row[0], f"{table}.utcEpochNs") if row and row[0] is not None else None
 
 
 def _gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict[str, Any]]:

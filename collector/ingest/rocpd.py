@@ -55,7 +55,7 @@ from collector.ingest.categories import categorise
 from collector.ingest.rocprof import COPY_NAMES, NO_GPU_EVENTS, rank_from_path
 from collector.ingest.sqlite_db import (
     SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
-    rank_notes, runs_table, schema_has, table_names,
+    rank_notes, runs_table, schema_has, table_names, whole_number,
 )
 
 FORMAT = "rocpd"
@@ -177,9 +177,10 @@ class _Agents:
                 continue
             index = type_index if type_index is not None else order.get(guid, 0)
             order[guid] = order.get(guid, 0) + 1
-            self.gpu_index[(guid, agent_id)] = int(index)
+            index = whole_number(index, f"{table}.type_index")
+            self.gpu_index[(guid, agent_id)] = index
             if product or name:
-                self.gpu_name.setdefault(int(index), product or name)
+                self.gpu_name.setdefault(index, product or name)
 
     def devices(self, guids: list[Any], agent_ids: list[Any]) -> list[int | None]:
         return [self.gpu_index.get(key) for key in zip(guids, agent_ids)]
