@@ -131,17 +131,16 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
     tables = derive_trace_tables(tables)
     staging = _staging_folder(out, source)
     try:
-        staged: dict[str, Path] = {}
-        for table, data in tables.items():
-            if data.num_rows == 0:
-                continue
-            staged[table] = _write_staged(data, staging / f"{table}.parquet")
-        for temporary in staged.values():
-            _fsync_file(temporary)
-    except OSError as error:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
-    try:
+        try:
+            staged: dict[str, Path] = {}
+            for table, data in tables.items():
+                if data.num_rows == 0:
+                    continue
+                staged[table] = _write_staged(data, staging / f"{table}.parquet")
+            for temporary in staged.values():
+                _fsync_file(temporary)
+        except OSError as error:
+            raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
         # Under the run's lock, so that a merge (`gpulens compact`) never
         # moves aside files newer than those it read.
         with run_lock(run_dir(out, run)):
