@@ -7,12 +7,14 @@ on stderr and the exit code. Heavy imports happen inside the commands so
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import unicodedata
 from pathlib import Path
+from typing import Iterator
 
 import click
 
@@ -227,7 +229,8 @@ def ingest(paths, out, run_name, jobs, quiet):
 
     prepare_ingest_process()  # this process only ingests
 
-    report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
+    with _terminated_on_sigterm():
+        report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
     prefixes = {logging.INFO: "", logging.WARNING: "gpulens: warning: ", logging.ERROR: "gpulens: error: "}
     for level, line in report.notices():
         if level > logging.INFO or not quiet:
@@ -242,6 +245,31 @@ def ingest(paths, out, run_name, jobs, quiet):
         raise _IngestFailed(f"{len(report.failures)} of {attempted} files could not be ingested")
     if not report.results:
         raise GpulensError("no trace files found in " + ", ".join(paths))
+
+
+@contextlib.contextmanager
+def _terminated_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises Terminated here, so that an ingest unwinds as on Ctrl-C:
+    it stops its workers and removes its staging files (killed outright, its
+    workers would wait for their next file forever). A second SIGTERM while
+    it does is ignored."""
+    import signal
+
+    from collector.errors import Terminated
+
+    def terminate(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread (a caller's): SIGTERM stays as it was
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # A run with this many per-source files a table is worth `gpulens compact`:

@@ -46,6 +46,14 @@ class TraceError(GpulensError):
         self.problem = problem
 
 
+class Terminated(BaseException):
+    """SIGTERM reached a command that stops cleanly on it (`gpulens ingest`).
+    A BaseException, as KeyboardInterrupt is, so that no handler of a
+    file's failure (`except Exception`) takes it for one."""
+
+    exit_code = 143  # 128 + SIGTERM, as a shell reports a process it ended
+
+
 class QueryError(GpulensError):
     """A SQL statement failed; the message is DuckDB's, on one line."""
 

@@ -69,13 +69,16 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from collector.errors import GpulensError
+    from collector.errors import GpulensError, Terminated
 
     try:
         status = cli.main(args=argv, prog_name="gpulens", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("gpulens: aborted", err=True)
         return 130
+    except Terminated:
+        click.echo("gpulens: terminated", err=True)
+        return Terminated.exit_code
     except click.ClickException as error:
         error.show()
         return error.exit_code

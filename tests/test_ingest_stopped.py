@@ -3,13 +3,123 @@ staging file behind; what a killed one left, the next ingest removes."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from collector.ingest import store
+from collector.ingest import ingest_paths, store
 from collector.ingest.store import STAGING_DIR
+from collector.sim_trace import write_training_traces
 from tests.test_ingest import kineto_json, write
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc")
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            if int(ppid) == pid and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def _running(pids: list[int]) -> list[int]:
+    running = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            running.append(pid)
+    return running
+
+
+@pytest.fixture(scope="module")
+def big_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two 80 MB ranks: two seconds of ingest with --jobs 2, one of them in a worker."""
+    folder = tmp_path_factory.mktemp("job")
+    write_training_traces(folder, ranks=2, steps=50, kernels_per_step=1000)
+    return folder
+
+
+def _ingest_until_its_workers_run(job: Path, out: Path) -> tuple[subprocess.Popen, list[int]]:
+    ingest = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "ingest", str(job), "--out", str(out), "--jobs", "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    deadline = time.monotonic() + 5
+    while not (workers := _children(ingest.pid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # well into their files
+    return ingest, workers
+
+
+def _stop_leftovers(pids: list[int]) -> None:
+    for pid in _running(pids):  # only where the behaviour under test failed
+        os.kill(pid, signal.SIGKILL)
+
+
+@linux_only
+def test_sigterm_stops_the_workers_removes_staging_and_says_so(big_job: Path, tmp_path: Path) -> None:
+    ingest, workers = _ingest_until_its_workers_run(big_job, tmp_path / "out")
+    try:
+        ingest.send_signal(signal.SIGTERM)
+        _, stderr = ingest.communicate(timeout=10)
+        assert (ingest.returncode, stderr, _running(workers), list((tmp_path / "out" / STAGING_DIR).iterdir())) == (
+            143, "gpulens: terminated\n", [], [])
+    finally:
+        _stop_leftovers(workers)
+    assert workers  # the ingest was stopped while it had workers
+
+
+@linux_only
+def test_workers_end_with_a_killed_ingest(big_job: Path, tmp_path: Path) -> None:
+    ingest, workers = _ingest_until_its_workers_run(big_job, tmp_path / "out")
+    try:
+        ingest.kill()
+        ingest.communicate(timeout=10)
+        deadline = time.monotonic() + 3
+        while _running(workers) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (workers != [], _running(workers)) == (True, [])
+    finally:
+        _stop_leftovers(workers)
+
+
+def _ended_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def _staged_by(out: Path, pid: int, host: str | None = None) -> Path:
+    tag = store.owner_tag(pid) if host is None else f"{pid}.{host}"
+    folder = out / STAGING_DIR / f"ingest-{tag}-0123456789abcdef0123-x1y2z3"
+    folder.mkdir(parents=True)
+    (folder / "kernels.parquet").write_bytes(b"PAR1")
+    return folder
+
+
+def test_ingest_removes_only_what_a_killed_ingest_on_this_machine_staged(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _staged_by(out, _ended_pid())
+    live = _staged_by(out, os.getppid())
+    # A pid says nothing of another machine's processes (a dataset on a shared filesystem).
+    elsewhere = _staged_by(out, _ended_pid(), host="0badc0de")
+    ingest_paths([write(tmp_path / "rank0.json", kineto_json())], out, jobs=1)
+    assert sorted((out / STAGING_DIR).iterdir()) == sorted([live, elsewhere])
 
 
 def test_a_write_stopped_while_staging_leaves_no_staging_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

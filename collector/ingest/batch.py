@@ -20,6 +20,7 @@ The exceptions:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
@@ -28,6 +29,8 @@ import logging
 import os
 import pickle
 import re
+import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -44,11 +47,12 @@ from collector.errors import DatasetError, TraceError, one_line
 from collector.ingest.base import timing_warnings
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
-from collector.ingest.store import (STAGING_DIR, read_runs, runs_holding, sanitise_run, source_id, write_source,
-                                    write_sources)
+from collector.ingest.store import (STAGING_DIR, owner_tag, read_runs, remove_abandoned_staging, runs_holding,
+                                    sanitise_run, source_id, staging_folder, write_source, write_sources)
 from collector.no_pandas import refuse_pandas
 
 if TYPE_CHECKING:
+    import multiprocessing.process
     from concurrent.futures import ProcessPoolExecutor
 
     from collector.ingest.base import ParsedTrace
@@ -85,9 +89,12 @@ GROUP_SOURCE_MAX_BYTES = 8 << 20
 # files a run of thousands of ranks leaves.
 GROUP_MAX_SOURCES = 16
 GROUP_MAX_BYTES = 64 << 20
-# Set in ingest workers (`_worker_start`): they spill a part's events to a file.
+# Set in ingest workers (`_worker_start`): they spill a part's events to a
+# file in the ingest's own staging folder.
 _IN_WORKER = False
+_SPILL_DIR: str | None = None
 ROCPROF = "rocprof"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _ROCPROF_ENDINGS = ("_trace.csv", "_trace.csv.gz")
 # Where a shared stem may end in each name: at its end, a separator or a number.
 _STEM_END = re.compile(r"$|[-_.\s\d]")
@@ -342,13 +349,16 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     # (53 ms a pass over 2,000 files, before any file is parsed).
     file_sizes = {file: content_bytes(file) for task in tasks for file in task.files}
     planned = group_small_sources(_split_big_files(tasks, jobs, file_sizes), jobs, file_sizes)
-    for outcome in _assemble(_run(planned, out, jobs, progress, file_sizes), str(out)):
-        if isinstance(outcome, FileResult):
-            report.results.append(outcome)
-        elif isinstance(outcome, SkippedFile):
-            report.skipped.append(outcome)
-        else:
-            report.failures.append(outcome)
+    # Closed at once if this stops early (SIGTERM, Ctrl-C), so that it stops
+    # its workers and removes its staging folder now, not when collected.
+    with contextlib.closing(_run(planned, out, jobs, progress, file_sizes)) as outcomes:
+        for outcome in _assemble(outcomes, str(out)):
+            if isinstance(outcome, FileResult):
+                report.results.append(outcome)
+            elif isinstance(outcome, SkippedFile):
+                report.skipped.append(outcome)
+            else:
+                report.failures.append(outcome)
     report.results.sort(key=lambda r: r.path)
     report.failures.sort(key=lambda f: f.path)
     report.moved = [(result.path, tuple(elsewhere[source_id(result.path)]), result.run)
@@ -371,13 +381,15 @@ def sources_in_runs(out: Path, runs: list[str]) -> list[tuple[str, str, int, str
 
 def check_writable(out: Path) -> None:
     """Raise DatasetError, before any file is parsed, where the dataset
-    folder cannot be made or written: one line, not one per file."""
+    folder cannot be made or written: one line, not one per file. What an
+    earlier ingest killed on this machine left in its staging folder goes."""
     try:
         (out / STAGING_DIR).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out / STAGING_DIR):
             pass
     except OSError as error:
         raise DatasetError(f"{out}: cannot write the dataset there: {error.strerror or error}") from None
+    remove_abandoned_staging(out)
 
 
 def ingest_file(path: str, run: str, out: str, explicit: bool = True,
@@ -530,24 +542,26 @@ def _read_part(task: Source, out: str) -> PartOutcome:
         read = None
     outcome = PartOutcome(task, read, 0.0)
     if read is not None and _IN_WORKER:
-        _spill(outcome, out)
+        _spill(outcome)
     release_freed_memory()
     outcome.seconds = time.perf_counter() - started
     return outcome
 
 
-def _spill(outcome: PartOutcome, out: str) -> None:
-    """Move the outcome's events into a file under the dataset's staging
-    folder, where this process's reply would carry them through a pipe.
+def _spill(outcome: PartOutcome) -> None:
+    """Move the outcome's events into a file in the ingest's staging folder
+    for them (`_SPILL_DIR`), where this process's reply would carry them
+    through a pipe.
 
     A part's columns are ~14 MB for a quarter of a 620,000-event rank. The
     pipe hands them over 64 KiB at a time, each a wake-up of this process's
     receiving thread among busy workers: the reply took 0.13 s to arrive,
     and the worker waited that long for its next task. Written to the page
     cache and read back, they take ~0.05 s, none of it waiting."""
+    if _SPILL_DIR is None:
+        return
     try:
-        with tempfile.NamedTemporaryFile(dir=Path(out) / STAGING_DIR, prefix="part-", suffix=".pickle",
-                                         delete=False) as handle:
+        with tempfile.NamedTemporaryFile(dir=_SPILL_DIR, prefix="part-", suffix=".pickle", delete=False) as handle:
             pickle.dump(outcome.read, handle, protocol=pickle.HIGHEST_PROTOCOL)
     except OSError:
         return  # the reply carries them after all
@@ -737,12 +751,17 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    # The workers spill parts' events here (`_spill`); this process removes
+    # it at the end, whatever was left in it.
+    spill_dir = staging_folder(out, f"parts-{owner_tag()}-")
     gc.freeze()
     queue = _TaskQueue(sorted(tasks, key=sizes.__getitem__, reverse=True))
     finished: SimpleQueue = SimpleQueue()  # the workers' outcomes, then None
     try:
         context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start) as pool:
+        started, pool_workers = set(multiprocessing.active_children()), []
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start,
+                                 initargs=(os.getpid(), str(spill_dir))) as pool:
             try:
                 # This process takes the largest file: it lives to the end anyway,
                 # while a worker with no file left exits (see _feed) and gives
@@ -751,6 +770,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                 # is running when they fork.
                 own = queue.take(1)
                 first = [(pool.submit(ingest_task, task, str(out)), task) for task in queue.take(workers - 1)]
+                pool_workers = [process for process in multiprocessing.active_children() if process not in started]
                 feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
                 feeder.start()
                 with _Progress(_files_of(tasks), progress) as bar:
@@ -774,10 +794,26 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                                 yield outcome
                                 bar.advance(_task_of(outcome))
                 feeder.join()
+            except BaseException:
+                # Stopped early (SIGTERM, Ctrl-C, closed): leaving the pool would
+                # wait for every worker to finish its file.
+                _stop(pool_workers)
+                raise
             finally:
                 queue.close()  # if this ends early, the feeder hands out nothing more
     finally:
         gc.unfreeze()
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        remove_abandoned_staging(out)  # the write folders of workers stopped above
+
+
+def _stop(workers: list[multiprocessing.process.BaseProcess]) -> None:
+    """End the worker processes now (they clean up nothing: see `_worker_start`)."""
+    for process in workers:
+        if process.is_alive():
+            process.terminate()
+    for process in workers:
+        process.join(5)
 
 
 class _TaskQueue:
@@ -837,11 +873,41 @@ def _failed(task: Source, problem: str) -> list[FileFailure | PartOutcome]:
     return [FileFailure(member.path, problem) for member in task.members]
 
 
-def _worker_start() -> None:
-    """Set up a worker process, which only ingests."""
-    global _IN_WORKER
+def _worker_start(parent: int, spill_dir: str) -> None:
+    """Set up a worker process, which only ingests, for the process `parent`.
+
+    SIGTERM ends it at once (not the handler `gpulens ingest` installs, which
+    it inherits): its parent stops it so on SIGTERM or Ctrl-C, then removes
+    what it left. And it ends when its parent does, even by SIGKILL: it would
+    otherwise wait for its next file forever. A later ingest removes what it
+    left then (`store.remove_abandoned_staging`)."""
+    global _IN_WORKER, _SPILL_DIR
     _IN_WORKER = True
+    _SPILL_DIR = spill_dir
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _end_with_parent(parent)
     prepare_ingest_process()
+
+
+def _end_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when `parent` ends (Linux); elsewhere
+    a thread that looks every second."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+                if os.getppid() != parent:  # it ended before the call
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gpulens-parent-watch", daemon=True).start()
 
 
 def prepare_ingest_process() -> None:

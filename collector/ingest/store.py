@@ -26,7 +26,9 @@ Atomicity: all tables of a source are first written under `OUT/.staging/`
 renames leaves nothing of that source behind and the previous ingest of it
 untouched; a failed rename puts the previous ingest's files back. Staged
 files sit in a per-attempt folder, so the node writer's sweep of stray
-`*.tmp` files in `.staging/` cannot touch them.
+`*.tmp` files in `.staging/` cannot touch them. The folder's name says
+which process owns it, so the next ingest removes those a killed process
+left (`remove_abandoned_staging`).
 
 Durability: the staged files are fsynced (all written first, then synced,
 so the disk sees them together), so a renamed file is never torn or empty
@@ -40,12 +42,14 @@ elsewhere (`collector/writer.py`) with its own syncs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -61,6 +65,12 @@ from collector.schema import TRACE_SCHEMAS
 TRACES_DIR = "traces"
 STAGING_DIR = ".staging"
 _STAGING_PREFIX = "ingest-"
+# Folders under STAGING_DIR are named `<kind>-<pid>.<host>-...` by the
+# process that owns them (`owner_tag`), so a later ingest can tell those of a
+# killed one (`remove_abandoned_staging`). The host is a hash of its name: a
+# dataset on a shared filesystem is written from several machines, whose
+# pids say nothing here.
+_OWNED = re.compile(r"^(?:ingest|parts)-(\d+)\.([0-9a-f]{8})-")
 
 
 def source_id(path: str | Path) -> str:
@@ -196,12 +206,60 @@ def write_sources(out: Path, run: str, sources: list[tuple[str, dict[str, pa.Tab
 
 def _staging_folder(out: Path, source: str) -> Path:
     """A new folder under the dataset's staging folder for one write."""
+    return staging_folder(out, f"{_STAGING_PREFIX}{owner_tag()}-{source}-")
+
+
+def staging_folder(out: Path, prefix: str) -> Path:
+    """A new folder under the dataset's staging folder, its name starting
+    with `prefix` (which names its owner: see `owner_tag`)."""
     try:
         staging_root = out / STAGING_DIR
         staging_root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{source}-", dir=staging_root))
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=staging_root))
     except OSError as error:
         raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
+
+
+def owner_tag(pid: int | None = None) -> str:
+    """`<pid>.<host>`: the process (this one by default) that owns a staging folder."""
+    return f"{os.getpid() if pid is None else pid}.{_host_tag()}"
+
+
+@functools.cache
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def remove_abandoned_staging(out: Path) -> None:
+    """Remove the staging folders of processes on this machine that are
+    gone (an ingest or its worker killed before it could clean up); never
+    those of a live process, nor any from another machine.
+
+    A folder holding a `previous-*` file is kept: its process was killed
+    while moving a source's files into place, and that is the only copy of
+    a table of the source's earlier ingest."""
+    try:
+        entries = list(os.scandir(out / STAGING_DIR))
+    except OSError:
+        return
+    for entry in entries:
+        match = _OWNED.match(entry.name)
+        if match is None or match.group(2) != _host_tag() or _alive(int(match.group(1))):
+            continue
+        folder = Path(entry.path)
+        if any(folder.glob("previous-*")):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, another user's
+        return True
+    return True
 
 
 def _swap_in(out: Path, run: str, source: str, staged: dict[str, Path], staging: Path) -> None:
