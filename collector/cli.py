@@ -74,16 +74,16 @@ def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watc
     logging.basicConfig(level=logging.INFO, format="gpulens collect: %(message)s", stream=sys.stderr)
     if run_name is not None and watch_dir is None:
         raise UsageError("--run names the traces of --watch-traces; give --watch-traces DIR too")
+    options = CollectOptions(
+        out=out, interval_s=interval_s, flush_every_s=flush_every_s, slow_every_s=slow_every_s,
+        duration_s=duration_s, host=host or socket.gethostname(),
+    )
+    options.validate()  # before --no-telemetry too, which waits --duration
     if no_telemetry:
         if watch_dir is None:
             raise UsageError("--no-telemetry leaves nothing to do without --watch-traces DIR")
         _watch_only(watch_dir, out, run_name, duration_s)
         return
-    options = CollectOptions(
-        out=out, interval_s=interval_s, flush_every_s=flush_every_s, slow_every_s=slow_every_s,
-        duration_s=duration_s, host=host or socket.gethostname(),
-    )
-    options.validate()
     source = _open(backend, sim_gpus, sim_profile, seed)
     collector = Collector(source, options)
     collector.install_signal_handlers()

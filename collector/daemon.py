@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import select
 import signal
@@ -57,14 +58,16 @@ class CollectOptions:
     host: str = field(default_factory=socket.gethostname)
 
     def validate(self) -> None:
-        if not self.interval_s > 0:
-            raise UsageError(f"--interval must be positive, got {self.interval_s}")
-        if not self.flush_every_s > 0:
-            raise UsageError(f"--flush-every must be positive, got {self.flush_every_s}")
+        # Finite as well: the loop turns these into integer nanoseconds,
+        # which inf overflows and NaN cannot be.
+        for option, seconds in (("--interval", self.interval_s), ("--flush-every", self.flush_every_s),
+                                ("--slow-every", self.slow_every_s)):
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise UsageError(f"{option} must be a positive, finite number of seconds, got {seconds}")
         if self.slow_every_s < self.interval_s:
             raise UsageError(f"--slow-every ({self.slow_every_s} s) must not be shorter than --interval ({self.interval_s} s)")
-        if self.duration_s is not None and self.duration_s < 0:
-            raise UsageError(f"--duration must not be negative, got {self.duration_s}")
+        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s >= 0):
+            raise UsageError(f"--duration must be a finite number of seconds, 0 or more, got {self.duration_s}")
 
 
 @dataclass

@@ -133,6 +133,30 @@ def test_bad_interval_is_a_usage_error(tmp_path):
         Collector(SimBackend(), CollectOptions(out=tmp_path, interval_s=0))
 
 
+@pytest.mark.parametrize("option, field", [("--flush-every", "flush_every_s"), ("--slow-every", "slow_every_s"),
+                                           ("--duration", "duration_s")])
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf")])
+def test_seconds_that_are_not_finite_are_a_usage_error_naming_the_option(tmp_path, option, field, seconds):
+    with pytest.raises(UsageError, match=f"^{option} must be "):
+        CollectOptions(out=tmp_path, **{field: seconds}).validate()
+
+
+def test_collect_for_an_infinite_duration_is_one_error_line_and_exit_2(tmp_path, capsys):
+    from dashboard import cli
+
+    code = cli.main(["collect", "--backend", "sim", "--out", str(tmp_path / "data"), "--duration", "inf"])
+    assert (code, capsys.readouterr().err) == (2, "gpulens: error: --duration must be a finite number of seconds, 0 or more, got inf\n")
+    assert not (tmp_path / "data").exists()
+
+
+def test_collect_watching_traces_only_refuses_a_duration_of_nan(tmp_path, capsys):
+    from dashboard import cli
+
+    code = cli.main(["collect", "--no-telemetry", "--watch-traces", str(tmp_path / "traces"),
+                     "--out", str(tmp_path / "data"), "--duration", "nan"])
+    assert (code, capsys.readouterr().err) == (2, "gpulens: error: --duration must be a finite number of seconds, 0 or more, got nan\n")
+
+
 # --- the real command, as a process ------------------------------------------
 
 def _start(out: Path, *extra: str) -> subprocess.Popen:
