@@ -7,7 +7,9 @@ code, so every subcommand fails the same way.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import os
 import sys
 
@@ -32,6 +34,23 @@ COMMANDS: dict[str, str] = {
 
 class _OutputClosed(Exception):
     """Standard output was closed by its reader (`gpulens query ... | head`)."""
+
+
+class _StdoutFailed(OSError):
+    """Writing to standard output failed (a full disk, an I/O error): told
+    apart from the OSErrors of other files, which are not its to report."""
+
+
+class _StdoutFile(io.FileIO):
+    """Standard output's file descriptor, whose write errors are _StdoutFailed."""
+
+    def write(self, data) -> int | None:
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise  # a reader that stopped early: see _LazyGroup.invoke
+        except OSError as error:
+            raise _StdoutFailed(error.errno, error.strerror) from None
 
 
 class _LazyGroup(click.Group):
@@ -72,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     from collector.errors import GpulensError, Terminated
 
     try:
-        status = cli.main(args=argv, prog_name="gpulens", standalone_mode=False)
+        with _stdout_errors_marked():
+            status = cli.main(args=argv, prog_name="gpulens", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("gpulens: aborted", err=True)
         return 130
@@ -91,7 +111,37 @@ def main(argv: list[str] | None = None) -> int:
     except (BrokenPipeError, _OutputClosed):
         _silence_stdout()
         return 0
+    except _StdoutFailed as error:
+        _silence_stdout()
+        click.echo(f"gpulens: error: cannot write to standard output ({error.strerror})", err=True)
+        return 1
     return status if isinstance(status, int) else 0
+
+
+@contextlib.contextmanager
+def _stdout_errors_marked():
+    """Standard output, while inside, as a stream whose write errors are
+    _StdoutFailed, flushed before it is left (so that the last write fails
+    here, not at exit, where Python reports it itself and exits 120). Only
+    the process's own stdout: one a caller put in its place is left alone."""
+    original = sys.stdout
+    if original is None or original is not sys.__stdout__:
+        yield
+        return
+    try:
+        descriptor = original.fileno()
+        original.flush()
+    except (OSError, ValueError):
+        yield
+        return
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(_StdoutFile(descriptor, "wb", closefd=False)), encoding=original.encoding,
+        errors=original.errors, line_buffering=original.line_buffering, write_through=original.write_through)
+    try:
+        yield
+        sys.stdout.flush()
+    finally:
+        sys.stdout = original
 
 
 def _silence_stdout() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -429,6 +430,27 @@ def test_query_into_a_reader_that_stops_early_exits_0_quietly() -> None:
     process.stdout.close()
     stderr = process.stderr.read()
     assert (header.startswith(b"run,rank,"), process.wait(timeout=120), stderr) == (True, 0, b"")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("output_format", ["csv", "json", "table"])
+def test_query_into_a_full_disk_is_one_error_line_and_exit_1(output_format) -> None:
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "dashboard.cli", "query", str(REPO_ROOT / "sample_traces" / "demo-training"),
+             "select * from kernels", "--format", output_format],
+            cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (1, "gpulens: error: cannot write to standard output (No space left on device)\n")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_short_query_result_into_a_full_disk_is_one_error_line_too(tmp_path) -> None:
+    # A line stays buffered until the end: the write that fails is the last flush.
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "dashboard.cli", "query", str(tmp_path), "select 42 as answer", "--format", "csv"],
+                                cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+                                env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
+    assert (result.returncode, result.stderr) == (1, "gpulens: error: cannot write to standard output (No space left on device)\n")
 
 
 def test_query_reads_an_analysis_view_it_names(dataset, capsys):
