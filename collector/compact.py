@@ -43,7 +43,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.errors import DatasetError
+from collector.errors import DatasetError, one_line
 
 COMPACT_PARTS_AT = 60
 COMPACT_MERGED_AT = 24
@@ -93,6 +93,8 @@ def compact_dataset(root: Path) -> tuple[int, int]:
                 before += len(files)
                 if len(files) >= 2:
                     _merge_locked(files, staging)
+                else:
+                    _read_schemas(files)  # no merge reads it: check it as one would
             after += 1
     return before, after
 
@@ -126,10 +128,9 @@ def _merge_locked(files: list[Path], staging: Path) -> Path:
     from collector.writer import write_parquet_atomic  # the writer imports this module
 
     try:
-        schema = pa.unify_schemas([pq.read_schema(path).remove_metadata() for path in files],
-                                  promote_options="permissive")
-    except (OSError, pa.ArrowException) as error:
-        raise DatasetError(f"{files[0].parent}: cannot merge its files ({error})") from error
+        schema = pa.unify_schemas(_read_schemas(files), promote_options="permissive")
+    except pa.ArrowException as error:  # columns of one name but types that do not mix
+        raise DatasetError(f"{files[0].parent}: cannot merge its files ({one_line(error)})") from error
     schema = schema.with_metadata({_SOURCES_KEY: json.dumps([p.name for p in files]).encode()})
     first = files[0].name.removeprefix("part-").split("-")[0]
     destination = files[0].parent / f"part-{first}{MERGED_MARK}{os.getpid()}-{len(files)}-{next(_merge_numbers)}.parquet"
@@ -142,6 +143,25 @@ def _merge_locked(files: list[Path], staging: Path) -> Path:
     return destination
 
 
+def _read_schemas(files: list[Path]) -> list[pa.Schema]:
+    """Each file's schema, without its metadata; DatasetError naming the
+    first file that cannot be read, so that the user knows which to move
+    aside (it is left as it is)."""
+    schemas = []
+    for path in files:
+        try:
+            schemas.append(pq.read_schema(path).remove_metadata())
+        except (OSError, pa.ArrowException) as error:
+            raise _unreadable(path, error) from error
+    return schemas
+
+
+def _unreadable(path: Path, error: Exception) -> DatasetError:
+    if isinstance(error, OSError) and error.strerror:
+        return DatasetError(f"{path}: cannot read it ({error.strerror})")
+    return DatasetError(f"{path}: not a readable Parquet file, left as it is ({one_line(error)})")
+
+
 def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
     """The files' rows, in order, in tables of about MERGE_ROW_GROUP_ROWS."""
     return in_row_groups(_conformed_row_groups(files, schema))
@@ -149,9 +169,16 @@ def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
 
 def _conformed_row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
     for path in files:
-        parquet = pq.ParquetFile(path)
+        try:
+            parquet = pq.ParquetFile(path)
+        except (OSError, pa.ArrowException) as error:
+            raise _unreadable(path, error) from error
         for index in range(parquet.num_row_groups):
-            yield _conform(parquet.read_row_group(index), schema)
+            try:
+                row_group = parquet.read_row_group(index)
+            except (OSError, pa.ArrowException) as error:  # a damaged page past a sound footer
+                raise _unreadable(path, error) from error
+            yield _conform(row_group, schema)
 
 
 def in_row_groups(parts: Iterable[pa.Table]) -> Iterator[pa.Table]:

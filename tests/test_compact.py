@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -123,12 +124,31 @@ def test_gpulens_compact_on_a_missing_folder_is_one_line_and_exit_1(tmp_path):
     assert (result.returncode, result.stderr.strip()) == (1, f"gpulens: error: {tmp_path / 'nope'}: no such dataset directory")
 
 
-def test_a_merge_that_cannot_read_a_file_names_the_partition_and_keeps_every_file(tmp_path):
+def test_a_merge_that_cannot_read_a_file_names_that_file_and_keeps_every_file(tmp_path):
     _flushes(tmp_path, 3)
     folder = tmp_path / PARTITION
     damaged = sorted(folder.glob("*.parquet"))[1]
     damaged.write_bytes(damaged.read_bytes()[:-20])  # the footer cut off
-    with pytest.raises(DatasetError, match="cannot merge its files"):
+    with pytest.raises(DatasetError, match=f"^{re.escape(str(damaged))}: not a readable Parquet file, left as it is "):
         maybe_compact(folder, tmp_path / ".staging", parts_at=3)
     assert len(_files(tmp_path)) == 3
     assert not list((tmp_path / ".staging").glob("*.tmp"))
+
+
+def _compact(capsys, dataset: Path) -> tuple[int, str, str]:
+    from dashboard import cli
+
+    code = cli.main(["compact", str(dataset)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_gpulens_compact_names_a_corrupt_file_alone_in_its_folder_and_exits_1(tmp_path, capsys):
+    _flushes(tmp_path, 1)
+    (damaged,) = (tmp_path / PARTITION).glob("*.parquet")
+    damaged.write_bytes(damaged.read_bytes()[:-20])  # the footer cut off
+    code, out, err = _compact(capsys, tmp_path)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"gpulens: error: {damaged}: not a readable Parquet file, left as it is (Parquet magic bytes")
+    assert _files(tmp_path) == [damaged.name]
+
