@@ -310,9 +310,11 @@ def compact(dataset):
     from collector.compact import compact_dataset, finish_interrupted
     from collector.errors import DatasetError
     from collector.ingest.merge import merge_run
+    from collector.writer import check_writable
 
     if not dataset.is_dir():
-        raise DatasetError(f"{dataset}: no such dataset directory")
+        raise DatasetError(f"{dataset}: " + ("not a directory" if dataset.exists() else "no such dataset directory"))
+    check_writable(dataset)  # a read-only dataset: one line, before anything is merged
     finish_interrupted(dataset)
     before, after = compact_dataset(dataset)
     click.echo(f"{dataset}: {before} node-table files merged into {after}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import shutil
 import subprocess
@@ -152,3 +154,25 @@ def test_gpulens_compact_names_a_corrupt_file_alone_in_its_folder_and_exits_1(tm
     assert err.startswith(f"gpulens: error: {damaged}: not a readable Parquet file, left as it is (Parquet magic bytes")
     assert _files(tmp_path) == [damaged.name]
 
+
+def test_gpulens_compact_on_a_file_says_it_is_not_a_directory(tmp_path, capsys):
+    afile = tmp_path / "telemetry.parquet"
+    afile.write_bytes(b"PAR1")
+    assert _compact(capsys, afile) == (1, "", f"gpulens: error: {afile}: not a directory\n")
+
+
+def test_gpulens_compact_on_a_dataset_it_may_not_write_is_one_line_and_changes_nothing(tmp_path, capsys, monkeypatch):
+    _flushes(tmp_path, 30)
+    before = _files(tmp_path)
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        # As for a user who may only read the dataset (chmod does not stop root, who may run the tests).
+        if Path(path).is_relative_to(tmp_path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    shutil.rmtree(tmp_path / ".staging")  # a copy of a dataset, say, made without it
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert _compact(capsys, tmp_path) == (1, "", f"gpulens: error: {tmp_path}: cannot write to the output directory (Permission denied)\n")
+    assert _files(tmp_path) == before
