@@ -10,11 +10,13 @@ first page's results: see dashboard/launch.py) in place of this process
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
 import click
 
+from collector.errors import UsageError, one_line
 from dashboard.data import DATASET_ENV
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -32,6 +34,22 @@ def streamlit_command(port: int, address: str) -> list[str]:
     ]
 
 
+def check_address(address: str) -> None:
+    """Raise UsageError unless this machine can serve on `address` (a name
+    that does not resolve, an address of no interface of it): Streamlit,
+    run in place of this process, fails there with a traceback, after the
+    dashboard was announced. Bound as Streamlit binds it, on a spare port:
+    whether --port is free is Streamlit's to say."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family) as probe:
+            probe.bind((address, 0))
+    except OSError as error:  # IPv6 off makes the socket fail too
+        raise UsageError(f"--address {address}: cannot serve there ({error.strerror or one_line(error)})") from None
+    except (UnicodeError, TypeError, ValueError):  # a name that cannot be encoded for the DNS
+        raise UsageError(f"--address {address}: cannot serve there (not a host name or address)") from None
+
+
 @click.command("dashboard")
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
 @click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535), help="Port to serve on.")
@@ -44,6 +62,7 @@ def dashboard(dataset: Path | None, port: int, address: str) -> None:
     interconnect, kernels and launches, communication, compare runs, and a
     live view of a dataset a collector is writing.
     """
+    check_address(address)
     env = dict(os.environ)
     if dataset is None:
         from dashboard.data import default_dataset

@@ -528,6 +528,28 @@ def test_dashboard_command_binds_elsewhere_only_when_told(monkeypatch, sample):
     assert argv[argv.index("--server.port") + 1] == "8501"
 
 
+def _serve_refused(monkeypatch, capsys, args: list[str]) -> tuple[int, str, list]:
+    from dashboard import cli, serve
+
+    calls = []
+    monkeypatch.setattr(serve.os, "execve", lambda path, argv, env: calls.append(argv))
+    code = cli.main(["dashboard", *args])
+    return code, capsys.readouterr().err, calls
+
+
+def test_dashboard_on_an_address_of_no_interface_here_is_one_error_line_and_starts_nothing(monkeypatch, capsys, sample):
+    # 192.0.2.1 is kept for documentation (RFC 5737): no machine has it.
+    assert _serve_refused(monkeypatch, capsys, [str(sample), "--address", "192.0.2.1"]) == (
+        2, "gpulens: error: --address 192.0.2.1: cannot serve there (Cannot assign requested address)\n", [])
+
+
+def test_dashboard_on_an_address_that_is_no_address_is_one_error_line_and_starts_nothing(monkeypatch, capsys, sample):
+    code, err, calls = _serve_refused(monkeypatch, capsys, [str(sample), "--address", "999.1.1.1"])
+    # The reason is the resolver's: "Name or service not known" without a DNS server, another with one.
+    assert (code, err.startswith("gpulens: error: --address 999.1.1.1: cannot serve there ("), err.count("\n"), calls) == (
+        2, True, 1, [])
+
+
 def test_the_launcher_warms_every_pages_first_view_into_the_pages_cache(monkeypatch, sample, tmp_path):
     from analysis.findings import all_findings
     from dashboard import launch
