@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ import pyarrow.parquet as pq
 from collector.errors import DatasetError, TraceError, UsageError
 from collector.sim import PROFILES, SimBackend
 from collector.throttle import LIMITING_REASONS
-from collector.writer import STAGING_DIR, DatasetWriter
+from collector.writer import STAGING_DIR, DatasetWriter, new_temporary_file
 
 # 2026-01-01T00:00:00Z: where the demo's clock starts.
 DEMO_START_NS = 1_767_225_600_000_000_000
@@ -229,13 +228,14 @@ def _replace(table: pa.Table, column: str, values: pa.Array) -> pa.Table:
 def _write_trace_table(table: pa.Table, destination: Path) -> None:
     """Write as collector.ingest.store does (zstd, dictionaries for text), atomically."""
     text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-    handle, temporary = tempfile.mkstemp(prefix=".demo-", suffix=".tmp", dir=destination.parent)
-    os.close(handle)
+    temporary = None
     try:
+        temporary = new_temporary_file(destination.parent, prefix=".demo-")
         pq.write_table(table, temporary, compression="zstd", use_dictionary=text)
         os.replace(temporary, destination)
     except OSError as error:
-        Path(temporary).unlink(missing_ok=True)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
         raise DatasetError(f"{destination}: cannot write ({error.strerror or error})") from error
 
 

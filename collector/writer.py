@@ -21,6 +21,7 @@ import datetime as dt
 import errno
 import itertools
 import os
+import tempfile
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -87,6 +88,24 @@ def write_parquet_atomic(table: pa.Table | Iterable[pa.Table], destination: Path
         temporary.unlink(missing_ok=True)  # a source that failed to read, say: nothing half-written stays
         raise
     return destination
+
+
+def new_temporary_file(folder: Path, prefix: str, suffix: str = ".tmp") -> Path:
+    """A new, empty, uniquely named file in `folder`, to write and then
+    rename into place, with the mode any new file gets (0666 less the
+    umask): mkstemp's 0600 would go with it into the dataset, where other
+    users could not read it."""
+    handle, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    try:
+        umask = os.umask(0o077)  # read by setting it: a short-lived value no looser than mkstemp's
+        os.umask(umask)
+        os.fchmod(handle, 0o666 & ~umask)
+    except OSError:
+        Path(name).unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(handle)
+    return Path(name)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -302,6 +321,7 @@ __all__ = [
     "STAGING_DIR",
     "SCHEMA_VERSION",
     "check_writable",
+    "new_temporary_file",
     "parquet_options",
     "sweep_staging",
     "write_parquet_atomic",

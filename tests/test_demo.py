@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import polars as pl
@@ -36,6 +37,18 @@ def test_demo_same_seed_gives_identical_bytes_in_another_folder(tmp_path: Path, 
     assert any(name.startswith("telemetry/") for name in first)
     assert any("/kernels/" in name for name in first)
     assert first == second
+
+
+def test_demo_files_get_the_mode_of_any_new_file_so_others_can_read_them(tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        root = make_demo(tmp_path / "demo", seed=0, **SMALL)
+    finally:
+        os.umask(previous)
+    files = sorted(root.rglob("*.parquet"))
+    assert any("/runs/" in path.as_posix() for path in files)
+    assert [(path.relative_to(root).as_posix(), oct(path.stat().st_mode & 0o777)) for path in files
+            if path.stat().st_mode & 0o777 != 0o644] == []
 
 
 def test_demo_different_seed_gives_different_telemetry(tmp_path: Path, planted: Path) -> None:

@@ -1,4 +1,5 @@
 import datetime as dt
+import os
 from pathlib import Path
 
 import duckdb
@@ -7,7 +8,7 @@ import pytest
 
 from collector.errors import DatasetError
 from collector.schema import TELEMETRY_METRICS
-from collector.writer import STAGING_DIR, DatasetWriter, TableBuffer, sweep_staging
+from collector.writer import STAGING_DIR, DatasetWriter, TableBuffer, new_temporary_file, sweep_staging
 
 MIDNIGHT_US = int(dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc).timestamp() * 1_000_000)
 
@@ -106,3 +107,13 @@ def test_leftover_temporary_files_are_swept_on_start(tmp_path):
     DatasetWriter(tmp_path, "n")
     assert list(staging.glob("*.tmp")) == []
     assert sweep_staging(tmp_path) == 0
+
+
+def test_a_new_temporary_file_has_the_mode_of_any_new_file_not_mkstemps(tmp_path):
+    previous = os.umask(0o027)
+    try:
+        temporary = new_temporary_file(tmp_path, prefix=".runs-")
+    finally:
+        os.umask(previous)
+    assert (temporary.parent, temporary.name.startswith(".runs-"), oct(temporary.stat().st_mode & 0o777)) == (
+        tmp_path, True, "0o640")

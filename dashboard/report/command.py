@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from collector.errors import DatasetError, UsageError
+from collector.writer import new_temporary_file
 
 FORMATS = ("html", "md", "json")
 _SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
@@ -123,16 +124,12 @@ def _write(output: Path, data: bytes) -> None:
     folder = output.parent if str(output.parent) else Path(".")
     temporary = None
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=folder)
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
+        temporary = new_temporary_file(folder, prefix=f".{output.name}.")
+        temporary.write_bytes(data)
         os.replace(temporary, output)
     except OSError as error:
         if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
+            temporary.unlink(missing_ok=True)
         raise DatasetError(f"{output}: cannot write the report ({error.strerror or error})") from None
 
 
