@@ -54,7 +54,7 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
     """
     from dashboard.report.build import build_report
     from dashboard.report.compare import RegressionFound, parse_fail_on
-    from dashboard.report.inputs import resolve_inputs
+    from dashboard.report.inputs import refuse_output_among_inputs, resolve_inputs
 
     output_format = output_format or _format_for(output)
     thresholds = parse_fail_on(fail_on)
@@ -62,6 +62,8 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         raise UsageError("--fail-on needs --compare BASELINE")
     if output is None:
         output = Path("report.html") if output_format == "html" else Path("-")
+    if output != Path("-"):
+        refuse_output_among_inputs(output, list(inputs), baseline)
 
     terminal = sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="gpulens-report-") as scratch:

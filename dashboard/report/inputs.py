@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -60,3 +61,50 @@ def resolve_inputs(inputs: list[str], scratch: Path, keep: Path | None, run: str
         if level == logging.WARNING:
             print(f"gpulens: warning: {line}", file=sys.stderr)
     return target, keep is None
+
+
+def refuse_output_among_inputs(output: Path, inputs: list[str], baseline: Path | None) -> None:
+    """Raise UsageError where writing `output` would replace what the report
+    reads: an input file or the baseline (through links too), a trace in an
+    input folder, or anything in an input dataset's tables. Checked before
+    any work, which a refusal at the end would waste."""
+    target = os.path.realpath(output)
+    named = [*inputs, *([str(baseline)] if baseline is not None else [])]
+    for name in named:
+        # A glob the shell left alone is expanded as ingest will expand it.
+        matches = glob.glob(name, recursive=True) if glob.has_magic(name) and not os.path.exists(name) else [name]
+        for match in map(Path, matches):
+            folder = _folder_holding(match, target)
+            if folder is not None:
+                raise UsageError(f"{output}: is in {folder}, an input of this report; choose another -o")
+            if match.is_file() and _same_file(match, output):
+                raise UsageError(f"{output}: is an input of this report; choose another -o")
+
+
+def _folder_holding(path: Path, target: str) -> Path | None:
+    """`path` where it is a folder the report reads `target` from, else None."""
+    if not path.is_dir():
+        return None
+    if is_dataset(path):
+        tables = [os.path.realpath(path / marker) for marker in DATASET_MARKERS]
+        return path if any(_inside(target, table) for table in tables) else None
+    from collector.ingest.batch import TRACE_SUFFIXES
+
+    # A trace folder: the files ingest picks out of it (find_traces).
+    folder = os.path.realpath(path)
+    if not _inside(target, folder) or not os.path.exists(target):
+        return None
+    hidden = any(part.startswith(".") for part in Path(os.path.relpath(target, folder)).parts)
+    return path if not hidden and target.lower().endswith(TRACE_SUFFIXES) else None
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file, through links (symbolic or hard) too; False where either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -1,0 +1,80 @@
+"""`gpulens report -o`: where the report goes, what it never replaces, and bad baselines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from test_report import INFERENCE, TRAINING, _one_line_error, gpulens
+
+
+@pytest.fixture()
+def trace(tmp_path: Path) -> Path:
+    """One rank's Kineto trace, copied where a test may lose it."""
+    if not TRAINING.is_dir():
+        pytest.skip("sample_traces/demo-training is not present")
+    source = sorted((TRAINING / "raw" / "kineto").glob("rank-0.*"))[0]
+    return Path(shutil.copy(source, tmp_path / "victim.pt.trace.json.gz"))
+
+
+@pytest.fixture(scope="module")
+def inference_json() -> dict:
+    """The JSON report of the inference sample, to edit into baselines."""
+    from dashboard.report.build import build_report
+    from dashboard.report.jsonout import render_json
+
+    return json.loads(render_json(build_report(INFERENCE)))
+
+
+# --- an output that is an input ---------------------------------------------------------
+
+
+def test_report_refuses_to_write_over_its_input_trace(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = trace.read_bytes()
+    code, _, err = gpulens("report", str(trace), "-o", str(trace), "--format", "json", capsys=capsys)
+    assert code == 2
+    assert _one_line_error(err) == f"gpulens: error: {trace}: is an input of this report; choose another -o"
+    assert trace.read_bytes() == before
+
+
+def test_report_refuses_a_link_to_its_input_trace(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = trace.read_bytes()
+    link = trace.parent / "report.json"
+    link.symlink_to(trace.name)
+    code, _, err = gpulens("report", str(trace), "-o", str(link), capsys=capsys)
+    assert code == 2
+    assert _one_line_error(err) == f"gpulens: error: {link}: is an input of this report; choose another -o"
+    assert trace.read_bytes() == before
+
+
+def test_report_refuses_to_write_over_a_trace_in_its_input_folder(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = trace.read_bytes()
+    code, _, err = gpulens("report", str(trace.parent), "-o", str(trace), "--format", "json", capsys=capsys)
+    assert code == 2
+    assert _one_line_error(err) == (f"gpulens: error: {trace}: is in {trace.parent}, an input of this report; "
+                                    "choose another -o")
+    assert trace.read_bytes() == before
+
+
+def test_report_refuses_to_write_over_its_baseline(inference_json: dict, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(inference_json))
+    before = baseline.read_bytes()
+    code, _, err = gpulens("report", str(INFERENCE), "--compare", str(baseline), "-o", str(baseline), capsys=capsys)
+    assert code == 2
+    assert _one_line_error(err) == f"gpulens: error: {baseline}: is an input of this report; choose another -o"
+    assert baseline.read_bytes() == before
+
+
+def test_report_refuses_to_write_into_its_input_datasets_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset = tmp_path / "data"
+    shutil.copytree(INFERENCE, dataset)
+    output = dataset / "telemetry" / "report.json"
+    code, _, err = gpulens("report", str(dataset), "-o", str(output), capsys=capsys)
+    assert code == 2
+    assert _one_line_error(err) == f"gpulens: error: {output}: is in {dataset}, an input of this report; choose another -o"
+    assert not output.exists()
