@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,48 @@ def test_report_refuses_to_write_into_its_input_datasets_tables(tmp_path: Path, 
     assert code == 2
     assert _one_line_error(err) == f"gpulens: error: {output}: is in {dataset}, an input of this report; choose another -o"
     assert not output.exists()
+
+
+# --- what -o is ---------------------------------------------------------------------------
+
+
+def test_report_through_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "reports" / "latest.md"
+    target.parent.mkdir()
+    target.write_text("old report\n")
+    link = tmp_path / "report.md"
+    link.symlink_to(target)
+    code, _, err = gpulens("report", str(INFERENCE), "-o", str(link), capsys=capsys)
+    assert code == 0, err
+    assert os.readlink(link) == str(target)
+    assert target.read_text().startswith("# gpulens report: sim-infer-00\n")
+
+
+def test_report_into_a_fifo_writes_into_it_and_leaves_the_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    # A reader already there, so opening the FIFO to write does not wait; the
+    # small report fits in the pipe's buffer until it is read.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        code, _, err = gpulens("report", str(INFERENCE), "--format", "md", "-o", str(fifo), capsys=capsys)
+        received = os.read(reader, 1 << 16)
+    except BlockingIOError:
+        received = b""
+    finally:
+        os.close(reader)
+    assert code == 0, err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert received.startswith(b"# gpulens report: sim-infer-00\n")
+
+
+def test_report_keeps_the_permission_bits_of_the_file_it_replaces(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "private.md"
+    output.write_text("old report\n")
+    output.chmod(0o600)
+    code, _, err = gpulens("report", str(INFERENCE), "-o", str(output), capsys=capsys)
+    assert code == 0, err
+    assert stat.S_IMODE(os.stat(output).st_mode) == 0o600
+    assert output.read_text().startswith("# gpulens report: sim-infer-00\n")

@@ -10,6 +10,7 @@ threshold (the report is still written). Errors are raised as
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -118,17 +119,38 @@ def _render(built, output_format: str) -> bytes:
 
 
 def _write(output: Path, data: bytes) -> None:
-    """Write atomically (a reader never sees half a report); '-' is stdout."""
+    """Write the report to `output` ('-': stdout).
+
+    A regular file is replaced atomically (a reader never sees half a
+    report; a failed write leaves the old one), keeping its permission bits;
+    a link's target is replaced, not the link. A FIFO or device is written
+    into: renaming over it would replace it with a plain file.
+    """
     if output == Path("-"):
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    folder = output.parent if str(output.parent) else Path(".")
+    try:
+        existing = os.stat(output)  # follows links
+    except FileNotFoundError:
+        existing = None
+    except OSError as error:
+        raise DatasetError(f"{output}: cannot write the report ({error.strerror or error})") from None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        try:
+            with open(output, "wb") as stream:
+                stream.write(data)
+        except OSError as error:
+            raise DatasetError(f"{output}: cannot write the report ({error.strerror or error})") from None
+        return
+    target = Path(os.path.realpath(output))
     temporary = None
     try:
-        temporary = new_temporary_file(folder, prefix=f".{output.name}.")
+        temporary = new_temporary_file(target.parent, prefix=f".{target.name}.")
         temporary.write_bytes(data)
-        os.replace(temporary, output)
+        if existing is not None:
+            os.chmod(temporary, stat.S_IMODE(existing.st_mode))
+        os.replace(temporary, target)
     except OSError as error:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
