@@ -6,11 +6,15 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from test_report import INFERENCE, TRAINING, _one_line_error, gpulens
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
@@ -125,3 +129,12 @@ def test_report_keeps_the_permission_bits_of_the_file_it_replaces(tmp_path: Path
     assert code == 0, err
     assert stat.S_IMODE(os.stat(output).st_mode) == 0o600
     assert output.read_text().startswith("# gpulens report: sim-infer-00\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_report_to_a_full_stdout_fails_with_one_line() -> None:
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "dashboard.cli", "report", str(INFERENCE), "--format", "md",
+                                 "-o", "-"], stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    assert (result.returncode, result.stderr) == (
+        1, "gpulens: error: cannot write the report to standard output (No space left on device)\n")

@@ -127,8 +127,7 @@ def _write(output: Path, data: bytes) -> None:
     into: renaming over it would replace it with a plain file.
     """
     if output == Path("-"):
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
+        _write_stdout(data)
         return
     try:
         existing = os.stat(output)  # follows links
@@ -155,6 +154,16 @@ def _write(output: Path, data: bytes) -> None:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
         raise DatasetError(f"{output}: cannot write the report ({error.strerror or error})") from None
+
+
+def _write_stdout(data: bytes) -> None:
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # a reader that stopped early: dashboard.cli exits quietly
+    except OSError as error:  # a full disk (ENOSPC), a broken device (EIO)
+        raise DatasetError(f"cannot write the report to standard output ({error.strerror or error})") from None
 
 
 class _Progress:
