@@ -138,3 +138,27 @@ def test_report_to_a_full_stdout_fails_with_one_line() -> None:
                                  "-o", "-"], stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     assert (result.returncode, result.stderr) == (
         1, "gpulens: error: cannot write the report to standard output (No space left on device)\n")
+
+
+# --- a baseline that is not a report ---------------------------------------------------------
+
+
+def test_report_compare_names_a_baseline_metric_that_is_not_a_number(inference_json: dict, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(inference_json | {"metrics": inference_json["metrics"] | {"step_time_ns": "abc"}}))
+    code, _, err = gpulens("report", str(INFERENCE), "--compare", str(baseline), "-o", str(tmp_path / "r.md"),
+                           capsys=capsys)
+    assert code == 1
+    assert _one_line_error(err) == f"gpulens: error: {baseline}: metrics.step_time_ns is not a number"
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_report_compare_names_a_baseline_finding_that_is_not_an_object(inference_json: dict, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(inference_json | {"findings": [1, 2]}))
+    code, _, err = gpulens("report", str(INFERENCE), "--compare", str(baseline), "-o", str(tmp_path / "r.md"),
+                           capsys=capsys)
+    assert code == 1
+    assert _one_line_error(err) == f"gpulens: error: {baseline}: findings[0] is not an object"

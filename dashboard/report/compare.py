@@ -183,6 +183,9 @@ def load_baseline(path: Path, label: str | None = None) -> Baseline:
         metrics = data.get("metrics")
         if not isinstance(metrics, dict) or not isinstance(data.get("findings"), list):
             raise DatasetError(f"{path}: a JSON report without `metrics` and `findings`: written by an older gpulens?")
+        problem = _report_problem(metrics, data["findings"])
+        if problem is not None:
+            raise DatasetError(f"{path}: {problem}")
         return Baseline(label or f"JSON report {path}", {m.key: _finite(metrics.get(m.key)) for m in METRICS}, data["findings"])
     from analysis.dataset import open_dataset
     from analysis.findings import all_findings
@@ -199,6 +202,28 @@ def load_baseline(path: Path, label: str | None = None) -> Baseline:
         con.close()
     description = label or (f"traces {path} (ingested)" if temporary else f"dataset {path}")
     return Baseline(description, metrics, findings)
+
+
+_FINDING_TEXT = ("id", "severity", "title", "detail")
+
+
+def _report_problem(metrics: dict[str, Any], findings: list[Any]) -> str | None:
+    """What in a JSON report's metrics and findings the comparison cannot
+    use (a baseline edited by hand), or None. Only what it reads is checked."""
+    for m in METRICS:
+        value = metrics.get(m.key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"metrics.{m.key} is not a number"
+    for i, finding in enumerate(findings):
+        if not isinstance(finding, dict):
+            return f"findings[{i}] is not an object"
+        for key in _FINDING_TEXT:
+            if not isinstance(finding.get(key), str):
+                return f"findings[{i}].{key} is not a string"
+        for key in ("subject", "evidence"):
+            if finding.get(key) is not None and not isinstance(finding[key], dict):
+                return f"findings[{i}].{key} is not an object"
+    return None
 
 
 def is_json_report(path: Path) -> bool:
