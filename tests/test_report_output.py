@@ -162,3 +162,16 @@ def test_report_compare_names_a_baseline_finding_that_is_not_an_object(inference
                            capsys=capsys)
     assert code == 1
     assert _one_line_error(err) == f"gpulens: error: {baseline}: findings[0] is not an object"
+
+
+def test_report_compare_with_json_that_is_no_report_says_it_is_neither(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = tmp_path / "notreport.json"
+    baseline.write_text('{"step_time_ns": 1200000}\n')
+    code, _, err = gpulens("report", str(INFERENCE), "--compare", str(baseline), "-o", str(tmp_path / "r.md"),
+                           capsys=capsys)
+    assert code == 1
+    assert _one_line_error(err) == (
+        f"gpulens: error: {baseline}: neither a gpulens JSON report nor a trace gpulens can read (expected a JSON "
+        "report from `gpulens report --format json`, Kineto JSON, Nsight Systems SQLite, a rocprofv3 database or "
+        "CSV, or an NCCL log)")

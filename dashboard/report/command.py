@@ -89,12 +89,22 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
 
 def _resolve_baseline(baseline: Path | None, scratch: Path) -> tuple[Path | None, str | None]:
     """The baseline as a dataset or JSON report; trace files are ingested into `scratch`."""
+    from collector.errors import TraceError
+    from collector.ingest.formats import UNKNOWN_FORMAT
     from dashboard.report.compare import is_json_report
     from dashboard.report.inputs import is_dataset, resolve_inputs
 
     if baseline is None or is_json_report(baseline) or is_dataset(baseline):
         return baseline, None
-    dataset, _ = resolve_inputs([str(baseline)], scratch, keep=None)
+    try:
+        dataset, _ = resolve_inputs([str(baseline)], scratch, keep=None)
+    except TraceError as error:
+        if error.problem != UNKNOWN_FORMAT:
+            raise
+        # A baseline may also be a JSON report, so the trace formats alone mislead.
+        raise TraceError(str(baseline), "neither a gpulens JSON report nor a trace gpulens can read (expected a JSON "
+                                        "report from `gpulens report --format json`, Kineto JSON, Nsight Systems "
+                                        "SQLite, a rocprofv3 database or CSV, or an NCCL log)") from None
     return dataset, f"traces {baseline} (ingested)"
 
 
