@@ -167,6 +167,18 @@ def test_ingest_layout_run_table_source_id(tmp_path: Path) -> None:
         f"traces/run=exp_1/{table}/{source_id(trace)}.parquet" for table in ("cpu_ops", "gpu_phases", "kernel_names", "kernels", "rank_summary", "runs")]
 
 
+def test_ingest_warns_where_the_run_name_had_to_change(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json())
+    report = ingest_paths([trace], tmp_path / "out", run="exp/1", jobs=1)
+    assert report.notices()[-1] == (logging.WARNING, "run name 'exp/1' is stored as 'exp_1' (a run name is one "
+                                    "folder's name: no slashes, control characters, leading dots or surrounding spaces)")
+
+
+def test_ingest_of_a_plain_run_name_warns_of_nothing(tmp_path: Path) -> None:
+    trace = write(tmp_path / "in" / "t.json", kineto_json())
+    assert ingest_paths([trace], tmp_path / "out", run="exp-1.a", jobs=1).run_renamed is None
+
+
 def test_ingest_stores_run_and_rank_columns(tmp_path: Path) -> None:
     trace = write(tmp_path / "in" / "t.json", kineto_json(rank=2))
     ingest_paths([trace], tmp_path / "out", run="exp", jobs=1)

@@ -181,6 +181,9 @@ class IngestReport:
     # (source path, the runs that held it, its run now) of the sources this
     # call took from other runs: a source file belongs to one run.
     moved: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
+    # (the --run given, the name stored) where the name had to change to be
+    # one folder's name: two different names may then meet in one run.
+    run_renamed: tuple[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -230,6 +233,10 @@ class IngestReport:
             (logging.WARNING, f"{path}: moved from run {', '.join(before)} to run {now} (a trace file belongs to "
                               "one run; to keep it in both, ingest a copy of it)")
             for path, before, now in self.moved)
+        if self.run_renamed is not None:
+            given, stored = self.run_renamed
+            notices.append((logging.WARNING, f"run name {given!r} is stored as {stored!r} (a run name is one folder's "
+                                             "name: no slashes, control characters, leading dots or surrounding spaces)"))
         notices.extend((logging.ERROR, failure.message) for failure in self.failures)
         return notices
 
@@ -363,6 +370,8 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     report.failures.sort(key=lambda f: f.path)
     report.moved = [(result.path, tuple(elsewhere[source_id(result.path)]), result.run)
                     for result in report.results if source_id(result.path) in elsewhere]
+    if run is not None and report.results and sanitise_run(run) != run:
+        report.run_renamed = (run, sanitise_run(run))
     report.earlier = sources_in_runs(out, report.runs)
     report.seconds = time.perf_counter() - started
     return report
