@@ -116,6 +116,8 @@ class _WatcherThread(threading.Thread):
             if report is not None:
                 for level, line in report.notices():
                     log.log(level, "ingested %s" if level == logging.INFO else "%s", line)
+        for line in self.watcher.pending():
+            log.warning("%s", line)
 
 
 def _start_trace_watcher(directory: Path, out: Path, run: str | None, period_s: float = 2.0) -> _WatcherThread:

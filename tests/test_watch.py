@@ -85,6 +85,37 @@ def test_watch_reports_unparseable_file_after_it_stays_broken(tmp_path: Path) ->
     assert (quiet, [f.path for f in report.failures], watcher.poll()) == (None, [str(broken)], None)
 
 
+def test_watch_stopped_while_retrying_a_broken_file_says_so(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    broken = folder / "host_1.123.pt.trace.json"
+    append(broken, '{"traceEvents": [{"ph": "X"', 1_000)
+    watcher = TraceWatcher(folder, out, give_up_after_s=60.0, clock=FakeClock())
+    watcher.poll()
+    watcher.poll()  # stable and unparseable: retried until 60 s have passed
+    assert watcher.pending() == [f"{broken}: invalid JSON: Input data was truncated (not ingested: it was still "
+                                 "being retried when the watcher stopped)"]
+
+
+def test_watch_stopped_before_a_new_file_was_stable_says_so(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    (folder / "rank0.json").write_text(kineto_text())
+    watcher = TraceWatcher(folder, out, clock=FakeClock())
+    watcher.poll()  # seen once: not known to be complete yet
+    assert watcher.pending() == [f"{folder / 'rank0.json'}: not ingested: still being written, or new, when the "
+                                 "watcher stopped"]
+
+
+def test_watch_stopped_after_ingesting_everything_has_nothing_pending(tmp_path: Path) -> None:
+    folder, out = tmp_path / "handler", tmp_path / "out"
+    folder.mkdir()
+    (folder / "rank0.json").write_text(kineto_text())
+    watcher = TraceWatcher(folder, out, clock=FakeClock())
+    watcher.poll()
+    assert watcher.poll().results and watcher.pending() == []
+
+
 def test_watch_ignores_files_that_are_not_traces(tmp_path: Path) -> None:
     folder = tmp_path / "handler"
     folder.mkdir()

@@ -80,6 +80,8 @@ def _ingested_sources(out: Path, run: str) -> dict[str, int]:
 class _Failing:
     signature: Signature
     since_s: float
+    # What the last attempt said (`path: problem`), told if the watcher stops first.
+    message: str = ""
 
 
 @dataclass
@@ -134,6 +136,18 @@ class TraceWatcher:
         report.seconds = time.perf_counter() - started
         return report
 
+    def pending(self) -> list[str]:
+        """What was seen but not ingested, one line each, for when the
+        watcher stops: sources that failed and were still being retried,
+        and sources still changing at the last poll (or not yet looked at
+        twice), which a profiler may not have finished writing."""
+        lines = [f"{failing.message} (not ingested: it was still being retried when the watcher stopped)"
+                 for failing in self._failing.values() if failing.message]
+        lines += [f"{key}: not ingested: still being written, or new, when the watcher stopped"
+                  for key, signature in self._previous.items()
+                  if key not in self._failing and self._handled.get(key) != signature]
+        return lines
+
     def _scan(self) -> dict[str, tuple[Source, Signature]]:
         if not self.directory.is_dir():
             return {}
@@ -160,6 +174,7 @@ class TraceWatcher:
                 took_s: float, report: IngestReport) -> None:
         """Record what ingesting a source gave."""
         if isinstance(outcome, FileFailure) and not self._give_up(source.path, signature):
+            self._failing[source.path].message = outcome.message
             return  # maybe still being written: try again at the next poll
         self._failing.pop(source.path, None)
         self._handled[source.path] = signature
