@@ -47,7 +47,7 @@ def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path(DEFAULT_DATASET), show_default=True,
               help="Dataset directory to write (the systemd unit uses /var/lib/gpulens).")
-@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True, help="Seconds between samples.")
+@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True, help="Seconds between samples (at least 0.01).")
 @click.option("--duration", "duration_s", type=float, default=None, help="Stop after this many seconds (default: run until stopped).")
 @click.option("--flush-every", "flush_every_s", type=float, default=60.0, show_default=True,
               help="Seconds between Parquet flushes: at most this much is lost to a kill -9.")

@@ -48,6 +48,12 @@ _RETRY_FIRST_S = 1.0
 _RETRY_MAX_S = 60.0
 
 
+# The shortest --interval: NVML and amdsmi refresh power and utilisation every
+# 10-100 ms, so a shorter interval reads the same values again, and an
+# 8-GPU tick itself takes a few ms (an interval of 1e-9 s gave billions of
+# "skipped" ticks).
+MIN_INTERVAL_S = 0.01
+
 @dataclass
 class CollectOptions:
     out: Path
@@ -64,6 +70,9 @@ class CollectOptions:
                                 ("--slow-every", self.slow_every_s)):
             if not (math.isfinite(seconds) and seconds > 0):
                 raise UsageError(f"{option} must be a positive, finite number of seconds, got {seconds}")
+        if self.interval_s < MIN_INTERVAL_S:
+            raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s, got {self.interval_s}: the drivers "
+                             "update their readings every 10-100 ms, and a node's GPUs take milliseconds to read")
         if self.slow_every_s < self.interval_s:
             raise UsageError(f"--slow-every ({self.slow_every_s} s) must not be shorter than --interval ({self.interval_s} s)")
         if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s >= 0):

@@ -133,6 +133,15 @@ def test_bad_interval_is_a_usage_error(tmp_path):
         Collector(SimBackend(), CollectOptions(out=tmp_path, interval_s=0))
 
 
+def test_an_interval_shorter_than_the_drivers_refresh_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match=r"^--interval must be at least 0\.01 s, got 1e-09: "):
+        CollectOptions(out=tmp_path, interval_s=1e-9).validate()
+
+
+def test_the_shortest_interval_is_accepted(tmp_path):
+    CollectOptions(out=tmp_path, interval_s=0.01, slow_every_s=10.0).validate()
+
+
 @pytest.mark.parametrize("option, field", [("--flush-every", "flush_every_s"), ("--slow-every", "slow_every_s"),
                                            ("--duration", "duration_s")])
 @pytest.mark.parametrize("seconds", [float("nan"), float("inf")])
