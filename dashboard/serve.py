@@ -9,6 +9,7 @@ first page's results: see dashboard/launch.py) in place of this process
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
@@ -50,6 +51,23 @@ def check_address(address: str) -> None:
         raise UsageError(f"--address {address}: cannot serve there (not a host name or address)") from None
 
 
+def check_port(address: str, port: int) -> None:
+    """Raise UsageError where another server already listens on `port` at
+    `address`: Streamlit, told the port, would only log a timestamped
+    'Port N is not available' and exit. Bound with SO_REUSEADDR, as
+    Tornado binds, so a port left in TIME_WAIT by the last dashboard passes."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((address, port))
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise UsageError(f"--port {port}: in use on {address} (another server listens there; choose another "
+                             "--port)") from None
+        raise UsageError(f"--port {port}: cannot serve there ({error.strerror or one_line(error)})") from None
+
+
 @click.command("dashboard")
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
 @click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535), help="Port to serve on.")
@@ -63,6 +81,7 @@ def dashboard(dataset: Path | None, port: int, address: str) -> None:
     live view of a dataset a collector is writing.
     """
     check_address(address)
+    check_port(address, port)
     env = dict(os.environ)
     if dataset is None:
         from dashboard.data import default_dataset

@@ -550,6 +550,18 @@ def test_dashboard_on_an_address_that_is_no_address_is_one_error_line_and_starts
         2, True, 1, [])
 
 
+def test_dashboard_on_a_port_another_server_holds_is_one_error_line_and_starts_nothing(monkeypatch, capsys, sample):
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert _serve_refused(monkeypatch, capsys, [str(sample), "--port", str(port)]) == (
+            2, f"gpulens: error: --port {port}: in use on 127.0.0.1 (another server listens there; choose another "
+               "--port)\n", [])
+
+
 def test_the_launcher_warms_every_pages_first_view_into_the_pages_cache(monkeypatch, sample, tmp_path):
     from analysis.findings import all_findings
     from dashboard import launch
