@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -106,11 +107,19 @@ def make_demo(
     backend = SimBackend(gpus=DEMO_GPUS, profile=profile, seed=seed, capped_gpu=capped_gpu)
     if capped_gpu is None:
         backend.capped_gpu = None
-    _write_node(out_dir, backend, host, ticks)
-    if profile == "training":
-        middle_ns = DEMO_START_NS + (ticks // 2) * INTERVAL_NS
-        _write_traces(out_dir, seed, straggler_rank, steps, kernels_per_step, middle_ns, end_ns, jobs)
-    shutil.rmtree(out_dir / STAGING_DIR, ignore_errors=True)
+    # Built beside the dataset and moved in whole at the end: a demo stopped
+    # halfway (Ctrl-C) leaves no half dataset, and --force keeps the old one
+    # until the new one is complete. (Its files name their paths relative
+    # to the dataset, so the bytes are the same wherever it is built.)
+    staging = _staging_beside(out_dir)
+    try:
+        _write_node(staging, backend, host, ticks)
+        if profile == "training":
+            middle_ns = DEMO_START_NS + (ticks // 2) * INTERVAL_NS
+            _write_traces(staging, seed, straggler_rank, steps, kernels_per_step, middle_ns, end_ns, jobs)
+        _move_in(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out_dir
 
 
@@ -119,9 +128,26 @@ def _prepare(out_dir: Path, force: bool) -> None:
     if existing and not force:
         raise UsageError(f"{out_dir}: already holds a dataset ({', '.join(existing)}); use --force to replace it")
     try:
-        for name in existing:
-            shutil.rmtree(out_dir / name)
         out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DatasetError(f"{out_dir}: cannot write the demo ({error.strerror or error})") from error
+
+
+def _staging_beside(out_dir: Path) -> Path:
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.demo-", dir=out_dir.parent))
+    except OSError as error:
+        raise DatasetError(f"{out_dir}: cannot write the demo ({error.strerror or error})") from error
+
+
+def _move_in(staging: Path, out_dir: Path) -> None:
+    """The built demo's folders into `out_dir`, replacing those it holds."""
+    try:
+        for name in _DEMO_FOLDERS:
+            if (out_dir / name).exists():
+                shutil.rmtree(out_dir / name)
+            if (staging / name).exists():
+                os.replace(staging / name, out_dir / name)
     except OSError as error:
         raise DatasetError(f"{out_dir}: cannot write the demo ({error.strerror or error})") from error
 

@@ -110,6 +110,29 @@ def test_demo_refuses_to_overwrite_a_dataset_without_force(tmp_path: Path) -> No
     make_demo(out, profile="inference", minutes=0.1, force=True)
 
 
+def test_demo_stopped_halfway_leaves_no_half_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector import demo
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "_write_traces", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        make_demo(tmp_path / "demo", minutes=0.1)
+    assert [path.name for path in tmp_path.iterdir()] == ["demo"] and not any((tmp_path / "demo").iterdir())
+
+
+def test_demo_forced_and_stopped_halfway_keeps_the_old_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector import demo
+
+    out = make_demo(tmp_path / "demo", profile="inference", minutes=0.1)
+    before = sorted(path.relative_to(out) for path in out.rglob("*"))
+    monkeypatch.setattr(demo, "_write_node", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        make_demo(out, profile="inference", minutes=0.1, force=True)
+    assert sorted(path.relative_to(out) for path in out.rglob("*")) == before
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
