@@ -60,3 +60,16 @@ def write_telemetry(root: Path, host: str, rows: list[dict]) -> None:
     for row in rows:
         writer.add("telemetry", {"gpu_uuid": f"GPU-{row['gpu_index']}", "vendor": "sim", **row})
     writer.flush()
+
+
+def update_sqlite(path: Path, sql: str) -> None:
+    """Run one statement on a SQLite file and commit it (a test's edit of a
+    built nsys or rocpd database)."""
+    import sqlite3
+
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute(sql)
+        connection.commit()
+    finally:
+        connection.close()

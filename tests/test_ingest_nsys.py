@@ -18,6 +18,7 @@ from collector.derive import derive_trace_tables
 from collector.errors import TraceError
 from collector.ingest import nsys
 from collector.schema import TRACE_SCHEMAS
+from conftest import update_sqlite
 
 EPOCH_NS = 1_700_000_000_000_000_000
 PID = 4242
@@ -389,17 +390,10 @@ def test_export_with_only_memcpy_and_memset_is_ingested(tmp_path: Path) -> None:
     assert _rows(parsed.tables["runs"], ["rank", "pid"]) == [{"rank": 0, "pid": PID}]
 
 
-def _set(path: Path, sql: str) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute(sql)
-    conn.commit()
-    conn.close()
-
-
 def test_text_in_a_numeric_column_names_the_table_and_column(tmp_path: Path) -> None:
     # SQLite stores any value in any column, whatever its declared type.
     path = build_export(tmp_path / "report.sqlite")
-    _set(path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 'dev' WHERE correlationId = 12")
+    update_sqlite(path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 'dev' WHERE correlationId = 12")
     with pytest.raises(TraceError) as error:
         nsys.parse(path, "r1")
     assert (error.value.path, error.value.problem) == (
@@ -408,7 +402,7 @@ def test_text_in_a_numeric_column_names_the_table_and_column(tmp_path: Path) -> 
 
 def test_text_session_start_names_the_table_and_column(tmp_path: Path) -> None:
     path = build_export(tmp_path / "report.sqlite")
-    _set(path, "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = '2023-11-14T22:13:20Z'")
+    update_sqlite(path, "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = '2023-11-14T22:13:20Z'")
     with pytest.raises(TraceError) as error:
         nsys.parse(path, "r1")
     assert (error.value.path, error.value.problem) == (

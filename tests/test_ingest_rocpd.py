@@ -22,6 +22,7 @@ from collector.ingest import rocpd
 from collector.ingest.batch import ingest_paths
 from collector.ingest.formats import detect_format
 from collector.schema import TRACE_SCHEMAS
+from conftest import update_sqlite
 
 UUID = "_00015a3c9f2e4b7d"
 GUID = "8f14e45f-ceea-467a-9a43-2c1f6b0d3e71"
@@ -329,17 +330,10 @@ def test_gpulens_ingest_finds_rocpd_databases_in_a_folder(tmp_path: Path) -> Non
         ("rank0_results.db", "rocpd", (0,), 3, 4), ("rank1_results.db", "rocpd", (1,), 3, 4)]
 
 
-def _set(path: Path, sql: str) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute(sql)
-    conn.commit()
-    conn.close()
-
-
 def test_text_in_a_numeric_column_names_the_table_and_column(tmp_path: Path) -> None:
     # SQLite stores any value in any column, whatever its declared type.
     path = write_rocpd(tmp_path / "4242_results.db")
-    _set(path, f"update \"rocpd_kernel_dispatch{UUID}\" set stream_id = 'hip-stream-1' where kernel_id = 2")
+    update_sqlite(path, f"update \"rocpd_kernel_dispatch{UUID}\" set stream_id = 'hip-stream-1' where kernel_id = 2")
     with pytest.raises(TraceError) as error:
         rocpd.parse(path, "job")
     assert (error.value.path, error.value.problem) == (
@@ -348,7 +342,7 @@ def test_text_in_a_numeric_column_names_the_table_and_column(tmp_path: Path) -> 
 
 def test_text_in_a_track_column_names_the_track_table(tmp_path: Path) -> None:
     path = write_rocpd(tmp_path / "4242_results.db", tracks=True)
-    _set(path, f"update \"rocpd_track{UUID}\" set pid = 'python' where id = 1")
+    update_sqlite(path, f"update \"rocpd_track{UUID}\" set pid = 'python' where id = 1")
     with pytest.raises(TraceError) as error:
         rocpd.parse(path, "job")
     assert (error.value.path, error.value.problem) == (str(path), "rocpd_track.pid holds text where a number belongs")
@@ -356,7 +350,7 @@ def test_text_in_a_track_column_names_the_track_table(tmp_path: Path) -> None:
 
 def test_text_agent_index_names_the_agent_table(tmp_path: Path) -> None:
     path = write_rocpd(tmp_path / "4242_results.db")
-    _set(path, f"update \"rocpd_info_agent{UUID}\" set type_index = 'gpu0' where id = 2")
+    update_sqlite(path, f"update \"rocpd_info_agent{UUID}\" set type_index = 'gpu0' where id = 2")
     with pytest.raises(TraceError) as error:
         rocpd.parse(path, "job")
     assert (error.value.path, error.value.problem) == (
