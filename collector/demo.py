@@ -268,13 +268,13 @@ def _write_trace_table(table: pa.Table, destination: Path) -> None:
 # --- the command ------------------------------------------------------------------------------
 
 
-def _optional_int(value: str | None) -> int | None:
+def _optional_int(value: str | None, option: str) -> int | None:
     if value is None or str(value).lower() in ("none", "-1", ""):
         return None
     try:
         return int(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not a number or 'none'") from None
+        raise UsageError(f"{option} {value!r} is not a number or 'none'") from None
 
 
 @click.command()
@@ -301,8 +301,8 @@ def demo(out_dir: Path, seed: int, straggler_rank: str, capped_gpu: str | None, 
 
         gpulens demo --out demo && gpulens report demo -o report.html
     """
-    straggler = _optional_int(straggler_rank)
-    capped = _optional_int(capped_gpu) if capped_gpu is not None else (DEFAULT_CAPPED_GPU if profile == "training" else None)
+    straggler = _optional_int(straggler_rank, "--straggler-rank")
+    capped = _optional_int(capped_gpu, "--capped-gpu") if capped_gpu is not None else (DEFAULT_CAPPED_GPU if profile == "training" else None)
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     make_demo(out_dir, seed=seed, straggler_rank=straggler, capped_gpu=capped, minutes=minutes, profile=profile,

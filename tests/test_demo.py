@@ -139,6 +139,8 @@ def test_demo_forced_and_stopped_halfway_keeps_the_old_dataset(tmp_path: Path, m
         (["--capped-gpu", "8"], "not one of the 8"),
         (["--straggler-rank", "9"], "not one of the 8"),
         (["--minutes", "0"], "must be positive"),
+        (["--straggler-rank", "abc"], "--straggler-rank 'abc' is not a number or 'none'"),
+        (["--capped-gpu", "x"], "--capped-gpu 'x' is not a number or 'none'"),
     ],
 )
 def test_demo_command_rejects_bad_values(tmp_path: Path, args: list[str], message: str) -> None:
