@@ -450,6 +450,19 @@ def test_ingest_command_of_one_bad_file_prints_one_line(tmp_path: Path, capsys: 
         f"gpulens: error: {bad}: invalid JSON: Input data was truncated"])
 
 
+def test_ingest_of_nothing_readable_leaves_no_empty_dataset(tmp_path: Path) -> None:
+    bad = write(tmp_path / "notes.json", '{"x": 1}')
+    report = ingest_paths([bad], tmp_path / "out", jobs=1)
+    assert (len(report.failures), (tmp_path / "out").exists()) == (1, False)
+
+
+def test_ingest_of_nothing_readable_into_a_dataset_keeps_the_dataset(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    ingest_paths([write(tmp_path / "t.json", kineto_json())], out, jobs=1)
+    ingest_paths([write(tmp_path / "notes.json", '{"x": 1}')], out, jobs=1)
+    assert len(rows_in(out, "kernels")) == 2
+
+
 def test_ingest_failure_message_is_file_then_problem(tmp_path: Path) -> None:
     report = ingest_paths([tmp_path / "gone.json"], tmp_path / "out")
     assert report.failures[0].message == f"{tmp_path / 'gone.json'}: no such file or directory"

@@ -347,6 +347,7 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     """
     started = time.perf_counter()
     out = Path(out)
+    new_dataset = not out.exists()
     check_writable(out)
     tasks, failures = _expand(list(paths), out, run)
     report = IngestReport(failures=failures)
@@ -373,8 +374,18 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     if run is not None and report.results and sanitise_run(run) != run:
         report.run_renamed = (run, sanitise_run(run))
     report.earlier = sources_in_runs(out, report.runs)
+    if new_dataset and not report.results:
+        _remove_if_empty(out / STAGING_DIR, out)  # nothing ingested: leave no empty dataset behind
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _remove_if_empty(*folders: Path) -> None:
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another ingest came), or gone
+            return
 
 
 def sources_in_runs(out: Path, runs: list[str]) -> list[tuple[str, str, int, str]]:
