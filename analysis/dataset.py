@@ -191,9 +191,8 @@ def open_dataset(
 
 # The folders a dataset's tables live in (see TABLE_GLOBS).
 _DATASET_FOLDERS = ("telemetry", "devices", "events", "processes", "traces")
-# Trace files by name: collector.ingest.batch.TRACE_SUFFIXES less the broad
-# ones (.log, .txt, .out), which a dataset folder may well hold as notes.
-_TRACE_FILE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".db", ".db.gz", ".csv", ".csv.gz")
+# Of the names ingest looks for, those a dataset folder may well hold as notes.
+_NOTE_SUFFIXES = (".log", ".txt", ".out")
 
 
 def _refuse_a_trace_folder(root: Path) -> None:
@@ -203,9 +202,12 @@ def _refuse_a_trace_folder(root: Path) -> None:
     opens as empty views.)"""
     if any((root / folder).is_dir() for folder in _DATASET_FOLDERS):
         return
+    from collector.ingest.batch import TRACE_SUFFIXES
+
+    suffixes = tuple(suffix for suffix in TRACE_SUFFIXES if suffix not in _NOTE_SUFFIXES)
     try:
         traces = sorted(entry.name for entry in os.scandir(root)
-                        if entry.is_file() and entry.name.lower().endswith(_TRACE_FILE_SUFFIXES))
+                        if entry.is_file() and entry.name.lower().endswith(suffixes))
     except OSError:
         return
     if traces:

@@ -54,6 +54,7 @@ _RETRY_MAX_S = 60.0
 # "skipped" ticks).
 MIN_INTERVAL_S = 0.01
 
+
 @dataclass
 class CollectOptions:
     out: Path

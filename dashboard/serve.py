@@ -40,7 +40,7 @@ def check_address(address: str) -> None:
     that does not resolve, an address of no interface of it): Streamlit,
     run in place of this process, fails there with a traceback, after the
     dashboard was announced. Bound as Streamlit binds it, on a spare port:
-    whether --port is free is Streamlit's to say."""
+    whether --port is free is `check_port`'s to say."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
         with socket.socket(family) as probe:

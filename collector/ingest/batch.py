@@ -351,8 +351,8 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     check_writable(out)
     tasks, failures = _expand(list(paths), out, run)
     report = IngestReport(failures=failures)
-    ids = {source_id(member.path): member.path for task in tasks for member in task.members}
-    elsewhere = runs_holding(out, set(ids), tasks[0].run) if tasks else {}
+    ids = {source_id(member.path) for task in tasks for member in task.members}
+    elsewhere = runs_holding(out, ids, tasks[0].run) if tasks else {}
     # Read once for the planning steps: a gzip file's size is in its last bytes
     # (53 ms a pass over 2,000 files, before any file is parsed).
     file_sizes = {file: content_bytes(file) for task in tasks for file in task.files}
@@ -369,10 +369,10 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
                 report.failures.append(outcome)
     report.results.sort(key=lambda r: r.path)
     report.failures.sort(key=lambda f: f.path)
-    report.moved = [(result.path, tuple(elsewhere[source_id(result.path)]), result.run)
-                    for result in report.results if source_id(result.path) in elsewhere]
-    if run is not None and report.results and sanitise_run(run) != run:
-        report.run_renamed = (run, sanitise_run(run))
+    report.moved = [(result.path, tuple(before), result.run)
+                    for result in report.results if (before := elsewhere.get(source_id(result.path)))]
+    if run is not None and report.results and (stored := sanitise_run(run)) != run:
+        report.run_renamed = (run, stored)
     report.earlier = sources_in_runs(out, report.runs)
     if new_dataset and not report.results:
         _remove_if_empty(out / STAGING_DIR, out)  # nothing ingested: leave no empty dataset behind
