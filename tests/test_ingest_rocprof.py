@@ -289,10 +289,15 @@ def test_process_with_memory_copies_only_is_accepted(tmp_path: Path) -> None:
     assert (parsed.rows("kernels"), parsed.rows("api_calls")) == (2, 3)
 
 
-def test_process_without_gpu_events_raises_naming_its_files(tmp_path: Path) -> None:
+def test_process_without_gpu_events_raises_naming_a_file_and_the_option_that_records_kernels(tmp_path: Path) -> None:
+    hip, marker = _process(tmp_path, "hip_api_trace", "marker_api_trace")
     with pytest.raises(TraceError) as error:
-        rocprof.parse_process(_process(tmp_path, "hip_api_trace", "marker_api_trace"), "r1")
-    assert (error.value.path, error.value.problem) == (str(tmp_path.resolve() / "4242_*"), "no GPU events (kernels or memory copies)")
+        rocprof.parse_process([hip, marker], "r1")
+    assert (error.value.path, error.value.problem) == (
+        str(hip),
+        "no GPU events (kernels or memory copies): only API traces (4242_hip_api_trace.csv, 4242_marker_api_trace.csv);"
+        " rocprofv3 records kernels with --kernel-trace",
+    )
 
 
 def test_process_with_header_only_kernel_trace_names_it(tmp_path: Path) -> None:

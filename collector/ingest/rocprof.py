@@ -221,18 +221,22 @@ def _parse_files(paths: list[Path], run: str, source_path: str) -> ParsedTrace:
         if table.num_rows:
             parsed.tables[name] = table
     if "kernels" not in parsed.tables:
-        raise TraceError(_gpu_source(files, source_path), NO_GPU_EVENTS)
+        raise _no_gpu_events(files)
     parsed.tables["runs"] = _runs_table(paths, source_path, run, rank, rank_source, agents, parsed.tables)
     return parsed
 
 
-def _gpu_source(files: list[_File], source_path: str) -> str:
-    """Where GPU events were looked for: the kernel (else memory-copy) trace,
-    else the one file read, else the process's files."""
+def _no_gpu_events(files: list[_File]) -> TraceError:
+    """Name where GPU events were looked for: the kernel (else memory-copy)
+    trace that had none; else, for API traces alone, the first of them, with
+    the option that records kernels (a process's `4242_*` is no file a user
+    can open)."""
     gpu_files = [file.path for file in files if file.kind != "api"]
     if gpu_files:
-        return str(gpu_files[0])
-    return str(files[0].path) if len(files) == 1 else source_path
+        return TraceError(str(gpu_files[0]), NO_GPU_EVENTS)
+    names = ", ".join(file.path.name for file in files)
+    only = f"only API traces ({names})" if len(files) > 1 else "an API trace alone"
+    return TraceError(str(files[0].path), f"{NO_GPU_EVENTS}: {only}; rocprofv3 records kernels with --kernel-trace")
 
 
 def _read_file(path: Path) -> _File:
