@@ -400,6 +400,23 @@ def test_text_in_a_numeric_column_names_the_table_and_column(tmp_path: Path) -> 
         str(path), "CUPTI_ACTIVITY_KIND_KERNEL.deviceId holds text where a number belongs")
 
 
+@pytest.mark.parametrize(("table", "column", "correlation_id"), [
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "start", 12),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", '"end"', 12),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "start", 12),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", '"end"', 10),
+])
+def test_text_time_names_the_table_and_column_instead_of_reading_as_the_session_start(
+        tmp_path: Path, table: str, column: str, correlation_id: int) -> None:
+    # SQLite's arithmetic reads 'abc' as 0, which on the epoch is the session start.
+    path = build_export(tmp_path / "report.sqlite")
+    update_sqlite(path, f"UPDATE {table} SET {column} = 'abc' WHERE correlationId = {correlation_id}")
+    with pytest.raises(TraceError) as error:
+        nsys.parse(path, "r1")
+    assert (error.value.path, error.value.problem) == (
+        str(path), f"{table}.{column.strip(chr(34))} holds text where a number belongs")
+
+
 def test_text_session_start_names_the_table_and_column(tmp_path: Path) -> None:
     path = build_export(tmp_path / "report.sqlite")
     update_sqlite(path, "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = '2023-11-14T22:13:20Z'")

@@ -73,21 +73,33 @@ _PID_DIVISOR = 0x1000000
 _NVTX_PUSH_POP = 59
 _NVTX_START_END = 60
 
+
+def _times(alias: str) -> str:
+    """The start_ns, end_ns and dur_ns items of a row on the epoch. SQLite
+    reads text as 0 in arithmetic, so a time that is not a number is passed
+    through as it is, for `query_columns` to name, instead of becoming the
+    session start."""
+    start, end = f"{alias}.start", f'{alias}."end"'
+    return ",\n    ".join([
+        f"case when typeof({start}) in ('integer', 'real') then {start} + :epoch_ns else {start} end as start_ns",
+        f"case when typeof({end}) in ('integer', 'real') then {end} + :epoch_ns else {end} end as end_ns",
+        f"{end} - {start} as dur_ns",
+    ])
+
+
 # --- the mapping: one query per source table, aliased to contract columns ---
 # `{...}` placeholders are optional columns (NULL where the export lacks them;
 # `{pid}` is the process in `globalPid`); `:epoch_ns` is the session start on
 # the epoch, or 0. Rows are sorted by start afterwards, in Arrow (faster than
 # SQLite's temporary b-tree).
 
-_KERNEL_SQL = """
+_KERNEL_SQL = f"""
 select
-    {pid} as pid,
+    {{pid}} as pid,
     k.deviceId as device,
     k.streamId as stream,
     coalesce(demangled.value, short.value) as name,
-    k.start + :epoch_ns as start_ns,
-    k."end" + :epoch_ns as end_ns,
-    k."end" - k.start as dur_ns,
+    {_times('k')},
     k.correlationId as correlation_id,
     '[' || k.gridX || ', ' || k.gridY || ', ' || k.gridZ || ']' as grid,
     '[' || k.blockX || ', ' || k.blockY || ', ' || k.blockZ || ']' as block
@@ -96,31 +108,27 @@ left join StringIds as demangled on demangled.id = k.demangledName
 left join StringIds as short on short.id = k.shortName
 """
 
-_MEMCPY_SQL = """
+_MEMCPY_SQL = f"""
 select
-    {pid} as pid,
+    {{pid}} as pid,
     m.deviceId as device,
     m.streamId as stream,
     m.copyKind as copy_kind,
-    {srcKind} as src_kind,
-    {dstKind} as dst_kind,
-    m.start + :epoch_ns as start_ns,
-    m."end" + :epoch_ns as end_ns,
-    m."end" - m.start as dur_ns,
+    {{srcKind}} as src_kind,
+    {{dstKind}} as dst_kind,
+    {_times('m')},
     m.correlationId as correlation_id,
     m.bytes as bytes
 from CUPTI_ACTIVITY_KIND_MEMCPY as m
 """
 
-_MEMSET_SQL = """
+_MEMSET_SQL = f"""
 select
-    {pid} as pid,
+    {{pid}} as pid,
     m.deviceId as device,
     m.streamId as stream,
-    {memKind} as mem_kind,
-    m.start + :epoch_ns as start_ns,
-    m."end" + :epoch_ns as end_ns,
-    m."end" - m.start as dur_ns,
+    {{memKind}} as mem_kind,
+    {_times('m')},
     m.correlationId as correlation_id,
     m.bytes as bytes
 from CUPTI_ACTIVITY_KIND_MEMSET as m
@@ -131,9 +139,7 @@ select
     r.globalTid / {_PID_DIVISOR} % {_PID_DIVISOR} as pid,
     r.globalTid % {_PID_DIVISOR} as tid,
     s.value as name,
-    r.start + :epoch_ns as start_ns,
-    r."end" + :epoch_ns as end_ns,
-    r."end" - r.start as dur_ns,
+    {_times('r')},
     r.correlationId as correlation_id
 from CUPTI_ACTIVITY_KIND_RUNTIME as r
 left join StringIds as s on s.id = r.nameId
@@ -145,9 +151,7 @@ select
     n.globalTid / {_PID_DIVISOR} % {_PID_DIVISOR} as pid,
     n.globalTid % {_PID_DIVISOR} as tid,
     coalesce(n.text, {{text_by_id}}) as name,
-    n.start + :epoch_ns as start_ns,
-    n."end" + :epoch_ns as end_ns,
-    n."end" - n.start as dur_ns
+    {_times('n')}
 from NVTX_EVENTS as n
 {{text_join}}
 where n.eventType in ({_NVTX_PUSH_POP}, {_NVTX_START_END})

@@ -209,11 +209,17 @@ def _origin(sql: str, alias: str) -> str:
     a table's column as it is (the usual way text gets through: SQLite makes
     numbers of text in arithmetic), else `column ALIAS of TABLE`, the table
     the query selects from."""
-    item = re.search(rf'(?:\bselect|,)\s*(\w+)\.("?)(\w+)\2\s+as\s+{alias}\b', sql, re.IGNORECASE)
     tables = list(re.finditer(r'\b(?:from|join)\s+"?([^"\s]+)"?\s+as\s+(\w+)\b', sql, re.IGNORECASE))
     table_of = {match.group(2): match.group(1) for match in tables}
-    if item and item.group(1) in table_of:
-        return f"{table_of[item.group(1)]}.{item.group(3)}"
+    # The item's expression (one without commas), and the table columns it
+    # reads: one column is named, as in `k.start as start_ns` or the `case`
+    # that keeps a text time out of arithmetic (see nsys).
+    item = re.search(rf'(?:\bselect|,)\s*([^,]*?)\s+as\s+{alias}\b', sql, re.IGNORECASE)
+    read = {(match.group(1), match.group(3)) for match in re.finditer(r'\b(\w+)\.("?)(\w+)\2', item.group(1))} if item else set()
+    if len(read) == 1:
+        table_alias, column = read.pop()
+        if table_alias in table_of:
+            return f"{table_of[table_alias]}.{column}"
     # Not a subquery's table (those sit in parentheses).
     outer = [match.group(1) for match in tables
              if sql.count("(", 0, match.start()) == sql.count(")", 0, match.start())]
