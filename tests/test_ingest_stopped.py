@@ -122,6 +122,23 @@ def test_ingest_removes_only_what_a_killed_ingest_on_this_machine_staged(tmp_pat
     assert sorted((out / STAGING_DIR).iterdir()) == sorted([live, elsewhere])
 
 
+def test_ingest_removes_what_an_older_gpulens_staged_once_it_is_a_day_old(tmp_path: Path) -> None:
+    # Before owner tags: `ingest-<source id>-*` folders and `part-*.pickle` spill files.
+    staging = tmp_path / "out" / STAGING_DIR
+    old_folder, new_folder = staging / "ingest-0123456789abcdef0123-a1b2c3", staging / "ingest-0123456789abcdef0123-d4e5f6"
+    for folder in (old_folder, new_folder):
+        folder.mkdir(parents=True)
+        (folder / "kernels.parquet").write_bytes(b"PAR1")
+    old_part, new_part = staging / "part-k2j4.pickle", staging / "part-m9n8.pickle"
+    old_part.write_bytes(b"x")
+    new_part.write_bytes(b"x")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    for path in (old_folder, old_part):
+        os.utime(path, (two_days_ago, two_days_ago))
+    ingest_paths([write(tmp_path / "rank0.json", kineto_json())], tmp_path / "out", jobs=1)
+    assert sorted(staging.iterdir()) == sorted([new_folder, new_part])
+
+
 def test_a_write_stopped_while_staging_leaves_no_staging_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from collector.ingest import kineto
 

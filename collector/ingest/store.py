@@ -51,6 +51,7 @@ import secrets
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -71,6 +72,11 @@ _STAGING_PREFIX = "ingest-"
 # dataset on a shared filesystem is written from several machines, whose
 # pids say nothing here.
 _OWNED = re.compile(r"^(?:ingest|parts)-(\d+)\.([0-9a-f]{8})-")
+# What ingests before 0.1.0's owner tags staged (`ingest-<source id>-...`
+# folders, `part-*.pickle` spill files). Their owner cannot be told, so they
+# go once no ingest could still be writing them: a write stages for seconds.
+_UNOWNED = re.compile(r"^(?:ingest-[0-9a-f]{20}-|part-.*\.pickle$)")
+_UNOWNED_AGE_S = 24 * 3600
 
 
 def source_id(path: str | Path) -> str:
@@ -233,7 +239,8 @@ def _host_tag() -> str:
 def remove_abandoned_staging(out: Path) -> None:
     """Remove the staging folders of processes on this machine that are
     gone (an ingest or its worker killed before it could clean up); never
-    those of a live process, nor any from another machine.
+    those of a live process, nor any from another machine. What an older
+    gpulens staged, without an owner, goes once it is a day old.
 
     A folder holding a `previous-*` file is kept: its process was killed
     while moving a source's files into place, and that is the only copy of
@@ -244,12 +251,27 @@ def remove_abandoned_staging(out: Path) -> None:
         return
     for entry in entries:
         match = _OWNED.match(entry.name)
-        if match is None or match.group(2) != _host_tag() or _alive(int(match.group(1))):
+        if match is None:
+            if _UNOWNED.match(entry.name) and _older_than(entry, _UNOWNED_AGE_S):
+                _remove_staged(Path(entry.path))
             continue
-        folder = Path(entry.path)
-        if any(folder.glob("previous-*")):
+        if match.group(2) != _host_tag() or _alive(int(match.group(1))):
             continue
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove_staged(Path(entry.path))
+
+
+def _remove_staged(path: Path) -> None:
+    if path.is_file():
+        path.unlink(missing_ok=True)
+    elif not any(path.glob("previous-*")):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _older_than(entry: os.DirEntry, age_s: float) -> bool:
+    try:
+        return time.time() - entry.stat(follow_symlinks=False).st_mtime > age_s
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
