@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import plotly.io as pio
 import polars as pl
 
@@ -37,7 +38,8 @@ def test_kernel_timeline_run_is_a_rectangle_on_its_stream_row() -> None:
     compute = next(trace for trace in fig.data if trace.name == "compute")
     # Stream 7 is the first row, drawn at the top (y = 1 of rows 0..1); NaN ends the outline.
     assert list(compute.x[:4]) == [1.0, 5.0, 5.0, 1.0] and math.isnan(compute.x[4])
-    assert list(compute.y[:4]) == [0.65, 0.65, 1.35, 1.35] and math.isnan(compute.y[4])
+    # Drawn in float32 (compared as such: NumPy 1 promotes a float32 to float64 against a float).
+    assert compute.y[:4].tolist() == np.float32([0.65, 0.65, 1.35, 1.35]).tolist() and math.isnan(compute.y[4])
     assert list(fig.layout.yaxis.ticktext) == ["stream 7", "stream 13"] and list(fig.layout.yaxis.tickvals) == [1, 0]
 
 
@@ -69,7 +71,7 @@ def test_kernel_timeline_widens_a_tiny_kernel_to_a_visible_sliver() -> None:
     fig = charts.kernel_timeline_figure(kernel_runs([
         (7, "compute", "long", 0, 150_000_000), (7, "memory", "tiny", 75_000_000, 75_000_001)]))
     memory = next(trace for trace in fig.data if trace.name == "memory")
-    assert list(memory.x[:2]) == [75.0, 75.1]
+    assert memory.x[:2].tolist() == np.float32([75.0, 75.1]).tolist()
 
 
 def test_kernel_timeline_spans_the_window_it_was_given() -> None:

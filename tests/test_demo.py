@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -23,6 +25,13 @@ SMALL = {"minutes": 1, "steps": 4, "kernels_per_step": MIN_KERNELS_PER_STEP}
 
 def _files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _contents(root: Path) -> dict[str, bytes | pa.Table]:
+    """What each file holds: a Parquet file's table (schema and rows; its
+    bytes also name the pyarrow version that wrote it), any other's bytes."""
+    return {name: pq.read_table(root / name) if name.endswith(".parquet") else data
+            for name, data in _files(root).items()}
 
 
 @pytest.fixture(scope="module")
@@ -151,24 +160,26 @@ def test_demo_command_rejects_bad_values(tmp_path: Path, args: list[str], messag
 
 
 def test_demo_inference_sample_matches_its_regeneration_command(tmp_path: Path) -> None:
-    """sample_traces/demo-inference is what its README command writes, byte for byte."""
+    """sample_traces/demo-inference is what its README command writes: the same
+    files, the same tables (byte for byte with the pyarrow that wrote them)."""
     sample = SAMPLES / "demo-inference"
     if not sample.is_dir():
         pytest.skip("sample_traces/demo-inference is not present")
     result = CliRunner().invoke(demo, ["--profile", "inference", "--minutes", "10", "--out", str(tmp_path / "d")])
     assert result.exit_code == 0, result.output
-    assert _files(tmp_path / "d") == _files(sample)
+    assert _contents(tmp_path / "d") == _contents(sample)
 
 
 def test_demo_training_sample_matches_its_regeneration_command(tmp_path: Path) -> None:
-    """sample_traces/demo-training is what `gpulens demo` writes by default, byte for byte."""
+    """sample_traces/demo-training is what `gpulens demo` writes by default: the
+    same files, the same tables."""
     sample = SAMPLES / "demo-training"
     if not sample.is_dir():
         pytest.skip("sample_traces/demo-training is not present")
     result = CliRunner().invoke(demo, ["--out", str(tmp_path / "d")])
     assert result.exit_code == 0, result.output
-    regenerated = _files(tmp_path / "d")
-    committed = _files(sample)
+    regenerated = _contents(tmp_path / "d")
+    committed = _contents(sample)
     assert sorted(regenerated) == sorted(committed)
     differing = [name for name in committed if committed[name] != regenerated[name]]
     assert differing == []

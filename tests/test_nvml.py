@@ -53,6 +53,11 @@ def test_decode_clock_event_reasons_keeps_unknown_bits():
 
 
 def test_clock_event_reason_bits_match_pynvml_constants():
+    # The two newest reasons are named only by recent bindings (not 13.580 and older).
+    newest = {
+        getattr(pynvml, "nvmlClocksThrottleReasonBoardLimit", 0x200): "board_limit",
+        getattr(pynvml, "nvmlClocksThrottleReasonReliability", 0x400): "reliability",
+    }
     assert dict(CLOCK_EVENT_REASONS) == {
         pynvml.nvmlClocksEventReasonGpuIdle: "gpu_idle",
         pynvml.nvmlClocksEventReasonApplicationsClocksSetting: "applications_clocks_setting",
@@ -63,8 +68,7 @@ def test_clock_event_reason_bits_match_pynvml_constants():
         pynvml.nvmlClocksEventReasonHwThermalSlowdown: "hw_thermal_slowdown",
         pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown: "hw_power_brake_slowdown",
         pynvml.nvmlClocksEventReasonDisplayClockSetting: "display_clock_setting",
-        pynvml.nvmlClocksThrottleReasonBoardLimit: "board_limit",
-        pynvml.nvmlClocksThrottleReasonReliability: "reliability",
+        **newest,
     }
 
 
