@@ -134,14 +134,20 @@ def _stdout_errors_marked():
     except (OSError, ValueError):
         yield
         return
-    sys.stdout = io.TextIOWrapper(
+    marked = io.TextIOWrapper(
         io.BufferedWriter(_StdoutFile(descriptor, "wb", closefd=False)), encoding=original.encoding,
         errors=original.errors, line_buffering=original.line_buffering, write_through=original.write_through)
+    sys.stdout = marked
     try:
         yield
-        sys.stdout.flush()
+        marked.flush()
     finally:
         sys.stdout = original
+        # Closed here (the descriptor stays open): where a write failed, its
+        # bytes are still buffered, and Python 3.13 would flush them when
+        # the wrapper is collected and print the error as "Exception ignored".
+        with contextlib.suppress(OSError):
+            marked.close()
 
 
 def _silence_stdout() -> None:
