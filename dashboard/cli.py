@@ -88,6 +88,7 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _no_idle_native_threads()
     from collector.errors import GpulensError, Terminated
 
     try:
@@ -116,6 +117,16 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"gpulens: error: cannot write to standard output ({error.strerror})", err=True)
         return 1
     return status if isinstance(status, int) else 0
+
+
+def _no_idle_native_threads() -> None:
+    """Before numpy and pyarrow load, keep them from starting threads that
+    gpulens never uses: OpenBLAS's pool (no linear algebra here) and the
+    background purger of Arrow's jemalloc. Ingest forks its workers, and a
+    fork copies other threads' locks but not the threads (Python 3.12 warns
+    of it); RSS is the same without them. A user's own settings stand."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
 
 
 @contextlib.contextmanager

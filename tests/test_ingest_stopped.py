@@ -98,6 +98,29 @@ def test_workers_end_with_a_killed_ingest(big_job: Path, tmp_path: Path) -> None
         _stop_leftovers(workers)
 
 
+@linux_only
+def test_ingest_forks_its_workers_from_a_process_with_no_other_thread(tmp_path: Path) -> None:
+    # A fork copies other threads' locks but not the threads; numpy (OpenBLAS)
+    # and pyarrow (jemalloc) would each start an idle one on import.
+    job = tmp_path / "job"
+    write_training_traces(job, ranks=2, steps=8, kernels_per_step=400)  # 10 MB: past PARALLEL_MIN_CONTENT_BYTES
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "def _threads_at_fork():\n"
+        "    with open(os.environ['THREADS_AT_FORK'], 'a') as log:\n"
+        "        log.write(f\"{len(os.listdir('/proc/self/task'))}\\n\")\n"
+        "os.register_at_fork(before=_threads_at_fork)\n")
+    log = tmp_path / "threads"
+    env = {name: value for name, value in os.environ.items() if name not in ("OPENBLAS_NUM_THREADS", "JE_ARROW_MALLOC_CONF")}
+    env.update(PYTHONPATH=os.pathsep.join([str(hook), str(REPO_ROOT)]), THREADS_AT_FORK=str(log))
+    done = subprocess.run([sys.executable, "-m", "dashboard.cli", "ingest", str(job), "--out", str(tmp_path / "out"), "--jobs", "2"],
+                          capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().split() == ["1"]
+
+
 def _ended_pid() -> int:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
