@@ -88,7 +88,9 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _no_idle_native_threads()
+    arguments = sys.argv[1:] if argv is None else argv
+    if next((a for a in arguments if not a.startswith("-")), None) in _FORKING_COMMANDS:
+        _no_idle_native_threads()
     from collector.errors import GpulensError, Terminated
 
     try:
@@ -119,12 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     return status if isinstance(status, int) else 0
 
 
+# The commands that ingest traces, so may fork workers (see below).
+_FORKING_COMMANDS = ("ingest", "report", "demo")
+
+
 def _no_idle_native_threads() -> None:
     """Before numpy and pyarrow load, keep them from starting threads that
-    gpulens never uses: OpenBLAS's pool (no linear algebra here) and the
+    ingest never uses: OpenBLAS's pool (no linear algebra there) and the
     background purger of Arrow's jemalloc. Ingest forks its workers, and a
     fork copies other threads' locks but not the threads (Python 3.12 warns
-    of it); RSS is the same without them. A user's own settings stand."""
+    of it); RSS is the same without them. Long-lived commands (dashboard,
+    collect) keep jemalloc's purger, which returns memory while they idle.
+    A user's own settings stand."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
 
