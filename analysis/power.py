@@ -28,7 +28,7 @@ headroom, shares, energy) are in each file's header.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import duckdb
 import polars as pl
@@ -45,43 +45,62 @@ def _run(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl.DataFra
     return run_analysis(con, name, **{key: value for key, value in params.items() if value is not None})
 
 
-def power_headroom(con: duckdb.DuckDBPyConnection, max_gap_s: float | None = None) -> pl.DataFrame:
+def hosts_param(hosts: Iterable[str] | None) -> tuple[str, ...] | None:
+    """`telemetry_hosts` (host_telemetry.sql) for the hosts an analysis is
+    limited to: None (every host) stays None; names become a sorted tuple,
+    one cache key whatever their order."""
+    return None if hosts is None else tuple(sorted(set(hosts)))
+
+
+# Each power analysis below takes `hosts`: the host names it is limited to
+# (None: every host). Only those hosts' samples are read, so a question
+# about a few nodes of a fleet costs what those nodes' samples cost.
+
+
+def power_headroom(con: duckdb.DuckDBPyConnection, max_gap_s: float | None = None,
+                   hosts: Iterable[str] | None = None) -> pl.DataFrame:
     """Per GPU: power percentiles, limit, headroom, throttled shares, energy.
 
     `max_gap_s`: sample intervals longer than this are not integrated when
     energy comes from power (default: power_samples.sql's).
     """
-    return _run(con, "power_headroom", power_max_gap_s=max_gap_s)
+    return _run(con, "power_headroom", power_max_gap_s=max_gap_s, telemetry_hosts=hosts_param(hosts))
 
 
-def node_power(con: duckdb.DuckDBPyConnection, node_budget_w: float | None = None) -> pl.DataFrame:
+def node_power(con: duckdb.DuckDBPyConnection, node_budget_w: float | None = None,
+               hosts: Iterable[str] | None = None) -> pl.DataFrame:
     """Per node: coincident power p50/p99/max against the budget, extra nodes at p99.
 
     `node_budget_w`: the power provisioned for each node's GPUs; None means
-    the sum of their enforced limits.
+    the sum of their enforced limits. The fleet columns (fleet_budget_w,
+    fleet_extra_nodes_at_p99) are over the nodes asked for.
     """
-    return _run(con, "node_power", node_budget_w=node_budget_w)
+    return _run(con, "node_power", node_budget_w=node_budget_w, telemetry_hosts=hosts_param(hosts))
 
 
 def power_cap_whatif(
     con: duckdb.DuckDBPyConnection,
     power_cap_w: float | None = None,
     max_gap_s: float | None = None,
+    hosts: Iterable[str] | None = None,
 ) -> pl.DataFrame:
     """Per GPU: how often and by how much energy `power_cap_w` would have held it back.
 
     None means each sample's enforced limit.
     """
-    return _run(con, "power_cap_whatif", power_cap_w=power_cap_w, power_max_gap_s=max_gap_s)
+    return _run(con, "power_cap_whatif", power_cap_w=power_cap_w, power_max_gap_s=max_gap_s,
+                telemetry_hosts=hosts_param(hosts))
 
 
 def power_cap_whatif_node(
     con: duckdb.DuckDBPyConnection,
     power_cap_w: float | None = None,
     node_budget_w: float | None = None,
+    hosts: Iterable[str] | None = None,
 ) -> pl.DataFrame:
     """Per node: the share of ticks a GPU hits `power_cap_w`, the capped coincident p99, extra nodes."""
-    return _run(con, "power_cap_whatif_node", power_cap_w=power_cap_w, node_budget_w=node_budget_w)
+    return _run(con, "power_cap_whatif_node", power_cap_w=power_cap_w, node_budget_w=node_budget_w,
+                telemetry_hosts=hosts_param(hosts))
 
 
 def interconnect_usage(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

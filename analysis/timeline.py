@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Iterable
 
 import duckdb
 import polars as pl
 
+from analysis.power import hosts_param
 from analysis.registry import run_analysis
 
 # Bucket widths a chart's axis reads well at, in seconds.
@@ -65,11 +66,12 @@ def telemetry_timeline(
     bucket_s: float = 60,
     start: datetime | int | None = None,
     end: datetime | int | None = None,
+    hosts: Iterable[str] | None = None,
 ) -> pl.DataFrame:
     """Per host, GPU and bucket of `bucket_s` seconds: min/mean/max of each metric.
 
     `start` and `end` (datetimes or epoch µs) keep samples with
-    start <= ts < end.
+    start <= ts < end; `hosts` keeps those hosts' GPUs (None: every host).
     """
     return run_analysis(
         con,
@@ -77,6 +79,7 @@ def telemetry_timeline(
         timeline_bucket_s=float(bucket_s),
         timeline_start_us=_epoch_us(start),
         timeline_end_us=_epoch_us(end),
+        telemetry_hosts=hosts_param(hosts),
     )
 
 
@@ -86,12 +89,15 @@ def node_power_timeline(
     power_cap_w: float | None = None,
     start: datetime | int | None = None,
     end: datetime | int | None = None,
+    hosts: Iterable[str] | None = None,
 ) -> pl.DataFrame:
-    """Per host and bucket: coincident power min/mean/max, and capped at `power_cap_w`."""
+    """Per host and bucket: coincident power min/mean/max, and capped at
+    `power_cap_w`; `hosts` keeps those hosts (None: every host)."""
     params: dict[str, Any] = {
         "timeline_bucket_s": float(bucket_s),
         "timeline_start_us": _epoch_us(start),
         "timeline_end_us": _epoch_us(end),
+        "telemetry_hosts": hosts_param(hosts),
     }
     if power_cap_w is not None:
         params["power_cap_w"] = float(power_cap_w)
@@ -104,11 +110,13 @@ def power_cap_curve(
     max_cap_w: float,
     points: int = 8,
     node_budget_w: float | None = None,
+    hosts: Iterable[str] | None = None,
 ) -> pl.DataFrame:
     """Per node and cap (`points` caps from `min_cap_w` to `max_cap_w`): the
-    share of ticks a GPU hits the cap, capped coincident p99, extra nodes."""
+    share of ticks a GPU hits the cap, capped coincident p99, extra nodes;
+    `hosts` keeps those nodes (None: every node)."""
     params: dict[str, Any] = {"dash_cap_min_w": float(min_cap_w), "dash_cap_max_w": float(max_cap_w),
-                              "dash_cap_points": int(points)}
+                              "dash_cap_points": int(points), "telemetry_hosts": hosts_param(hosts)}
     if node_budget_w is not None:
         params["node_budget_w"] = float(node_budget_w)
     return run_analysis(con, "dash_power_cap_curve", **params)
@@ -124,9 +132,11 @@ def trace_runs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return run_analysis(con, "dash_runs")
 
 
-def power_histogram(con: duckdb.DuckDBPyConnection, bin_w: float = 10) -> pl.DataFrame:
-    """Per GPU: sampled power in bins of `bin_w` watts, with the GPU's limit."""
-    return run_analysis(con, "dash_power_histogram", dash_power_bin_w=float(bin_w))
+def power_histogram(con: duckdb.DuckDBPyConnection, bin_w: float = 10,
+                    hosts: Iterable[str] | None = None) -> pl.DataFrame:
+    """Per GPU: sampled power in bins of `bin_w` watts, with the GPU's limit;
+    `hosts` keeps those hosts' GPUs (None: every host)."""
+    return run_analysis(con, "dash_power_histogram", dash_power_bin_w=float(bin_w), telemetry_hosts=hosts_param(hosts))
 
 
 def launch_histogram(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

@@ -3,6 +3,7 @@
     python bench/analysis_latency.py                 # 10M kernels, 8 ranks, 1 day of 8-GPU telemetry
     python bench/analysis_latency.py --kernels 1e6   # smaller
     python bench/analysis_latency.py --keep DIR      # keep the synthesised dataset in DIR
+    python bench/analysis_latency.py --hosts 16      # a fleet: 16 nodes' telemetry
 
 Synthesises, with a seed, a dataset in the contract's schema: a training
 run of 8 ranks with `--kernels` GPU kernels in all (compute on one stream,
@@ -154,7 +155,17 @@ def synthesise_rank(root: Path, rank: int, kernels: int, steps: int, rng: np.ran
     return derive_s
 
 
-def synthesise_telemetry(root: Path, gpus: int, seconds: int, rng: np.random.Generator) -> int:
+def synthesise_telemetry(root: Path, gpus: int, seconds: int, rng: np.random.Generator, hosts: int = 1) -> int:
+    """`hosts` nodes of `gpus` GPUs, `seconds` at 1 Hz; the traces ran on the
+    first (HOST), and each other is drawn the same way with its power scaled
+    by 1 - 0.02 × its number (a fleet: nodes apart in power)."""
+    rows = _synthesise_host(root, HOST, gpus, seconds, rng, 1.0)
+    for number in range(1, hosts):
+        rows += _synthesise_host(root, f"bench-node-{number + 1:02d}", gpus, seconds, rng, 1.0 - 0.02 * number)
+    return rows
+
+
+def _synthesise_host(root: Path, host: str, gpus: int, seconds: int, rng: np.random.Generator, power_scale: float) -> int:
     n = gpus * seconds
     ts_us = np.tile(T0_NS // 1000 + np.arange(seconds, dtype=np.int64) * 1_000_000, gpus)
     gpu = np.repeat(np.arange(gpus, dtype=np.int32), seconds)
@@ -162,10 +173,11 @@ def synthesise_telemetry(root: Path, gpus: int, seconds: int, rng: np.random.Gen
     util = np.where(phase, 97.0, 58.0) + rng.normal(0, 2, n)
     power_w = np.round(np.minimum(700.0, 72 + util * 6.3 + rng.normal(0, 9, n)), 3)
     power_w[gpu == 3] = np.minimum(700.0, power_w[gpu == 3] * 1.12)
+    power_w = np.round(power_w * power_scale, 3)
     capped = power_w >= 700.0
     columns = {
         "ts": pa.array(ts_us, pa.int64()).cast(TELEMETRY_SCHEMA.field("ts").type),
-        "host": [HOST] * n, "gpu_index": gpu, "gpu_uuid": [f"GPU-{g}" for g in gpu], "vendor": ["nvidia"] * n,
+        "host": [host] * n, "gpu_index": gpu, "gpu_uuid": [f"GPU-{g}" for g in gpu], "vendor": ["nvidia"] * n,
         "power_w": power_w, "power_instant_w": power_w + rng.normal(0, 5, n), "power_max_w": power_w + 6,
         "power_limit_w": np.full(n, 700.0), "energy_j": np.round(np.cumsum(power_w.reshape(gpus, seconds), axis=1).ravel(), 3),
         "gpu_util_pct": np.clip(util, 0, 100).astype(np.float32), "mem_util_pct": np.clip(util * 0.6, 0, 100).astype(np.float32),
@@ -179,14 +191,14 @@ def synthesise_telemetry(root: Path, gpus: int, seconds: int, rng: np.random.Gen
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in TELEMETRY_SCHEMA]
     arrays = [a if isinstance(a, (pa.Array, pa.ChunkedArray)) else pa.array(a, type=f.type) for a, f in zip(arrays, TELEMETRY_SCHEMA)]
     table = pa.Table.from_arrays(arrays, schema=TELEMETRY_SCHEMA)
-    _write(table, root / "telemetry" / f"host={HOST}" / "date=2026-01-01" / "part-bench.parquet")
+    _write(table, root / "telemetry" / f"host={host}" / "date=2026-01-01" / "part-bench.parquet")
     devices = pa.table({
-        "ts": pa.array([T0_NS // 1000] * gpus, pa.int64()).cast(TELEMETRY_SCHEMA.field("ts").type), "host": [HOST] * gpus,
+        "ts": pa.array([T0_NS // 1000] * gpus, pa.int64()).cast(TELEMETRY_SCHEMA.field("ts").type), "host": [host] * gpus,
         "gpu_index": pa.array(range(gpus), pa.int32()), "gpu_uuid": [f"GPU-{g}" for g in range(gpus)], "vendor": ["nvidia"] * gpus,
         "model": ["NVIDIA H100 80GB HBM3"] * gpus, "power_limit_w": [700.0] * gpus, "link_kind": ["nvlink"] * gpus,
         "link_count": pa.array([18] * gpus, pa.int32()), "link_peak_bytes_per_s": [450e9] * gpus, "pcie_peak_bytes_per_s": [63.015e9] * gpus,
     })
-    _write(devices, root / "devices" / f"host={HOST}" / "part-bench.parquet")
+    _write(devices, root / "devices" / f"host={host}" / "part-bench.parquet")
     return n
 
 
@@ -199,6 +211,7 @@ def main() -> int:
     parser.add_argument("--kernels", type=float, default=10e6, help="GPU kernels in all, over 8 ranks")
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--telemetry-hours", type=float, default=24.0)
+    parser.add_argument("--hosts", type=int, default=1, help="nodes of 8 GPUs in the telemetry (a fleet: > 1)")
     parser.add_argument("--keep", type=Path, default=None, help="write the dataset here and keep it")
     args = parser.parse_args()
 
@@ -211,7 +224,7 @@ def main() -> int:
         per_rank = int(args.kernels) // args.ranks
         derive_s = sum(synthesise_rank(root, rank, per_rank, steps=max(10, per_rank // 1250), rng=rng)
                        for rank in range(args.ranks))
-        telemetry_rows = synthesise_telemetry(root, 8, int(args.telemetry_hours * 3600), rng)
+        telemetry_rows = synthesise_telemetry(root, 8, int(args.telemetry_hours * 3600), rng, hosts=args.hosts)
         print(f"dataset: {int(args.kernels):,} kernels over {args.ranks} ranks, {telemetry_rows:,} telemetry rows, "
               f"synthesised in {time.perf_counter() - started:.1f} s at {root}")
         print(f"derived columns (collector.derive, paid at ingest): {derive_s:.1f} s CPU for all ranks, "

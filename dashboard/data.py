@@ -414,8 +414,10 @@ def busy() -> Iterator[None]:
 _warmed: set[tuple[str, tuple[str, ...]]] = set()
 _warm_up_threads: list[threading.Thread] = []
 _stopping = threading.Event()
-# (function, its arguments or a callable returning them (None: skip), keywords)
-WarmUpCall = tuple[Callable[..., Any], "tuple[Any, ...] | Callable[[], tuple[Any, ...] | None]", dict[str, Any]]
+# (function, its arguments or a callable returning them (None: skip), its
+# keywords or a callable returning them)
+WarmUpCall = tuple[Callable[..., Any], "tuple[Any, ...] | Callable[[], tuple[Any, ...] | None]",
+                   "dict[str, Any] | Callable[[], dict[str, Any]]"]
 
 
 def reload(dataset: Dataset) -> None:
@@ -453,6 +455,8 @@ def warm_up(dataset: Dataset, calls: list[WarmUpCall], idle_s: float = 1.5) -> t
                     args = args()
                     if args is None:
                         continue
+                if callable(kwargs):
+                    kwargs = kwargs()
                 # Not `cached`: its busy mark would make the next call wait idle_s
                 # too, pacing the warm-up at one result per idle_s (40 s for 25).
                 _cached(dataset, func, args, kwargs)

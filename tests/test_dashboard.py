@@ -213,6 +213,28 @@ def test_live_view_of_24_gpus_shows_the_first_two_hosts_until_more_are_picked(mo
     assert len(_metrics(at)) == 24 and _metrics(at)["node-c GPU 7"] == "307 W"
 
 
+def test_power_of_24_gpus_opens_on_the_first_two_hosts_and_counts_the_fleet_of_three(monkeypatch, three_nodes):
+    at = _run(monkeypatch, three_nodes, "pages/power.py")
+    assert at.multiselect(key="power_hosts").value == ["node-a", "node-b"]
+    per_gpu = at.dataframe[0].value
+    assert len(per_gpu) == 16 and set(per_gpu["host"]) == {"node-a", "node-b"}
+    assert any(c.value == "Showing 2 of 3 hosts: pick more under Hosts." for c in at.caption)
+    assert any(c.value.startswith("Over all 3 node(s):") for c in at.caption)
+
+
+def test_power_shows_every_host_once_picked(monkeypatch, three_nodes):
+    at = _run(monkeypatch, three_nodes, "pages/power.py")
+    at.multiselect(key="power_hosts").set_value(["node-a", "node-b", "node-c"]).run()
+    assert not at.exception
+    assert len(at.dataframe[0].value) == 24
+    assert not any(c.value.startswith("Showing") for c in at.caption)
+
+
+def test_power_of_one_host_offers_no_host_picker(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/power.py")
+    assert not [m for m in at.multiselect if m.key == "power_hosts"]
+
+
 def test_power_whatif_slider_recomputes_the_capped_figures(monkeypatch, sample):
     at = _run(monkeypatch, sample, "pages/power.py")
     before = _metrics(at)
@@ -589,6 +611,20 @@ def test_the_launcher_warms_nothing_with_warm_up_off(monkeypatch, sample):
     assert launch.prepare() is None
 
 
+def test_warm_up_computes_the_power_views_of_the_first_hosts_the_page_opens_on(monkeypatch, three_nodes):
+    from dashboard.pages import common
+
+    monkeypatch.delenv("GPULENS_WARM_UP", raising=False)
+    ds = data.current(three_nodes)
+    thread = common.warm_up(ds)
+    assert thread is not None
+    thread.join(timeout=120)
+    first_two = {"hosts": ("node-a", "node-b")}
+    assert common.default_host_scope(ds) == first_two["hosts"]
+    for function in (power.power_headroom, timeline.power_histogram, power.node_power):
+        assert data.cache_key(ds, function, (), first_two) in data.RESULTS
+
+
 def test_page_warm_up_computes_the_telemetry_view_the_page_shows_first(monkeypatch, sample):
     from dashboard.pages import common
 
@@ -596,4 +632,4 @@ def test_page_warm_up_computes_the_telemetry_view_the_page_shows_first(monkeypat
     _run(monkeypatch, sample, "pages/telemetry.py")
     window = common.default_telemetry_window(data.current(sample))
     assert window is not None and window[0] == 1.0  # 5 min sampled at 1 s: 1 s buckets
-    assert data.cache_key(data.current(sample), timeline.telemetry_timeline, window, {}) in data.RESULTS
+    assert data.cache_key(data.current(sample), timeline.telemetry_timeline, window, {"hosts": None}) in data.RESULTS

@@ -6,9 +6,10 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from analysis import power
+from analysis import power, timeline
 from analysis.dataset import open_dataset
 from analysis.registry import SQL_DIR
 from collector import hardware
@@ -177,6 +178,77 @@ def test_power_cap_whatif_node_lowers_the_coincident_peak(known):
     assert node["capped_extra_nodes_at_p99"] == pytest.approx(650 / 360 - 1)
     assert node["extra_nodes_at_p99"] == pytest.approx(650 / 597 - 1)
     assert node["energy_above_cap_j"] == pytest.approx(sum(range(1, 21)) + sum(20 + 2 * i for i in range(1, 101)))
+
+
+# --- some hosts of several -------------------------------------------------------
+#
+# node-a holds the known rows above; node-b two GPUs at 50 + i W, limits 300 W.
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two_nodes")
+    write_telemetry(root, "node-a", _known_rows())
+    write_telemetry(root, "node-b", [
+        {"ts": T0_US + i * 1_000_000, "gpu_index": g, "power_w": 50.0 + i, "power_limit_w": 300.0}
+        for i in range(101) for g in (0, 1)
+    ])
+    return open_dataset(root)
+
+
+# Each power analysis limited to node-a, and the columns that depend on which
+# hosts are asked about (the fleet's, over every node asked for).
+SCOPED_ANALYSES = {
+    "power_headroom": (power.power_headroom, {}, ()),
+    "power_cap_whatif": (power.power_cap_whatif, {"power_cap_w": 180.0}, ()),
+    "node_power": (power.node_power, {}, ("fleet_budget_w", "fleet_extra_nodes_at_p99")),
+    "power_cap_whatif_node": (power.power_cap_whatif_node, {"power_cap_w": 180.0},
+                              ("fleet_budget_w", "fleet_extra_nodes_at_p99")),
+    "power_histogram": (timeline.power_histogram, {}, ()),
+    "power_cap_curve": (timeline.power_cap_curve, {"min_cap_w": 100.0, "max_cap_w": 400.0, "points": 4}, ()),
+    "node_power_timeline": (timeline.node_power_timeline, {"bucket_s": 50, "power_cap_w": 180.0}, ()),
+    "telemetry_timeline": (timeline.telemetry_timeline, {"bucket_s": 50}, ()),
+}
+
+
+@pytest.mark.parametrize("name", list(SCOPED_ANALYSES))
+def test_power_analysis_of_one_host_equals_its_rows_over_every_host(two_nodes, name):
+    function, kwargs, fleet_columns = SCOPED_ANALYSES[name]
+    every = function(two_nodes, **kwargs)
+    one = function(two_nodes, **kwargs, hosts=["node-a"])
+    keep = [c for c in every.columns if c not in fleet_columns]
+    expected = every.filter(pl.col("host") == "node-a").select(keep).sort(keep[:3])
+    assert set(every["host"]) == {"node-a", "node-b"}
+    assert one.height == expected.height > 0
+    assert one.select(keep).sort(keep[:3]).equals(expected)
+
+
+def test_node_power_fleet_counts_only_the_hosts_asked_for(two_nodes):
+    # node-a alone: 650 W of budget / its p99 597 W = 1.09 nodes, 1 - 1 = 0 more.
+    alone = power.node_power(two_nodes, hosts=["node-a"]).row(0, named=True)
+    assert (alone["fleet_budget_w"], alone["fleet_extra_nodes_at_p99"]) == (650, 0)
+    # both: 1,250 W / mean p99 (597 + 2 × 149) / 2 = 447.5 W: 2.79 nodes, 2 - 2 = 0 more;
+    # node-b's coincident p99 is 2 × (50 + 99) W.
+    both = power.node_power(two_nodes).row(0, named=True)
+    assert both["fleet_budget_w"] == 1250
+    assert both["fleet_extra_nodes_at_p99"] == 0
+    assert power.node_power(two_nodes, hosts=["node-b"]).row(0, named=True)["coincident_p99_w"] == pytest.approx(298)
+
+
+def test_power_analyses_of_a_host_not_in_the_dataset_are_empty(two_nodes):
+    assert power.power_headroom(two_nodes, hosts=["node-z"]).height == 0
+    assert power.node_power(two_nodes, hosts=[]).height == 0
+
+
+def test_power_analyses_restore_every_host_after_a_scoped_call(two_nodes):
+    power.power_headroom(two_nodes, hosts=["node-b"])
+    assert set(power.power_headroom(two_nodes)["host"]) == {"node-a", "node-b"}
+    assert set(two_nodes.sql("select distinct host from power_headroom").fetchall()) == {("node-a",), ("node-b",)}
+
+
+def test_hosts_param_is_one_cache_key_whatever_the_order():
+    assert power.hosts_param(["node-b", "node-a", "node-b"]) == ("node-a", "node-b")
+    assert power.hosts_param(None) is None
 
 
 def test_power_findings_on_known_rows_flag_caps_and_heat_per_gpu(known):

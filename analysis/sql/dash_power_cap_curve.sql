@@ -14,7 +14,7 @@
 -- param: dash_cap_min_w = 200
 -- param: dash_cap_max_w = 700
 -- param: dash_cap_points = 8
--- requires: telemetry, node_power
+-- requires: host_telemetry, node_power
 with caps as (
     select
         getvariable('dash_cap_min_w')::double
@@ -24,7 +24,7 @@ with caps as (
 ),
 gpus as (
     select host, count(distinct gpu_index) as gpus
-    from telemetry
+    from host_telemetry
     where power_w is not null
     group by host
 ),
@@ -32,7 +32,7 @@ tick_powers as (
     -- each node tick's GPU powers once, then every cap applied to the list
     -- (a cross join of the ticks, not of every sample, with the caps)
     select host, ts, list(power_w) as powers_w
-    from telemetry
+    from host_telemetry
     where power_w is not null
     group by host, ts
 ),

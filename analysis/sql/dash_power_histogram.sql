@@ -6,10 +6,10 @@
 -- samples in the bin and their share of the GPU's samples with power;
 -- limit_w: the GPU's enforced limit at its last sample.
 -- param: dash_power_bin_w = 10
--- requires: telemetry
+-- requires: host_telemetry
 with gpu_limits as (
     select host, gpu_index, arg_max(power_limit_w, ts) filter (where power_limit_w is not null) as limit_w
-    from telemetry
+    from host_telemetry
     group by host, gpu_index
 ),
 binned as (
@@ -18,7 +18,7 @@ binned as (
         gpu_index,
         floor(power_w / getvariable('dash_power_bin_w')::double) * getvariable('dash_power_bin_w')::double as bin_low_w,
         count(*) as samples
-    from telemetry
+    from host_telemetry
     where power_w is not null
     group by all
 )

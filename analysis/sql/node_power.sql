@@ -18,14 +18,14 @@
 --     the whole number of extra nodes the total budget carries at the mean
 --     node's p99 (the same on every row).
 -- A host with no power readings has a row with NULL statistics.
--- requires: power_node_ticks
+-- requires: power_node_ticks, host_telemetry
 -- param: node_budget_w = null
 with gpu_limits as (
     select
         host,
         gpu_index,
         arg_max(power_limit_w, ts) filter (where power_limit_w is not null) as limit_w
-    from telemetry
+    from host_telemetry
     where power_w is not null
     group by host, gpu_index
 ),

@@ -24,9 +24,9 @@
 --     right-rectangle integral of power_w over intervals shorter than
 --     power_max_gap_s; energy_source says which ('counter' | 'power_integral').
 -- A GPU with no power readings has a row with NULL statistics.
--- requires: power_samples
+-- requires: power_samples, host_telemetry
 with per_gpu as (
-    -- what needs no previous sample, straight from telemetry
+    -- what needs no previous sample, straight from the samples
     select
         host,
         gpu_index,
@@ -47,7 +47,7 @@ with per_gpu as (
             as power_reason_share,
         avg(list_has_any(throttle_reasons, ['sw_thermal_slowdown', 'hw_thermal_slowdown', 'thermal', 'vr_thermal', 'prochot'])::double)
             as thermal_reason_share
-    from telemetry
+    from host_telemetry
     group by host, gpu_index
 ),
 per_interval as (

@@ -11,11 +11,12 @@
 --     cap power_cap_w (NULL = each sample's enforced limit);
 --   gpus_at_cap: GPUs at or above that cap at this tick.
 -- param: power_cap_w = null
+-- requires: host_telemetry
 with gpus as (
     select
         host,
         count(distinct gpu_index) filter (where power_w is not null) as gpus
-    from telemetry
+    from host_telemetry
     group by host
 ),
 ticks as (
@@ -27,7 +28,7 @@ ticks as (
         -- least skips NULLs: a GPU without a cap keeps its power
         sum(least(power_w, coalesce(getvariable('power_cap_w')::double, power_limit_w))) filter (where power_w is not null) as capped_node_w,
         count(*) filter (where power_w >= coalesce(getvariable('power_cap_w')::double, power_limit_w)) as gpus_at_cap
-    from telemetry
+    from host_telemetry
     group by host, ts
 )
 select

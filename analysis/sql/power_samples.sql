@@ -13,6 +13,7 @@
 -- per-interval increments; a counter that went down was reset (driver
 -- reload), and its new value is the increment since the reset.
 -- param: power_max_gap_s = 60
+-- requires: host_telemetry
 with ordered as (
     select
         host,
@@ -32,7 +33,7 @@ with ordered as (
             power_violation_ns := power_violation_ns,
             thermal_violation_ns := thermal_violation_ns
         )) over (partition by host, gpu_index order by ts) as prev
-    from telemetry
+    from host_telemetry
 )
 select
     host,

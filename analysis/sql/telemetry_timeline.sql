@@ -21,13 +21,14 @@
 -- param: timeline_bucket_s = 60
 -- param: timeline_start_us = null
 -- param: timeline_end_us = null
+-- requires: host_telemetry
 with samples as (
     select
         *,
         epoch_us(ts) // greatest(1, (getvariable('timeline_bucket_s')::double * 1e6)::bigint) as bucket,
         list_has_any(throttle_reasons, ['sw_power_cap', 'hw_power_brake_slowdown', 'power', 'current', 'ppm']) as power_throttled,
         list_has_any(throttle_reasons, ['sw_thermal_slowdown', 'hw_thermal_slowdown', 'thermal', 'vr_thermal', 'prochot']) as thermal_throttled
-    from telemetry
+    from host_telemetry
     where (getvariable('timeline_start_us') is null or ts >= make_timestamp(getvariable('timeline_start_us')::bigint)::timestamptz)
         and (getvariable('timeline_end_us') is null or ts < make_timestamp(getvariable('timeline_end_us')::bigint)::timestamptz)
 )

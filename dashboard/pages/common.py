@@ -140,12 +140,15 @@ def warm_up(ds: data.Dataset) -> threading.Thread | None:
     def plain(*funcs: Callable[..., Any]) -> list[data.WarmUpCall]:
         return [(func, (), {}) for func in funcs]
 
+    def on_first_hosts(*funcs: Callable[..., Any]) -> list[data.WarmUpCall]:
+        return [(func, (), lambda: {"hosts": default_host_scope(ds)}) for func in funcs]
+
     # In the order of the menu: what each page asks for with its defaults.
     return data.warm_up(ds, [
         *plain(*overview_results()),
-        (timeline.telemetry_timeline, lambda: default_telemetry_window(ds), {}),
-        *plain(power.power_headroom, timeline.power_histogram, power.node_power, power.interconnect_usage,
-               launch.launch_rank_summary, launch.step_launch_summary, time_breakdown.time_breakdown,
+        (timeline.telemetry_timeline, lambda: default_telemetry_window(ds), lambda: {"hosts": default_host_scope(ds)}),
+        *on_first_hosts(power.power_headroom, timeline.power_histogram, power.node_power),
+        *plain(power.interconnect_usage, launch.launch_rank_summary, launch.step_launch_summary, time_breakdown.time_breakdown,
                timeline.launch_histogram, launch.short_kernels, time_breakdown.kernel_stats, launch.launch_outliers,
                launch.launch_flip),
         (timeline.step_kernel_runs, lambda: default_timeline_step(ds), {}),
@@ -188,6 +191,22 @@ def default_hosts(coverage: pl.DataFrame, max_gpus: int = DEFAULT_GPUS_MAX) -> l
         chosen.append(host)
         gpus_so_far += gpus
     return chosen
+
+
+def host_scope(hosts: list[str], hosts_all: list[str]) -> tuple[str, ...] | None:
+    """The analyses' `hosts` argument for the hosts a page shows: None where
+    that is every host, so the page shares its results with the overview's
+    findings and the warm-up; else the names, sorted (one cache key)."""
+    return None if set(hosts) >= set(hosts_all) else tuple(sorted(hosts))
+
+
+def default_host_scope(ds: data.Dataset) -> tuple[str, ...] | None:
+    """`host_scope` of the hosts the telemetry and power pages open on (`default_hosts`)."""
+    from analysis import timeline
+
+    coverage = data.cached(ds, timeline.telemetry_coverage)
+    hosts_all = sorted(coverage["host"].unique().to_list()) if coverage.height else []
+    return host_scope(default_hosts(coverage), hosts_all)
 
 
 def caption_hosts_shown(hosts: list[str], hosts_all: list[str]) -> None:

@@ -12,7 +12,7 @@ from analysis import timeline
 from dashboard import charts
 from dashboard import data
 from dashboard.pages.common import (
-    NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, dataset, default_hosts, frame, naive,
+    NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, dataset, default_hosts, frame, host_scope, naive,
 )
 
 LIVE_METRICS = ("power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c")
@@ -50,9 +50,8 @@ def live_view() -> None:
     start = last - timedelta(minutes=minutes)
     interval_s = float(coverage["interval_s"].median() or 1.0)
     bucket_s = timeline.bucket_seconds(minutes * 60, interval_s, max_points=600)
-    series = frame(current, timeline.telemetry_timeline, bucket_s=bucket_s, start=start, end=last + timedelta(seconds=bucket_s))
-    if series.height and len(hosts) < len(hosts_all):
-        series = series.filter(pl.col("host").is_in(hosts))
+    series = frame(current, timeline.telemetry_timeline, bucket_s=bucket_s, start=start, end=last + timedelta(seconds=bucket_s),
+                   hosts=host_scope(hosts, hosts_all))
     age_s = (datetime.now(timezone.utc).replace(tzinfo=None) - last).total_seconds()
     latest = series.sort("bucket_start").group_by("host", "gpu_index").last().sort("host", "gpu_index") if series.height else series
     st.caption(f"Last sample {last:%Y-%m-%d %H:%M:%S} UTC ({_age(age_s)} ago), buckets of {bucket_s:g} s; "

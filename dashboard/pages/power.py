@@ -9,7 +9,8 @@ import streamlit as st
 from analysis import power, timeline
 from dashboard import charts
 from dashboard.pages.common import (
-    NO_TELEMETRY, caption_dataset, chart, fmt_share, frame, naive, require_dataset, require_tables,
+    DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, fmt_share, frame,
+    host_scope, naive, require_dataset, require_tables,
 )
 
 CURVE_POINTS = 8
@@ -19,7 +20,24 @@ ds = require_dataset()
 caption_dataset(ds)
 require_tables(ds, ("telemetry",), "telemetry", NO_TELEMETRY)
 
-headroom = frame(ds, power.power_headroom)
+# A fleet opens on its first hosts, as the telemetry page does: every power
+# analysis reads each sample of the hosts it is asked about (16 hosts of 8
+# GPUs, a day at 1 Hz: 11 s of queries for all, 2.5 s for the first two).
+coverage = frame(ds, timeline.telemetry_coverage)
+hosts_all = sorted(coverage["host"].unique().to_list()) if coverage.height else []
+hosts = hosts_all
+if len(hosts_all) > 1:
+    hosts_first = default_hosts(coverage)
+    hosts = st.multiselect("Hosts", hosts_all, default=hosts_first, key="power_hosts",
+                           help=None if len(hosts_first) == len(hosts_all) else
+                           f"The page opens on the first hosts up to {DEFAULT_GPUS_MAX} GPUs in all. "
+                           "Add hosts here; the fleet's extra nodes under the budget always count every host.")
+    if not hosts:
+        st.info("Pick at least one host.", icon=":material/info:")
+        st.stop()
+scope = host_scope(hosts, hosts_all)
+
+headroom = frame(ds, power.power_headroom, hosts=scope)
 if headroom.is_empty() or headroom["power_samples"].sum() == 0:
     st.info("The telemetry has no power readings.", icon=":material/info:")
     st.stop()
@@ -29,7 +47,7 @@ left, right = st.columns(2)
 with left:
     chart(charts.power_percentiles_figure(headroom), key="power_percentiles")
 with right:
-    chart(charts.power_distribution_figure(frame(ds, timeline.power_histogram)), key="power_histogram")
+    chart(charts.power_distribution_figure(frame(ds, timeline.power_histogram, hosts=scope)), key="power_histogram")
 st.dataframe(
     headroom.select(
         "host", "gpu_index", "limit_w", "p50_w", "p99_w", "max_w", "headroom_w", "headroom_pct",
@@ -40,8 +58,10 @@ st.dataframe(
     hide_index=True, width="stretch",
 )
 
+caption_hosts_shown(hosts, hosts_all)
+
 st.header("Per node: coincident power against the budget")
-nodes = frame(ds, power.node_power)
+nodes = frame(ds, power.node_power, hosts=scope)
 limits = headroom.filter(pl.col("limit_w").is_not_null())
 limit_sum = float(nodes["limit_sum_w"].max() or 0) if nodes.height else 0.0
 gpu_limit = float(limits["limit_w"].max()) if limits.height else float(headroom["max_w"].max())
@@ -58,8 +78,9 @@ with st.container(border=True):
                          value=int(budget_default), step=50, key="power_budget_w",
                          help="Power provisioned for each node's GPUs; by default the sum of their enforced limits.")
 
-nodes_budget = frame(ds, power.node_power, node_budget_w=float(budget_w))
-capped_nodes = frame(ds, power.power_cap_whatif_node, power_cap_w=float(cap_w), node_budget_w=float(budget_w))
+# The fleet's figures count every host, whichever are shown.
+fleet = frame(ds, power.node_power, node_budget_w=float(budget_w), hosts=None)
+capped_nodes = frame(ds, power.power_cap_whatif_node, power_cap_w=float(cap_w), node_budget_w=float(budget_w), hosts=scope)
 if capped_nodes.height:
     first = capped_nodes.row(0, named=True)
     several = capped_nodes.height > 1
@@ -72,25 +93,24 @@ if capped_nodes.height:
                 delta=f"{first['capped_extra_nodes_at_p99'] - first['extra_nodes_at_p99']:+.2f}")
     m[3].metric("Ticks with a GPU at the cap", fmt_share(first["any_above_cap_share"]),
                 help="How often the cap would have held at least one GPU back")
-    if nodes_budget.height and nodes_budget["fleet_extra_nodes_at_p99"][0] is not None:
-        st.caption(f"Over every node: {nodes_budget['fleet_budget_w'][0]:,.0f} W provisioned carries "
-                   f"{nodes_budget['fleet_extra_nodes_at_p99'][0]} more node(s) at the mean node's p99.")
+    if fleet.height and fleet["fleet_extra_nodes_at_p99"][0] is not None:
+        st.caption(f"Over all {fleet.height} node(s): {fleet['fleet_budget_w'][0]:,.0f} W provisioned carries "
+                   f"{fleet['fleet_extra_nodes_at_p99'][0]} more node(s) at the mean node's p99.")
 
-coverage = frame(ds, timeline.telemetry_coverage)
 if coverage.height:
     first_ts, last_ts = naive(coverage["first_ts"].min()), naive(coverage["last_ts"].max())
     interval_s = float(coverage["interval_s"].median() or 1.0)
     bucket_s = timeline.bucket_seconds(max((last_ts - first_ts).total_seconds(), interval_s), interval_s)
-    node_series = frame(ds, timeline.node_power_timeline, bucket_s=bucket_s, power_cap_w=float(cap_w))
+    node_series = frame(ds, timeline.node_power_timeline, bucket_s=bucket_s, power_cap_w=float(cap_w), hosts=scope)
     chart(charts.node_power_figure(node_series, float(budget_w), float(cap_w)), key="power_node")
 
-curve = frame(ds, timeline.power_cap_curve, cap_floor, gpu_limit, CURVE_POINTS, node_budget_w=float(budget_w))
+curve = frame(ds, timeline.power_cap_curve, cap_floor, gpu_limit, CURVE_POINTS, node_budget_w=float(budget_w), hosts=scope)
 if curve.height:
     curve = curve.group_by("power_cap_w").agg(pl.col("capped_extra_nodes_at_p99").mean(), pl.col("any_above_cap_share").mean())
 chart(charts.cap_curve_figure(curve, float(cap_w)), key="power_cap_curve")
 
 with st.expander(f"Per GPU under a {cap_w} W cap"):
-    whatif = frame(ds, power.power_cap_whatif, power_cap_w=float(cap_w))
+    whatif = frame(ds, power.power_cap_whatif, power_cap_w=float(cap_w), hosts=scope)
     if whatif.height:
         st.dataframe(whatif.select("host", "gpu_index", "cap_w", "limit_w", "samples_above_cap",
                                    (pl.col("above_cap_share") * 100).round(1).alias("above_cap_pct"),

@@ -10,8 +10,8 @@ import streamlit as st
 from analysis import timeline
 from dashboard import charts
 from dashboard.pages.common import (
-    DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, require_dataset,
-    require_tables, telemetry_bucket_s, telemetry_range,
+    DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, host_scope,
+    require_dataset, require_tables, telemetry_bucket_s, telemetry_range,
 )
 
 DEFAULT_METRICS = ["power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c", "mem_used_bytes"]
@@ -53,8 +53,8 @@ if not picked:
     st.stop()
 span_s = max((end - start).total_seconds(), interval_s)
 bucket_s = telemetry_bucket_s(start, end, interval_s)
-# Positional, as the warm-up asks (common.default_telemetry_window): one cache key.
-series = frame(ds, timeline.telemetry_timeline, bucket_s, start, end)
+# As the warm-up asks (common.default_telemetry_window, default_host_scope): one cache key.
+series = frame(ds, timeline.telemetry_timeline, bucket_s, start, end, hosts=host_scope(hosts, hosts_all))
 keep = pl.DataFrame({"host": [labels[p][0] for p in picked], "gpu_index": [labels[p][1] for p in picked]},
                     schema={"host": pl.String, "gpu_index": pl.Int32})
 if series.height:
