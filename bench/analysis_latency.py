@@ -43,10 +43,10 @@ from collector.ingest.store import trace_parquet_options  # noqa: E402
 from collector.schema import TRACE_SCHEMAS, TELEMETRY_SCHEMA  # noqa: E402
 from collector.writer import parquet_options  # noqa: E402
 
-# Building blocks with a row per kernel: other views and people's own SQL
+# Building blocks with a row per kernel or sample: other views and people's own SQL
 # filter and aggregate them, nobody fetches 10 million rows, so they are
 # timed as a scan computing every column of every row ("(scan)").
-ROW_LEVEL_VIEWS = ("scoped_kernels", "kernel_launches")
+ROW_LEVEL_VIEWS = ("scoped_kernels", "kernel_launches", "host_telemetry")
 
 T0_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 HOST = "bench-node-01"

@@ -206,6 +206,17 @@ def test_telemetry_of_24_gpus_draws_the_first_two_hosts_and_says_so(monkeypatch,
     assert any(c.value == "Showing 2 of 3 hosts: pick more under Hosts." for c in at.caption)
 
 
+def test_telemetry_of_24_gpus_asks_for_the_series_of_the_two_hosts_shown_alone(monkeypatch, three_nodes):
+    from dashboard.pages import common
+
+    data.RESULTS.clear()
+    _run(monkeypatch, three_nodes, "pages/telemetry.py")
+    ds = data.current(three_nodes)
+    window = common.default_telemetry_window(ds)
+    assert data.cache_key(ds, timeline.telemetry_timeline, window, {"hosts": ("node-a", "node-b")}) in data.RESULTS
+    assert data.cache_key(ds, timeline.telemetry_timeline, window, {"hosts": None}) not in data.RESULTS
+
+
 def test_live_view_of_24_gpus_shows_the_first_two_hosts_until_more_are_picked(monkeypatch, three_nodes):
     at = _run(monkeypatch, three_nodes, "pages/live.py")
     assert len(_metrics(at)) == 16
