@@ -241,6 +241,20 @@ def test_power_shows_every_host_once_picked(monkeypatch, three_nodes):
     assert not any(c.value.startswith("Showing") for c in at.caption)
 
 
+def test_power_of_hosts_without_power_readings_asks_for_others(monkeypatch, tmp_path):
+    # node-a and node-b (the first 16 GPUs) report no power; node-c does.
+    for host in ("node-a", "node-b", "node-c"):
+        write_telemetry(tmp_path, host, [
+            {"ts": T0_US + i * 1_000_000, "gpu_index": g, "gpu_util_pct": 90.0,
+             **({"power_w": 300.0} if host == "node-c" else {})}
+            for i in range(10) for g in range(8)
+        ])
+    at = _run(monkeypatch, tmp_path, "pages/power.py")
+    assert [i.value for i in at.info] == ["The hosts picked have no power readings: pick others under Hosts."]
+    at.multiselect(key="power_hosts").set_value(["node-c"]).run()
+    assert not at.info and len(at.dataframe[0].value) == 8
+
+
 def test_power_of_one_host_offers_no_host_picker(monkeypatch, sample):
     at = _run(monkeypatch, sample, "pages/power.py")
     assert not [m for m in at.multiselect if m.key == "power_hosts"]

@@ -39,7 +39,8 @@ scope = host_scope(hosts, hosts_all)
 
 headroom = frame(ds, power.power_headroom, hosts=scope)
 if headroom.is_empty() or headroom["power_samples"].sum() == 0:
-    st.info("The telemetry has no power readings.", icon=":material/info:")
+    st.info("The telemetry has no power readings." if scope is None else
+            "The hosts picked have no power readings: pick others under Hosts.", icon=":material/info:")
     st.stop()
 
 st.header("Per GPU")
