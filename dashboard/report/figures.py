@@ -43,7 +43,9 @@ def launch_figure(steps: pl.DataFrame) -> go.Figure:
     for (run, rank), group in steps.sort("run", "rank", "step").group_by("run", "rank", maintain_order=True):
         fig.add_scatter(x=group["step"].to_list(), y=group["gpu_idle_share"].to_list(), mode="lines+markers",
                         name=_rank_label({"run": run, "rank": rank}, runs), line_color=theme.gpu_colour(rank))
-    fig.update_layout(yaxis_tickformat=".0%")
+    # "~%" keeps the digits a tick needs: a GPU-bound run idles well under
+    # 1 % a step, where ".0%" wrote every tick of the axis as "0%".
+    fig.update_layout(yaxis_tickformat="~%")
     return _layout(fig, "GPU idle share per step", "profiler step", "GPU idle share")
 
 
