@@ -285,9 +285,12 @@ def telemetry_figure(
     """One metric of `telemetry_timeline` per GPU over time.
 
     The mean per bucket is the line; with `band` (default: at most three
-    GPUs) the bucket's min-max range is shaded around it. Power draws the
-    enforced limit; periods in which a GPU was held back by power or heat
-    are shaded.
+    GPUs) the bucket's min-max range is shaded around it. Past 16 GPUs (a
+    fleet), the GPUs' spread instead: the lowest to the highest GPU mean of
+    each bucket as a band, the median GPU, and the two GPUs of lowest and
+    highest mean over the range (128 lines were a tangle with a legend of
+    128). Power draws the enforced limit; periods in which a GPU was held
+    back by power or heat are shaded.
     """
     name, unit, scale = TELEMETRY_METRICS[metric]
     title = title or f"{name} per GPU"
@@ -295,11 +298,17 @@ def telemetry_figure(
         return empty_figure(title, f"No {name.lower()} readings in this range.")
     hosts = _hosts(timeline)
     groups = timeline.partition_by(["host", "gpu_index"], maintain_order=True)
-    band = len(groups) <= 3 if band is None else band
     fig = new_figure()
+    suffixes: dict[tuple[str, int], str] = {}
+    if len(groups) > _GPU_LINES_MAX:
+        _telemetry_spread(fig, timeline, metric, scale, bucket_s, len(groups))
+        suffixes = _extreme_gpus(timeline, metric)
+        groups = [g for g in groups if (g["host"][0], int(g["gpu_index"][0])) in suffixes]
+        band = False
+    band = len(groups) <= 3 if band is None else band
     for group in groups:
         host, gpu = group["host"][0], int(group["gpu_index"][0])
-        label = gpu_label(host, gpu, len(hosts))
+        label = gpu_label(host, gpu, len(hosts)) + suffixes.get((host, gpu), "")
         colour = theme.gpu_colour(gpu)
         dash = _DASHES[hosts.index(host) % len(_DASHES)]
         grid = _BucketGrid(group["bucket_start"], bucket_s)
@@ -330,6 +339,42 @@ def telemetry_figure(
     if metric.endswith("_pct"):
         fig.update_yaxes(range=[0, 105])
     return fig
+
+
+# GPUs drawn one line each up to this many; past it, their spread (telemetry_figure).
+_GPU_LINES_MAX = 16
+_SPREAD_BAND = {"color": "rgba(127, 127, 127, 0.25)", "width": 0}
+
+
+def _telemetry_spread(fig: go.Figure, timeline: pl.DataFrame, metric: str, scale: float, bucket_s: float,
+                      gpus: int) -> None:
+    """The GPUs' bucket means, lowest to highest, as a band, and their median."""
+    spread = timeline.group_by("bucket_start").agg(
+        low=pl.col(f"{metric}_mean").min(), median=pl.col(f"{metric}_mean").median(),
+        high=pl.col(f"{metric}_mean").max(),
+    ).sort("bucket_start")
+    grid = _BucketGrid(spread["bucket_start"], bucket_s)
+    trace = _scatter(grid.size)
+    fig.add_trace(trace(**grid.x, y=grid.place(spread["high"], scale), mode="lines", line=_SPREAD_BAND,
+                        name=f"all {gpus} GPUs: highest", showlegend=False,
+                        hovertemplate="%{x}<br>highest GPU %{y:.4g}<extra></extra>"))
+    fig.add_trace(trace(**grid.x, y=grid.place(spread["low"], scale), mode="lines", line=_SPREAD_BAND, fill="tonexty",
+                        fillcolor=_SPREAD_BAND["color"], name=f"all {gpus} GPUs: lowest to highest",
+                        hovertemplate="%{x}<br>lowest GPU %{y:.4g}<extra></extra>"))
+    fig.add_trace(trace(**grid.x, y=grid.place(spread["median"], scale), mode="lines", name="median GPU",
+                        line={"color": theme.OTHER_COLOUR, "width": 2},
+                        hovertemplate="%{x}<br>median GPU %{y:.4g}<extra></extra>"))
+
+
+def _extreme_gpus(timeline: pl.DataFrame, metric: str) -> dict[tuple[str, int], str]:
+    """The GPUs of lowest and highest mean over the range, with the words
+    their lines are named with; ties go to the first by host and index."""
+    means = (timeline.group_by("host", "gpu_index").agg(pl.col(f"{metric}_mean").mean().alias("mean"))
+             .drop_nulls("mean").sort("host", "gpu_index"))
+    lowest = means.sort("mean", maintain_order=True).row(0, named=True)
+    highest = means.sort("mean", descending=True, maintain_order=True).row(0, named=True)
+    return {(lowest["host"], int(lowest["gpu_index"])): " (lowest mean)",
+            (highest["host"], int(highest["gpu_index"])): " (highest mean)"}
 
 
 def _shade(fig: go.Figure, periods: list[tuple[Any, Any]]) -> None:
@@ -429,31 +474,80 @@ def node_power_figure(node_timeline: pl.DataFrame, budget_w: float | None, cap_w
 
     With `cap_w`, the bucket's highest coincident power with every GPU
     clipped at the cap is drawn too, where it differs from the uncapped one.
+    Past 8 nodes, their peaks instead, the budget's concern: the lowest to
+    the highest node peak of each bucket as a band, the median node's, and
+    the peaks of the two nodes of lowest and highest mean peak (with the
+    cap, the highest's capped peak too).
     """
     title = "Node coincident power against the budget"
     if node_timeline.is_empty():
         return empty_figure(title, "No complete ticks with power from every GPU.")
     fig = new_figure()
-    for i, group in enumerate(node_timeline.partition_by("host", maintain_order=True)):
-        host = group["host"][0]
-        x = _x_times(group["bucket_start"])
-        trace = _scatter(group.height)
-        dash = _DASHES[i % len(_DASHES)]
-        fig.add_trace(trace(x=x, y=_np(group["node_w_max"]), mode="lines", line={"width": 0}, showlegend=False,
-                            hoverinfo="skip", legendgroup=host))
-        fig.add_trace(trace(x=x, y=_np(group["node_w_min"]), mode="lines", line={"width": 0}, fill="tonexty",
-                            fillcolor=_alpha(theme.OTHER_COLOUR, 0.2), name=f"{host} min-max", legendgroup=host))
-        capped = _np(group["capped_node_w_max"])
-        if cap_w is not None and np.nanmax(np.abs(capped - _np(group["node_w_max"])), initial=0) > 0.5:
-            fig.add_trace(trace(x=x, y=capped, mode="lines", name=f"{host} max with GPUs capped at {cap_w:.0f} W",
-                                line={"color": theme.SEVERITY_COLOURS["warning"], "dash": "dot", "width": 1.5}))
-        fig.add_trace(trace(x=x, y=_np(group["node_w_mean"]), mode="lines", name=f"{host} mean",
-                            line={"color": theme.OTHER_COLOUR, "dash": dash}, legendgroup=host))
+    groups = node_timeline.partition_by("host", maintain_order=True)
+    if len(groups) > _NODE_LINES_MAX:
+        _node_peaks(fig, node_timeline, cap_w)
+    else:
+        for i, group in enumerate(groups):
+            host = group["host"][0]
+            x = _x_times(group["bucket_start"])
+            trace = _scatter(group.height)
+            dash = _DASHES[i % len(_DASHES)]
+            fig.add_trace(trace(x=x, y=_np(group["node_w_max"]), mode="lines", line={"width": 0}, showlegend=False,
+                                hoverinfo="skip", legendgroup=host))
+            fig.add_trace(trace(x=x, y=_np(group["node_w_min"]), mode="lines", line={"width": 0}, fill="tonexty",
+                                fillcolor=_alpha(theme.OTHER_COLOUR, 0.2), name=f"{host} min-max", legendgroup=host))
+            _capped_peak(fig, group, x, cap_w, f"{host} max with GPUs capped at {cap_w:.0f} W" if cap_w else "")
+            fig.add_trace(trace(x=x, y=_np(group["node_w_mean"]), mode="lines", name=f"{host} mean",
+                                line={"color": theme.OTHER_COLOUR, "dash": dash}, legendgroup=host))
     if budget_w is not None:
         fig.add_hline(y=budget_w, line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2})
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"budget {budget_w:,.0f} W",
                                  line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2}))
     return _layout(fig, title, TIME_AXIS, "Node power (W)", legend_title="node")
+
+
+# Nodes drawn one band and line each up to this many; past it, their peaks' spread (node_power_figure).
+_NODE_LINES_MAX = 8
+
+
+def _capped_peak(fig: go.Figure, group: pl.DataFrame, x: np.ndarray, cap_w: float | None, name: str) -> None:
+    """A node's bucket peak with every GPU clipped at `cap_w`, where the cap changes it."""
+    capped = _np(group["capped_node_w_max"])
+    if cap_w is not None and np.nanmax(np.abs(capped - _np(group["node_w_max"])), initial=0) > 0.5:
+        fig.add_trace(_scatter(group.height)(x=x, y=capped, mode="lines", name=name,
+                                             line={"color": theme.SEVERITY_COLOURS["warning"], "dash": "dot", "width": 1.5}))
+
+
+def _node_peaks(fig: go.Figure, node_timeline: pl.DataFrame, cap_w: float | None) -> None:
+    """Many nodes: their bucket peaks, lowest to highest, as a band; the
+    median node's peak; the peaks of the nodes of lowest and highest mean
+    peak (ties to the first by name), the highest's under the cap too."""
+    nodes = node_timeline["host"].n_unique()
+    spread = node_timeline.group_by("bucket_start").agg(
+        low=pl.col("node_w_max").min(), median=pl.col("node_w_max").median(), high=pl.col("node_w_max").max(),
+    ).sort("bucket_start")
+    x = _x_times(spread["bucket_start"])
+    trace = _scatter(spread.height)
+    fig.add_trace(trace(x=x, y=_np(spread["high"]), mode="lines", line=_SPREAD_BAND, showlegend=False,
+                        name=f"all {nodes} nodes: highest peak", hovertemplate="%{x}<br>highest node peak %{y:,.0f} W<extra></extra>"))
+    fig.add_trace(trace(x=x, y=_np(spread["low"]), mode="lines", line=_SPREAD_BAND, fill="tonexty",
+                        fillcolor=_SPREAD_BAND["color"], name=f"all {nodes} nodes: lowest to highest peak",
+                        hovertemplate="%{x}<br>lowest node peak %{y:,.0f} W<extra></extra>"))
+    fig.add_trace(trace(x=x, y=_np(spread["median"]), mode="lines", name="median node's peak",
+                        line={"color": theme.OTHER_COLOUR, "width": 2},
+                        hovertemplate="%{x}<br>median node peak %{y:,.0f} W<extra></extra>"))
+    means = node_timeline.group_by("host").agg(pl.col("node_w_max").mean()).drop_nulls().sort("host")
+    lowest = means.sort("node_w_max", maintain_order=True)["host"][0]
+    highest = means.sort("node_w_max", descending=True, maintain_order=True)["host"][0]
+    # Blue and green: the capped peak is drawn in the warning orange.
+    for colour, (host, words) in zip((0, 2), ((highest, "highest"), (lowest, "lowest"))):
+        group = node_timeline.filter(pl.col("host") == host).sort("bucket_start")
+        x = _x_times(group["bucket_start"])
+        if words == "highest":
+            _capped_peak(fig, group, x, cap_w, f"{host} peak with GPUs capped at {cap_w:.0f} W" if cap_w else "")
+        fig.add_trace(_scatter(group.height)(x=x, y=_np(group["node_w_max"]), mode="lines",
+                                             name=f"{host} peak ({words} node)",
+                                             line={"color": theme.gpu_colour(colour), "width": 1.5}))
 
 
 def cap_curve_figure(curve: pl.DataFrame, chosen_cap_w: float | None = None) -> go.Figure:

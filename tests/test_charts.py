@@ -284,3 +284,53 @@ def test_report_idle_share_axis_keeps_the_digits_a_small_share_needs() -> None:
     fig = launch_figure(steps)
     assert fig.layout.yaxis.tickformat == "~%"
     assert list(fig.data[0].y) == [0.0012, 0.0004, 0.0]
+
+
+def test_telemetry_of_17_gpus_draws_their_spread_median_and_the_two_extreme_gpus() -> None:
+    # GPU g draws 400 + g W in minute 0 and 410 + g W in minute 1: GPU 16 highest, GPU 0 lowest.
+    fig = charts.telemetry_figure(
+        telemetry_buckets([(gpu, minute, 400.0 + gpu + 10 * minute, 0.0) for gpu in range(17) for minute in (0, 1)]),
+        "power_w", 60)
+    by_name = {trace.name: trace for trace in fig.data}
+    assert set(by_name) == {"all 17 GPUs: highest", "all 17 GPUs: lowest to highest", "median GPU",
+                            "GPU 16 (highest mean)", "GPU 0 (lowest mean)", "power limit"}
+    assert by_name["all 17 GPUs: highest"].y.tolist() == [416.0, 426.0]
+    assert by_name["all 17 GPUs: lowest to highest"].y.tolist() == [400.0, 410.0]
+    assert by_name["median GPU"].y.tolist() == [408.0, 418.0]
+    assert by_name["GPU 16 (highest mean)"].y.tolist() == [416.0, 426.0]
+
+
+def test_telemetry_of_16_gpus_still_draws_each_gpu() -> None:
+    fig = charts.telemetry_figure(telemetry_buckets([(gpu, 0, 400.0 + gpu, 0.0) for gpu in range(16)]), "power_w", 60)
+    assert sorted(trace.name for trace in fig.data if trace.name.startswith("GPU")) == sorted(f"GPU {g}" for g in range(16))
+
+
+def node_buckets(peaks_w: dict[str, list[float]]) -> pl.DataFrame:
+    """`node_power_timeline` rows at 60 s buckets: each node's peak per minute (mean 100 W below, min 200 W
+    below, capped at 50 W below the peak)."""
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return pl.DataFrame(
+        [(host, start + timedelta(minutes=m), peak - 200, peak - 100, peak, peak - 100, peak - 50, 60)
+         for host, peaks in peaks_w.items() for m, peak in enumerate(peaks)],
+        schema={"host": pl.String, "bucket_start": pl.Datetime("us", "UTC"), "node_w_min": pl.Float64,
+                "node_w_mean": pl.Float64, "node_w_max": pl.Float64, "capped_node_w_mean": pl.Float64,
+                "capped_node_w_max": pl.Float64, "ticks": pl.Int64},
+        orient="row")
+
+
+def test_node_power_of_9_nodes_draws_their_peaks_spread_and_the_two_extreme_nodes() -> None:
+    # node-i peaks at 4000 + 100 i W, then 100 W more: node-8 highest, node-0 lowest.
+    nodes = node_buckets({f"node-{i}": [4000.0 + 100 * i, 4100.0 + 100 * i] for i in range(9)})
+    fig = charts.node_power_figure(nodes, 5600.0, 600.0)
+    by_name = {trace.name: trace for trace in fig.data}
+    assert set(by_name) == {"all 9 nodes: highest peak", "all 9 nodes: lowest to highest peak", "median node's peak",
+                            "node-8 peak (highest node)", "node-0 peak (lowest node)",
+                            "node-8 peak with GPUs capped at 600 W", "budget 5,600 W"}
+    assert list(by_name["all 9 nodes: lowest to highest peak"].y) == [4000.0, 4100.0]
+    assert list(by_name["median node's peak"].y) == [4400.0, 4500.0]
+    assert list(by_name["node-8 peak with GPUs capped at 600 W"].y) == [4750.0, 4850.0]
+
+
+def test_node_power_of_8_nodes_still_draws_each_node() -> None:
+    fig = charts.node_power_figure(node_buckets({f"node-{i}": [4000.0, 4100.0] for i in range(8)}), 5600.0)
+    assert sorted(t.name for t in fig.data if t.name and t.name.endswith(" mean")) == [f"node-{i} mean" for i in range(8)]
