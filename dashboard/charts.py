@@ -299,11 +299,11 @@ def telemetry_figure(
     hosts = _hosts(timeline)
     groups = timeline.partition_by(["host", "gpu_index"], maintain_order=True)
     fig = new_figure()
-    suffixes: dict[tuple[str, int], str] = {}
+    suffixes: dict[tuple, str] = {}
     if len(groups) > _GPU_LINES_MAX:
-        _telemetry_spread(fig, timeline, metric, scale, bucket_s, len(groups))
-        suffixes = _extreme_gpus(timeline, metric)
-        groups = [g for g in groups if (g["host"][0], int(g["gpu_index"][0])) in suffixes]
+        _spread(fig, timeline, f"{metric}_mean", scale, bucket_s, f"{len(groups)} GPUs", "median GPU")
+        suffixes = _extremes(timeline, ["host", "gpu_index"], f"{metric}_mean")
+        groups = [g for g in groups if (g["host"][0], g["gpu_index"][0]) in suffixes]
         band = False
     band = len(groups) <= 3 if band is None else band
     for group in groups:
@@ -346,35 +346,37 @@ _GPU_LINES_MAX = 16
 _SPREAD_BAND = {"color": "rgba(127, 127, 127, 0.25)", "width": 0}
 
 
-def _telemetry_spread(fig: go.Figure, timeline: pl.DataFrame, metric: str, scale: float, bucket_s: float,
-                      gpus: int) -> None:
-    """The GPUs' bucket means, lowest to highest, as a band, and their median."""
-    spread = timeline.group_by("bucket_start").agg(
-        low=pl.col(f"{metric}_mean").min(), median=pl.col(f"{metric}_mean").median(),
-        high=pl.col(f"{metric}_mean").max(),
+def _spread(fig: go.Figure, frame: pl.DataFrame, value: str, scale: float, bucket_s: float | None, noun: str,
+            median: str, number: str = ".4g") -> None:
+    """Many series of `frame` at once: each bucket's lowest to highest
+    `value` as a grey band (`noun` names the series), and their median."""
+    spread = frame.group_by("bucket_start").agg(
+        low=pl.col(value).min(), median=pl.col(value).median(), high=pl.col(value).max(),
     ).sort("bucket_start")
-    grid = _BucketGrid(spread["bucket_start"], bucket_s)
-    trace = _scatter(grid.size)
-    fig.add_trace(trace(**grid.x, y=grid.place(spread["high"], scale), mode="lines", line=_SPREAD_BAND,
-                        name=f"all {gpus} GPUs: highest", showlegend=False,
-                        hovertemplate="%{x}<br>highest GPU %{y:.4g}<extra></extra>"))
-    fig.add_trace(trace(**grid.x, y=grid.place(spread["low"], scale), mode="lines", line=_SPREAD_BAND, fill="tonexty",
-                        fillcolor=_SPREAD_BAND["color"], name=f"all {gpus} GPUs: lowest to highest",
-                        hovertemplate="%{x}<br>lowest GPU %{y:.4g}<extra></extra>"))
-    fig.add_trace(trace(**grid.x, y=grid.place(spread["median"], scale), mode="lines", name="median GPU",
+    if bucket_s:
+        grid = _BucketGrid(spread["bucket_start"], bucket_s)
+        xs, place, points = grid.x, grid.place, grid.size
+    else:
+        xs, place, points = {"x": _x_times(spread["bucket_start"])}, _np, spread.height
+    trace = _scatter(points)
+    fig.add_trace(trace(**xs, y=place(spread["high"], scale), mode="lines", line=_SPREAD_BAND,
+                        name=f"all {noun}: highest", showlegend=False,
+                        hovertemplate=f"%{{x}}<br>highest %{{y:{number}}}<extra></extra>"))
+    fig.add_trace(trace(**xs, y=place(spread["low"], scale), mode="lines", line=_SPREAD_BAND, fill="tonexty",
+                        fillcolor=_SPREAD_BAND["color"], name=f"all {noun}: lowest to highest",
+                        hovertemplate=f"%{{x}}<br>lowest %{{y:{number}}}<extra></extra>"))
+    fig.add_trace(trace(**xs, y=place(spread["median"], scale), mode="lines", name=median,
                         line={"color": theme.OTHER_COLOUR, "width": 2},
-                        hovertemplate="%{x}<br>median GPU %{y:.4g}<extra></extra>"))
+                        hovertemplate=f"%{{x}}<br>median %{{y:{number}}}<extra></extra>"))
 
 
-def _extreme_gpus(timeline: pl.DataFrame, metric: str) -> dict[tuple[str, int], str]:
-    """The GPUs of lowest and highest mean over the range, with the words
-    their lines are named with; ties go to the first by host and index."""
-    means = (timeline.group_by("host", "gpu_index").agg(pl.col(f"{metric}_mean").mean().alias("mean"))
-             .drop_nulls("mean").sort("host", "gpu_index"))
-    lowest = means.sort("mean", maintain_order=True).row(0, named=True)
-    highest = means.sort("mean", descending=True, maintain_order=True).row(0, named=True)
-    return {(lowest["host"], int(lowest["gpu_index"])): " (lowest mean)",
-            (highest["host"], int(highest["gpu_index"])): " (highest mean)"}
+def _extremes(frame: pl.DataFrame, keys: list[str], value: str) -> dict[tuple, str]:
+    """The series (by `keys`) of lowest and highest mean `value`, with the
+    words their lines are named with; ties go to the first by `keys`."""
+    means = frame.group_by(keys).agg(pl.col(value).mean().alias("mean")).drop_nulls("mean").sort(keys)
+    lowest = means.sort("mean", maintain_order=True).row(0)
+    highest = means.sort("mean", descending=True, maintain_order=True).row(0)
+    return {tuple(lowest[:len(keys)]): " (lowest mean)", tuple(highest[:len(keys)]): " (highest mean)"}
 
 
 def _shade(fig: go.Figure, periods: list[tuple[Any, Any]]) -> None:
@@ -617,7 +619,9 @@ def interconnect_timeline_figure(timeline: pl.DataFrame, link: str, bucket_s: fl
     """One interconnect's throughput per GPU over time, with the nominal peak.
 
     Given the buckets' width, each series goes as a start and a step with
-    gaps where a bucket has no sample, as in `telemetry_figure`."""
+    gaps where a bucket has no sample, as in `telemetry_figure`. Past 16
+    GPUs, as there: the spread of every GPU and direction, the median, and
+    the series of lowest and highest mean."""
     name = LINK_NAMES.get(link, link)
     title = f"{name} throughput over time"
     frame = timeline.filter(pl.col("link") == link).sort("host", "gpu_index", "direction", "bucket_start") if timeline.height else timeline
@@ -625,9 +629,18 @@ def interconnect_timeline_figure(timeline: pl.DataFrame, link: str, bucket_s: fl
         return empty_figure(title, f"No {name} readings.")
     hosts = _hosts(frame)
     fig = new_figure()
-    for group in frame.partition_by(["host", "gpu_index", "direction"], maintain_order=True):
+    groups = frame.partition_by(["host", "gpu_index", "direction"], maintain_order=True)
+    suffixes: dict[tuple, str] = {}
+    gpus = frame.select("host", "gpu_index").n_unique()
+    if gpus > _GPU_LINES_MAX:  # as telemetry_figure: the spread of every GPU and direction
+        _spread(fig, frame, "achieved_bytes_per_s", 1 / GB, bucket_s, f"{gpus} GPUs, both directions", "median",
+                number=".1f")
+        keys = ["host", "gpu_index", "direction"]
+        suffixes = _extremes(frame, keys, "achieved_bytes_per_s")
+        groups = [g for g in groups if (g["host"][0], g["gpu_index"][0], g["direction"][0]) in suffixes]
+    for group in groups:
         host, gpu, direction = group["host"][0], int(group["gpu_index"][0]), group["direction"][0]
-        label = f"{gpu_label(host, gpu, len(hosts))} {direction}"
+        label = f"{gpu_label(host, gpu, len(hosts))} {direction}" + suffixes.get((host, gpu, direction), "")
         if bucket_s:
             grid = _BucketGrid(group["bucket_start"], bucket_s)
             xy = {**grid.x, "y": grid.place(group["achieved_bytes_per_s"], 1 / GB)}

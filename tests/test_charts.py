@@ -334,3 +334,18 @@ def test_node_power_of_9_nodes_draws_their_peaks_spread_and_the_two_extreme_node
 def test_node_power_of_8_nodes_still_draws_each_node() -> None:
     fig = charts.node_power_figure(node_buckets({f"node-{i}": [4000.0, 4100.0] for i in range(8)}), 5600.0)
     assert sorted(t.name for t in fig.data if t.name and t.name.endswith(" mean")) == [f"node-{i} mean" for i in range(8)]
+
+
+def test_interconnect_of_17_gpus_draws_the_spread_of_every_gpu_and_direction() -> None:
+    # GPU g sends (tx) 10 + g GB/s and receives (rx) 100 + g GB/s: GPU 16 rx highest, GPU 0 tx lowest.
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rows = [("node-a", gpu, "nvlink", direction, start, (base + gpu) * 1e9, 450e9)
+            for gpu in range(17) for direction, base in (("tx", 10), ("rx", 100))]
+    timeline = pl.DataFrame(rows, schema=["host", "gpu_index", "link", "direction", "bucket_start",
+                                          "achieved_bytes_per_s", "peak_bytes_per_s"], orient="row")
+    fig = charts.interconnect_timeline_figure(timeline, "nvlink", 60)
+    by_name = {trace.name: trace for trace in fig.data}
+    assert set(by_name) == {"all 17 GPUs, both directions: highest", "all 17 GPUs, both directions: lowest to highest",
+                            "median", "GPU 16 rx (highest mean)", "GPU 0 tx (lowest mean)", "nominal peak 450 GB/s"}
+    assert by_name["all 17 GPUs, both directions: lowest to highest"].y.tolist() == [10.0]
+    assert by_name["all 17 GPUs, both directions: highest"].y.tolist() == [116.0]
