@@ -428,15 +428,31 @@ def throttle_strip_figure(timeline: pl.DataFrame) -> go.Figure:
 
 
 def power_distribution_figure(histogram: pl.DataFrame) -> go.Figure:
-    """Per GPU, the share of samples at each power level, with each GPU's limit."""
+    """Per GPU, the share of samples at each power level, with each GPU's limit.
+
+    Past 16 GPUs, the distribution of all their samples together, and the
+    two GPUs of lowest and highest mean power."""
     title = "Power distribution per GPU against the enforced limit"
     if histogram.is_empty():
         return empty_figure(title, "No power readings.")
     hosts = _hosts(histogram)
     fig = new_figure()
-    for group in histogram.partition_by(["host", "gpu_index"], maintain_order=True):
+    groups = histogram.partition_by(["host", "gpu_index"], maintain_order=True)
+    suffixes: dict[tuple, str] = {}
+    if len(groups) > _GPU_LINES_MAX:
+        pooled = histogram.group_by("bin_low_w").agg(pl.col("bin_high_w").first(), pl.col("samples").sum()).sort("bin_low_w")
+        x = [pooled["bin_low_w"][0]] + pooled["bin_low_w"].to_list() + [pooled["bin_high_w"][-1]]
+        y = [0.0] + (pooled["samples"] / pooled["samples"].sum() * 100).to_list() + [0.0]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": theme.OTHER_COLOUR, "width": 2},
+                                 name=f"all {len(groups)} GPUs",
+                                 hovertemplate=f"all {len(groups)} GPUs<br>%{{x:.0f}} W: %{{y:.1f}}% of samples<extra></extra>"))
+        means = histogram.group_by("host", "gpu_index").agg(
+            mean_w=((pl.col("bin_low_w") + pl.col("bin_high_w")) / 2 * pl.col("samples")).sum() / pl.col("samples").sum())
+        suffixes = _extremes(means, ["host", "gpu_index"], "mean_w")
+        groups = [g for g in groups if (g["host"][0], g["gpu_index"][0]) in suffixes]
+    for group in groups:
         host, gpu = group["host"][0], int(group["gpu_index"][0])
-        label = gpu_label(host, gpu, len(hosts))
+        label = gpu_label(host, gpu, len(hosts)) + suffixes.get((host, gpu), "")
         x = [group["bin_low_w"][0]] + group["bin_low_w"].to_list() + [group["bin_high_w"][-1]]
         y = [0.0] + (group["share"] * 100).to_list() + [0.0]
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": theme.gpu_colour(gpu), "width": 1.5,

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import plotly.io as pio
 import polars as pl
+import pytest
 
 from dashboard import charts
 
@@ -349,3 +350,16 @@ def test_interconnect_of_17_gpus_draws_the_spread_of_every_gpu_and_direction() -
                             "median", "GPU 16 rx (highest mean)", "GPU 0 tx (lowest mean)", "nominal peak 450 GB/s"}
     assert by_name["all 17 GPUs, both directions: lowest to highest"].y.tolist() == [10.0]
     assert by_name["all 17 GPUs, both directions: highest"].y.tolist() == [116.0]
+
+
+def test_power_distribution_of_17_gpus_pools_their_samples_and_draws_the_two_extreme_gpus() -> None:
+    # GPU g: 10 samples in [300 + 10 g, 310 + 10 g) W, limit 700 W: GPU 16 highest, GPU 0 lowest.
+    histogram = pl.DataFrame(
+        [("node-a", gpu, 300.0 + 10 * gpu, 310.0 + 10 * gpu, 10, 1.0, 700.0) for gpu in range(17)],
+        schema=["host", "gpu_index", "bin_low_w", "bin_high_w", "samples", "share", "limit_w"], orient="row")
+    fig = charts.power_distribution_figure(histogram)
+    by_name = {trace.name: trace for trace in fig.data}
+    assert set(by_name) == {"all 17 GPUs", "GPU 16 (highest mean)", "GPU 0 (lowest mean)", "limit 700 W"}
+    pooled = by_name["all 17 GPUs"]
+    assert list(pooled.x) == [300.0] + [300.0 + 10 * g for g in range(17)] + [470.0]
+    assert list(pooled.y)[1:-1] == pytest.approx([100 / 17] * 17)
