@@ -13,4 +13,4 @@
 select *
 from telemetry
 where getvariable('telemetry_hosts') is null
-    or list_contains(getvariable('telemetry_hosts'), host)
+    or list_contains(getvariable('telemetry_hosts')::varchar[], host)
