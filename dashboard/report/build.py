@@ -125,13 +125,28 @@ def build_report(
     Raises DatasetError for a dataset that cannot be read or holds nothing.
     """
     from analysis.dataset import open_dataset
-    from dashboard.report import compare as comparing
+    from analysis.registry import forget_results, remember_results
 
     step = progress or (lambda label: None)
     try:
         con = open_dataset(dataset, footer_cache=True)
     except duckdb.Error as error:  # a corrupt Parquet file, say
         raise DatasetError(f"{dataset}: cannot read the dataset: {one_line(error)}") from None
+    # The findings, the sections and the metrics ask for several of the same
+    # analyses (power_headroom, time_breakdown, stragglers): each runs once
+    # (a 16-host fleet's report: power_headroom's 2.2 s was paid twice).
+    remember_results(con, "report")
+    try:
+        return _build(con, dataset, compare, fail_on, inputs, temporary, title, step, compare_label)
+    finally:
+        forget_results(con)
+
+
+def _build(con: duckdb.DuckDBPyConnection, dataset: Path, compare: Path | None, fail_on: dict[str, float] | None,
+           inputs: list[str] | None, temporary: bool, title: str | None, step: Progress,
+           compare_label: str | None) -> Report:
+    from dashboard.report import compare as comparing
+
     source = describe_source(con, dataset, inputs or [str(dataset)], temporary)
     if not source.has_telemetry and not source.has_traces:
         raise DatasetError(f"{inputs[0] if inputs else dataset}: no telemetry and no trace rows: nothing to report")
