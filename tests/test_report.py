@@ -377,3 +377,22 @@ def test_report_runs_each_analysis_once_though_findings_and_sections_share_them(
     assert runs[("power_headroom", ())] == 1
     assert [key for key, count in runs.items() if count > 1] == []
     assert set(registry._REMEMBERED) <= kept_before  # nothing of the report's kept once it is built
+
+
+def test_report_baseline_dataset_runs_each_analysis_once(small: Path, monkeypatch) -> None:
+    from collections import Counter
+
+    from analysis import registry
+    from dashboard.report.compare import load_baseline
+
+    runs: Counter[tuple] = Counter()
+    real = registry._run_analysis
+
+    def counted(con, name, **params):
+        runs[(name, tuple(sorted(params.items())))] += 1
+        return real(con, name, **params)
+
+    monkeypatch.setattr(registry, "_run_analysis", counted)
+    baseline = load_baseline(small)
+    assert baseline.metrics and runs
+    assert [key for key, count in runs.items() if count > 1] == []
