@@ -358,41 +358,38 @@ def test_report_on_a_dataset_with_a_corrupt_file_fails_with_one_line(tmp_path: P
     assert str(dataset) in _one_line_error(err)
 
 
-def test_report_runs_each_analysis_once_though_findings_and_sections_share_them(small: Path, monkeypatch) -> None:
+@pytest.fixture()
+def analysis_runs(monkeypatch):
+    """How often each analysis ran, by (name, parameters), from now on."""
     from collections import Counter
 
+    from analysis import registry
+
+    runs: Counter[tuple] = Counter()
+    real = registry._run_analysis
+
+    def counted(con, name, **params):
+        runs[(name, tuple(sorted(params.items())))] += 1
+        return real(con, name, **params)
+
+    monkeypatch.setattr(registry, "_run_analysis", counted)
+    return runs
+
+
+def test_report_runs_each_analysis_once_though_findings_and_sections_share_them(small: Path, analysis_runs) -> None:
     from analysis import registry
     from dashboard.report.build import build_report
 
-    runs: Counter[tuple] = Counter()
-    real = registry._run_analysis
-
-    def counted(con, name, **params):
-        runs[(name, tuple(sorted(params.items())))] += 1
-        return real(con, name, **params)
-
-    monkeypatch.setattr(registry, "_run_analysis", counted)
     kept_before = set(registry._REMEMBERED)  # other tests' dashboard connections
     build_report(small)
-    assert runs[("power_headroom", ())] == 1
-    assert [key for key, count in runs.items() if count > 1] == []
+    assert analysis_runs[("power_headroom", ())] == 1
+    assert [key for key, count in analysis_runs.items() if count > 1] == []
     assert set(registry._REMEMBERED) <= kept_before  # nothing of the report's kept once it is built
 
 
-def test_report_baseline_dataset_runs_each_analysis_once(small: Path, monkeypatch) -> None:
-    from collections import Counter
-
-    from analysis import registry
+def test_report_baseline_dataset_runs_each_analysis_once(small: Path, analysis_runs) -> None:
     from dashboard.report.compare import load_baseline
 
-    runs: Counter[tuple] = Counter()
-    real = registry._run_analysis
-
-    def counted(con, name, **params):
-        runs[(name, tuple(sorted(params.items())))] += 1
-        return real(con, name, **params)
-
-    monkeypatch.setattr(registry, "_run_analysis", counted)
     baseline = load_baseline(small)
-    assert baseline.metrics and runs
-    assert [key for key, count in runs.items() if count > 1] == []
+    assert baseline.metrics and analysis_runs
+    assert [key for key, count in analysis_runs.items() if count > 1] == []
