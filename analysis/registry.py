@@ -17,9 +17,11 @@ Parameter names are global to a connection, so each is declared once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -250,6 +252,18 @@ def forget_results(con: duckdb.DuckDBPyConnection) -> None:
     """Drop what is kept for `con` (its results, its on-demand views' names)."""
     _REMEMBERED.pop(id(con), None)
     _ON_DEMAND.pop(id(con), None)
+
+
+@contextlib.contextmanager
+def results_kept(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """While inside, each analysis runs once on `con` (the dataset is taken
+    as unchanged); everything kept is dropped on leaving. For a report,
+    whose findings, sections and metrics ask for the same analyses."""
+    remember_results(con, "kept")
+    try:
+        yield
+    finally:
+        forget_results(con)
 
 
 def run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl.DataFrame:

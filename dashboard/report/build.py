@@ -125,7 +125,8 @@ def build_report(
     Raises DatasetError for a dataset that cannot be read or holds nothing.
     """
     from analysis.dataset import open_dataset
-    from analysis.registry import forget_results, remember_results
+    from analysis.registry import results_kept
+    from dashboard.report import compare as comparing
 
     step = progress or (lambda label: None)
     try:
@@ -135,53 +136,42 @@ def build_report(
     # The findings, the sections and the metrics ask for several of the same
     # analyses (power_headroom, time_breakdown, stragglers): each runs once
     # (a 16-host fleet's report: power_headroom's 2.2 s was paid twice).
-    remember_results(con, "report")
-    try:
-        return _build(con, dataset, compare, fail_on, inputs, temporary, title, step, compare_label)
-    finally:
-        forget_results(con)
+    with results_kept(con):
+        source = describe_source(con, dataset, inputs or [str(dataset)], temporary)
+        if not source.has_telemetry and not source.has_traces:
+            raise DatasetError(f"{inputs[0] if inputs else dataset}: no telemetry and no trace rows: nothing to report")
+        problems: list[str] = []
+        step("findings")
+        homes: dict[int, str] = {}
+        findings = collect_findings(con, problems, homes)
+        sections = []
+        for spec in SECTIONS:
+            step(spec.title)
+            mine = [f for f in findings if homes.get(id(f)) == spec.id]
+            sections.append(_build_section(con, spec, source, mine, problems))
+        step("charts")
+        series = _series(con, source, problems)
+        whole = {t.name: t.frame for s in sections for t in s.tables if t.spec.where is None and not s.empty_reason}
+        metrics = comparing.compute_metrics(con, whole)
+        report = Report(
+            title=title or _default_title(source),
+            gpulens_version=gpulens_version(),
+            source=source,
+            findings=findings,
+            sections=sections,
+            metrics=metrics,
+            series=series,
+            problems=problems,
+        )
+        if compare is not None:
+            step("baseline")
+            baseline = comparing.load_baseline(compare, label=compare_label)
+            report.comparison = comparing.compare(report, baseline, fail_on or {})
+        elif fail_on:
+            from collector.errors import UsageError
 
-
-def _build(con: duckdb.DuckDBPyConnection, dataset: Path, compare: Path | None, fail_on: dict[str, float] | None,
-           inputs: list[str] | None, temporary: bool, title: str | None, step: Progress,
-           compare_label: str | None) -> Report:
-    from dashboard.report import compare as comparing
-
-    source = describe_source(con, dataset, inputs or [str(dataset)], temporary)
-    if not source.has_telemetry and not source.has_traces:
-        raise DatasetError(f"{inputs[0] if inputs else dataset}: no telemetry and no trace rows: nothing to report")
-    problems: list[str] = []
-    step("findings")
-    homes: dict[int, str] = {}
-    findings = collect_findings(con, problems, homes)
-    sections = []
-    for spec in SECTIONS:
-        step(spec.title)
-        mine = [f for f in findings if homes.get(id(f)) == spec.id]
-        sections.append(_build_section(con, spec, source, mine, problems))
-    step("charts")
-    series = _series(con, source, problems)
-    whole = {t.name: t.frame for s in sections for t in s.tables if t.spec.where is None and not s.empty_reason}
-    metrics = comparing.compute_metrics(con, whole)
-    report = Report(
-        title=title or _default_title(source),
-        gpulens_version=gpulens_version(),
-        source=source,
-        findings=findings,
-        sections=sections,
-        metrics=metrics,
-        series=series,
-        problems=problems,
-    )
-    if compare is not None:
-        step("baseline")
-        baseline = comparing.load_baseline(compare, label=compare_label)
-        report.comparison = comparing.compare(report, baseline, fail_on or {})
-    elif fail_on:
-        from collector.errors import UsageError
-
-        raise UsageError("--fail-on needs --compare BASELINE")
-    return report
+            raise UsageError("--fail-on needs --compare BASELINE")
+        return report
 
 
 # The report section of each question's findings; the power module's go by page.

@@ -189,19 +189,16 @@ def load_baseline(path: Path, label: str | None = None) -> Baseline:
         return Baseline(label or f"JSON report {path}", {m.key: _finite(metrics.get(m.key)) for m in METRICS}, data["findings"])
     from analysis.dataset import open_dataset
     from analysis.findings import all_findings
-    from analysis.registry import forget_results, remember_results
+    from analysis.registry import results_kept
     from dashboard.report.inputs import resolve_inputs
 
     with tempfile.TemporaryDirectory(prefix="gpulens-baseline-") as scratch:
         dataset, temporary = resolve_inputs([str(path)], Path(scratch) / "dataset", keep=None)
         try:
             con = open_dataset(dataset, footer_cache=True)
-            remember_results(con, "baseline")  # the findings and the metrics share analyses: each runs once
-            try:
+            with results_kept(con):  # the findings and the metrics share analyses: each runs once
                 findings = [f.to_dict() for f in all_findings(con)]
                 metrics = compute_metrics(con)
-            finally:
-                forget_results(con)
         except duckdb.Error as error:
             raise DatasetError(f"{path}: cannot read the baseline dataset: {one_line(error)}") from None
         con.close()
