@@ -302,7 +302,7 @@ def telemetry_figure(
     suffixes: dict[tuple, str] = {}
     if len(groups) > _GPU_LINES_MAX:
         _spread(fig, timeline, f"{metric}_mean", scale, bucket_s, f"{len(groups)} GPUs", "median GPU")
-        suffixes = _extremes(timeline, ["host", "gpu_index"], f"{metric}_mean")
+        suffixes = _extreme_names(timeline, ["host", "gpu_index"], f"{metric}_mean")
         groups = [g for g in groups if (g["host"][0], g["gpu_index"][0]) in suffixes]
         band = False
     band = len(groups) <= 3 if band is None else band
@@ -347,9 +347,10 @@ _SPREAD_BAND = {"color": "rgba(127, 127, 127, 0.25)", "width": 0}
 
 
 def _spread(fig: go.Figure, frame: pl.DataFrame, value: str, scale: float, bucket_s: float | None, noun: str,
-            median: str, number: str = ".4g") -> None:
+            median: str, number: str = ".4g", what: str = "", unit: str = "") -> None:
     """Many series of `frame` at once: each bucket's lowest to highest
-    `value` as a grey band (`noun` names the series), and their median."""
+    `value` as a grey band (`noun` names the series, `what` the value in
+    the band's name), and their median."""
     spread = frame.group_by("bucket_start").agg(
         low=pl.col(value).min(), median=pl.col(value).median(), high=pl.col(value).max(),
     ).sort("bucket_start")
@@ -360,23 +361,29 @@ def _spread(fig: go.Figure, frame: pl.DataFrame, value: str, scale: float, bucke
         xs, place, points = {"x": _x_times(spread["bucket_start"])}, _np, spread.height
     trace = _scatter(points)
     fig.add_trace(trace(**xs, y=place(spread["high"], scale), mode="lines", line=_SPREAD_BAND,
-                        name=f"all {noun}: highest", showlegend=False,
-                        hovertemplate=f"%{{x}}<br>highest %{{y:{number}}}<extra></extra>"))
+                        name=f"all {noun}: highest{what}", showlegend=False,
+                        hovertemplate=f"%{{x}}<br>highest{what} %{{y:{number}}}{unit}<extra></extra>"))
     fig.add_trace(trace(**xs, y=place(spread["low"], scale), mode="lines", line=_SPREAD_BAND, fill="tonexty",
-                        fillcolor=_SPREAD_BAND["color"], name=f"all {noun}: lowest to highest",
-                        hovertemplate=f"%{{x}}<br>lowest %{{y:{number}}}<extra></extra>"))
+                        fillcolor=_SPREAD_BAND["color"], name=f"all {noun}: lowest to highest{what}",
+                        hovertemplate=f"%{{x}}<br>lowest{what} %{{y:{number}}}{unit}<extra></extra>"))
     fig.add_trace(trace(**xs, y=place(spread["median"], scale), mode="lines", name=median,
                         line={"color": theme.OTHER_COLOUR, "width": 2},
-                        hovertemplate=f"%{{x}}<br>median %{{y:{number}}}<extra></extra>"))
+                        hovertemplate=f"%{{x}}<br>{median} %{{y:{number}}}{unit}<extra></extra>"))
 
 
-def _extremes(frame: pl.DataFrame, keys: list[str], value: str) -> dict[tuple, str]:
-    """The series (by `keys`) of lowest and highest mean `value`, with the
-    words their lines are named with; ties go to the first by `keys`."""
+def _extremes(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[tuple, tuple]:
+    """The keys of the series (by `keys`) of lowest and of highest mean
+    `value`; ties go to the first by `keys`."""
     means = frame.group_by(keys).agg(pl.col(value).mean().alias("mean")).drop_nulls("mean").sort(keys)
     lowest = means.sort("mean", maintain_order=True).row(0)
     highest = means.sort("mean", descending=True, maintain_order=True).row(0)
-    return {tuple(lowest[:len(keys)]): " (lowest mean)", tuple(highest[:len(keys)]): " (highest mean)"}
+    return tuple(lowest[:len(keys)]), tuple(highest[:len(keys)])
+
+
+def _extreme_names(frame: pl.DataFrame, keys: list[str], value: str) -> dict[tuple, str]:
+    """`_extremes`, with the words their lines' names end in."""
+    lowest, highest = _extremes(frame, keys, value)
+    return {lowest: " (lowest mean)", highest: " (highest mean)"}
 
 
 def _shade(fig: go.Figure, periods: list[tuple[Any, Any]]) -> None:
@@ -441,20 +448,18 @@ def power_distribution_figure(histogram: pl.DataFrame) -> go.Figure:
     suffixes: dict[tuple, str] = {}
     if len(groups) > _GPU_LINES_MAX:
         pooled = histogram.group_by("bin_low_w").agg(pl.col("bin_high_w").first(), pl.col("samples").sum()).sort("bin_low_w")
-        x = [pooled["bin_low_w"][0]] + pooled["bin_low_w"].to_list() + [pooled["bin_high_w"][-1]]
-        y = [0.0] + (pooled["samples"] / pooled["samples"].sum() * 100).to_list() + [0.0]
+        x, y = _bins_outline(pooled, pooled["samples"] / pooled["samples"].sum())
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": theme.OTHER_COLOUR, "width": 2},
                                  name=f"all {len(groups)} GPUs",
                                  hovertemplate=f"all {len(groups)} GPUs<br>%{{x:.0f}} W: %{{y:.1f}}% of samples<extra></extra>"))
         means = histogram.group_by("host", "gpu_index").agg(
             mean_w=((pl.col("bin_low_w") + pl.col("bin_high_w")) / 2 * pl.col("samples")).sum() / pl.col("samples").sum())
-        suffixes = _extremes(means, ["host", "gpu_index"], "mean_w")
+        suffixes = _extreme_names(means, ["host", "gpu_index"], "mean_w")
         groups = [g for g in groups if (g["host"][0], g["gpu_index"][0]) in suffixes]
     for group in groups:
         host, gpu = group["host"][0], int(group["gpu_index"][0])
         label = gpu_label(host, gpu, len(hosts)) + suffixes.get((host, gpu), "")
-        x = [group["bin_low_w"][0]] + group["bin_low_w"].to_list() + [group["bin_high_w"][-1]]
-        y = [0.0] + (group["share"] * 100).to_list() + [0.0]
+        x, y = _bins_outline(group, group["share"])
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": theme.gpu_colour(gpu), "width": 1.5,
                                                               "dash": _DASHES[hosts.index(host) % len(_DASHES)]},
                                  name=label, hovertemplate=f"{label}<br>%{{x:.0f}} W: %{{y:.1f}}% of samples<extra></extra>"))
@@ -463,6 +468,13 @@ def power_distribution_figure(histogram: pl.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"limit {limit:.0f} W",
                                  line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2}))
     return _layout(fig, title, "Power (W)", "Share of samples (%)", legend_title="GPU")
+
+
+def _bins_outline(bins: pl.DataFrame, share: pl.Series) -> tuple[list[float], list[float]]:
+    """A histogram's outline as a step line: x from the first bin's low edge
+    to the last one's high edge, y the share in % and 0 at both ends."""
+    x = [bins["bin_low_w"][0]] + bins["bin_low_w"].to_list() + [bins["bin_high_w"][-1]]
+    return x, [0.0] + (share * 100).to_list() + [0.0]
 
 
 def power_percentiles_figure(headroom: pl.DataFrame) -> go.Figure:
@@ -541,22 +553,9 @@ def _node_peaks(fig: go.Figure, node_timeline: pl.DataFrame, cap_w: float | None
     median node's peak; the peaks of the nodes of lowest and highest mean
     peak (ties to the first by name), the highest's under the cap too."""
     nodes = node_timeline["host"].n_unique()
-    spread = node_timeline.group_by("bucket_start").agg(
-        low=pl.col("node_w_max").min(), median=pl.col("node_w_max").median(), high=pl.col("node_w_max").max(),
-    ).sort("bucket_start")
-    x = _x_times(spread["bucket_start"])
-    trace = _scatter(spread.height)
-    fig.add_trace(trace(x=x, y=_np(spread["high"]), mode="lines", line=_SPREAD_BAND, showlegend=False,
-                        name=f"all {nodes} nodes: highest peak", hovertemplate="%{x}<br>highest node peak %{y:,.0f} W<extra></extra>"))
-    fig.add_trace(trace(x=x, y=_np(spread["low"]), mode="lines", line=_SPREAD_BAND, fill="tonexty",
-                        fillcolor=_SPREAD_BAND["color"], name=f"all {nodes} nodes: lowest to highest peak",
-                        hovertemplate="%{x}<br>lowest node peak %{y:,.0f} W<extra></extra>"))
-    fig.add_trace(trace(x=x, y=_np(spread["median"]), mode="lines", name="median node's peak",
-                        line={"color": theme.OTHER_COLOUR, "width": 2},
-                        hovertemplate="%{x}<br>median node peak %{y:,.0f} W<extra></extra>"))
-    means = node_timeline.group_by("host").agg(pl.col("node_w_max").mean()).drop_nulls().sort("host")
-    lowest = means.sort("node_w_max", maintain_order=True)["host"][0]
-    highest = means.sort("node_w_max", descending=True, maintain_order=True)["host"][0]
+    _spread(fig, node_timeline, "node_w_max", 1.0, None, f"{nodes} nodes", "median node's peak", number=",.0f",
+            what=" peak", unit=" W")
+    (lowest,), (highest,) = _extremes(node_timeline, ["host"], "node_w_max")
     # Blue and green: the capped peak is drawn in the warning orange.
     for colour, (host, words) in zip((0, 2), ((highest, "highest"), (lowest, "lowest"))):
         group = node_timeline.filter(pl.col("host") == host).sort("bucket_start")
@@ -652,7 +651,7 @@ def interconnect_timeline_figure(timeline: pl.DataFrame, link: str, bucket_s: fl
         _spread(fig, frame, "achieved_bytes_per_s", 1 / GB, bucket_s, f"{gpus} GPUs, both directions", "median",
                 number=".1f")
         keys = ["host", "gpu_index", "direction"]
-        suffixes = _extremes(frame, keys, "achieved_bytes_per_s")
+        suffixes = _extreme_names(frame, keys, "achieved_bytes_per_s")
         groups = [g for g in groups if (g["host"][0], g["gpu_index"][0], g["direction"][0]) in suffixes]
     for group in groups:
         host, gpu, direction = group["host"][0], int(group["gpu_index"][0]), group["direction"][0]

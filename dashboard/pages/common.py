@@ -193,6 +193,11 @@ def default_hosts(coverage: pl.DataFrame, max_gpus: int = DEFAULT_GPUS_MAX) -> l
     return chosen
 
 
+def hosts_of(coverage: pl.DataFrame) -> list[str]:
+    """Every host of `telemetry_coverage`, by name."""
+    return sorted(coverage["host"].unique().to_list()) if coverage.height else []
+
+
 def host_scope(hosts: list[str], hosts_all: list[str]) -> tuple[str, ...] | None:
     """The analyses' `hosts` argument for the hosts a page shows: None where
     that is every host, so the page shares its results with the overview's
@@ -205,8 +210,7 @@ def default_host_scope(ds: data.Dataset) -> tuple[str, ...] | None:
     from analysis import timeline
 
     coverage = data.cached(ds, timeline.telemetry_coverage)
-    hosts_all = sorted(coverage["host"].unique().to_list()) if coverage.height else []
-    return host_scope(default_hosts(coverage), hosts_all)
+    return host_scope(default_hosts(coverage), hosts_of(coverage))
 
 
 def caption_hosts_shown(hosts: list[str], hosts_all: list[str]) -> None:

@@ -12,7 +12,8 @@ from analysis import timeline
 from dashboard import charts
 from dashboard import data
 from dashboard.pages.common import (
-    NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, dataset, default_hosts, frame, host_scope, naive,
+    NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, dataset, default_hosts, frame, host_scope, hosts_of,
+    naive,
 )
 
 LIVE_METRICS = ("power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c")
@@ -37,7 +38,7 @@ def live_view() -> None:
     if coverage.is_empty():
         st.info(f"No telemetry yet. {NO_TELEMETRY} This view refreshes every {refresh_s} s.", icon=":material/info:")
         return
-    hosts_all = sorted(coverage["host"].unique().to_list())
+    hosts_all = hosts_of(coverage)
     hosts = hosts_all
     if len(hosts_all) > 1:
         hosts = st.multiselect("Hosts", hosts_all, default=default_hosts(coverage), key="live_hosts")

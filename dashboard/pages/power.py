@@ -10,7 +10,7 @@ from analysis import power, timeline
 from dashboard import charts
 from dashboard.pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, fmt_share, frame,
-    host_scope, naive, require_dataset, require_tables,
+    host_scope, hosts_of, naive, require_dataset, require_tables,
 )
 
 CURVE_POINTS = 8
@@ -24,7 +24,7 @@ require_tables(ds, ("telemetry",), "telemetry", NO_TELEMETRY)
 # analysis reads each sample of the hosts it is asked about (16 hosts of 8
 # GPUs, a day at 1 Hz: 11 s of queries for all, 2.5 s for the first two).
 coverage = frame(ds, timeline.telemetry_coverage)
-hosts_all = sorted(coverage["host"].unique().to_list()) if coverage.height else []
+hosts_all = hosts_of(coverage)
 hosts = hosts_all
 if len(hosts_all) > 1:
     hosts_first = default_hosts(coverage)

@@ -11,7 +11,7 @@ from analysis import timeline
 from dashboard import charts
 from dashboard.pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, host_scope,
-    require_dataset, require_tables, telemetry_bucket_s, telemetry_range,
+    hosts_of, require_dataset, require_tables, telemetry_bucket_s, telemetry_range,
 )
 
 DEFAULT_METRICS = ["power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c", "mem_used_bytes"]
@@ -24,7 +24,7 @@ require_tables(ds, ("telemetry",), "telemetry", NO_TELEMETRY)
 coverage = frame(ds, timeline.telemetry_coverage)
 if coverage.is_empty():
     st.stop()
-hosts_all = sorted(coverage["host"].unique().to_list())
+hosts_all = hosts_of(coverage)
 first, end_max, interval_s = telemetry_range(coverage)
 
 with st.container(border=True):
