@@ -202,7 +202,9 @@ def host_scope(hosts: list[str], hosts_all: list[str]) -> tuple[str, ...] | None
     """The analyses' `hosts` argument for the hosts a page shows: None where
     that is every host, so the page shares its results with the overview's
     findings and the warm-up; else the names, sorted (one cache key)."""
-    return None if set(hosts) >= set(hosts_all) else tuple(sorted(hosts))
+    from analysis.power import hosts_param
+
+    return None if set(hosts) >= set(hosts_all) else hosts_param(hosts)
 
 
 def default_host_scope(ds: data.Dataset) -> tuple[str, ...] | None:
