@@ -16,6 +16,13 @@ Prints
   (c) driver calls per GPU-sample with the fake NVML (tests/fakes), on a
       fast tick and on a slow tick.
 Targets: (a) <= 20 us, (b) <= 1.5 bytes, (c) <= 3 calls on a fast tick.
+
+    python bench/collector_overhead.py --nvml 20   # on an NVIDIA node
+
+measures instead (d) the same collector on the real NVML backend, over
+this node's GPUs for that many seconds: the process's CPU time per
+GPU-sample, the part of it spent inside the backend's reads (driver calls
+included), their wall time, and the driver calls per GPU-sample.
 """
 
 from __future__ import annotations
@@ -238,6 +245,62 @@ def measure_driver_calls(gpus: int = 8, ticks: int = 100, slow_every: int = 10) 
     return {"fast": sum(calls[False]) / len(calls[False]), "slow": sum(calls[True]) / len(calls[True])}
 
 
+class _TimedNvml:
+    """Wraps an NvmlBackend: CPU and wall time of each sample, by tick kind."""
+
+    def __init__(self, backend) -> None:
+        self._backend = backend
+        self.cpu_ns = {True: 0, False: 0}
+        self.wall_ns: dict[bool, list[int]] = {True: [], False: []}
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def sample(self, gpu_index, ts_ns, slow):
+        cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+        try:
+            return self._backend.sample(gpu_index, ts_ns, slow)
+        finally:
+            self.wall_ns[slow].append(time.perf_counter_ns() - wall)
+            self.cpu_ns[slow] += time.process_time_ns() - cpu
+
+
+def measure_real_nvml(hz: float, seconds: float, out: Path) -> None:
+    """(d): the collector on this node's GPUs through the real driver."""
+    from collector.nvml import NvmlBackend, _load_pynvml
+    from nvml_vs_nvidia_smi import CountingNvml
+
+    # Warm up first (imports, the first flush), as for (a): a daemon pays those once.
+    Collector(NvmlBackend(), CollectOptions(out=out / "warm-up", interval_s=1.0 / hz, duration_s=1.0,
+                                            flush_every_s=0.5, host="bench")).run()
+    nvml = CountingNvml(_load_pynvml())
+    backend = _TimedNvml(NvmlBackend(nvml_module=nvml))
+    devices = backend.discover()
+    options = CollectOptions(out=out / "nvml", interval_s=1.0 / hz, duration_s=seconds, host="bench")
+    cpu_start = time.process_time()
+    summary = Collector(backend, options).run()
+    cpu_total_s = time.process_time() - cpu_start
+    samples = summary.samples
+    slow_samples, fast_samples = len(backend.wall_ns[True]), len(backend.wall_ns[False])
+    calls = sum(len(ns) for ns in nvml.calls.values())
+
+    def spread(ns: list[int]) -> str:
+        ns = sorted(ns)
+        return f"median {ns[len(ns) // 2] / 1e3:.0f} us, p99 {ns[int(len(ns) * 0.99)] / 1e3:.0f} us" if ns else "none"
+
+    print(f"(d) real NVML: {len(devices)} x {devices[0].model if devices else '?'} (driver "
+          f"{devices[0].driver_version if devices else '?'}) at {hz:g} Hz for {seconds:g} s: {samples} GPU-samples "
+          f"over {summary.ticks} ticks ({summary.ticks_skipped} skipped)")
+    print(f"    collector CPU per GPU-sample: {cpu_total_s / samples * 1e6:.0f} us "
+          f"(process {cpu_total_s:.2f} s CPU), of which inside the backend's reads: "
+          f"{sum(backend.cpu_ns.values()) / samples / 1e3:.0f} us")
+    print(f"    wall time of a read: fast tick {spread(backend.wall_ns[False])} ({fast_samples}); "
+          f"slow tick {spread(backend.wall_ns[True])} ({slow_samples})")
+    print(f"    driver calls per GPU-sample, all ticks: {calls / samples:.2f}")
+    for name, ns in sorted(nvml.calls.items(), key=lambda item: -sum(item[1])):
+        print(f"      {name}: {len(ns)} calls, {spread(ns)}")
+
+
 def machine_line() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -255,9 +318,15 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--nvml", type=float, metavar="SECONDS",
+                        help="measure (d) on this node's GPUs through the real NVML, for SECONDS, instead")
     args = parser.parse_args()
 
     print(f"machine: {machine_line()}")
+    if args.nvml:
+        with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
+            measure_real_nvml(args.hz, args.nvml, Path(out))
+        return 0
     with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
         m = measure_collector(args.gpus, args.hz, args.seconds, Path(out))
     print(f"collector: sim backend, {args.gpus} GPUs at {args.hz:g} Hz for {args.seconds:g} s: "
