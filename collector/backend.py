@@ -157,10 +157,18 @@ class RateFromCounter:
     Handles counters that wrap at `wrap_at` (NVML's 32-bit counters, say) and
     counters that reset (driver reload): a reset gives no rate, not a huge
     negative one. `scale` converts counter units to bytes (1024 for KiB).
+
+    A wrapping counter read too seldom is ambiguous: between two reads it may
+    have wrapped more than once, and the difference modulo `wrap_at` then
+    undercounts by whole wraps (an H100's 32-bit PCIe byte counter, moving
+    59 GB/s, wraps every 73 ms). With `max_per_s` (the most the counter can
+    move in a second, in bytes), an interval long enough to hold a whole
+    wrap gives no rate rather than a wrong one.
     """
 
     scale: float = 1.0
     wrap_at: int | None = None
+    max_per_s: float | None = None
     _last_value: int | None = field(default=None, init=False)
     _last_ts_ns: int | None = field(default=None, init=False)
 
@@ -172,6 +180,9 @@ class RateFromCounter:
         self._last_value, self._last_ts_ns = value, ts_ns
         if last_value is None or last_ts is None or ts_ns <= last_ts:
             return None
+        if (self.wrap_at is not None and self.max_per_s is not None
+                and self.max_per_s * (ts_ns - last_ts) / 1e9 >= self.wrap_at * self.scale):
+            return None  # it may have wrapped more than once: the rate is unknowable
         delta = value - last_value
         if delta < 0:
             if self.wrap_at is None:

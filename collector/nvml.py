@@ -20,8 +20,8 @@ caller writes try/except:
 Call budget. A fast tick makes at most 3 device calls per GPU:
 
 1. one batched `nvmlDeviceGetFieldValues`: average and instant power,
-   enforced limit, energy, memory temperature, PCIe TX/RX byte counters,
-   PCIe replays, power/thermal violation time and the NVLink data TX/RX
+   enforced limit, memory temperature, power violation time, the NVLink
+   data TX/RX counters and, on GPUs without GPM, the PCIe TX/RX byte
    counters. Each entry carries its own return code: a field the device does
    not support makes only its metric None and is dropped from later batches.
    NVLink throughput fields take a link id as scopeId (the binding passes
@@ -37,6 +37,29 @@ Call budget. A fast tick makes at most 3 device calls per GPU:
    last value read until its turn comes again (at 10 Hz, at most 0.6 s old),
    so a row never shows NULL for a supported metric. A read the device does
    not support leaves the rotation, so the others come round sooner.
+
+Once a second (every tick at the default 1 s interval), the batch also
+asks for the energy counter, thermal violation time and PCIe replays, and
+a GPU with GPM (Hopper and newer) takes a GPM sample, 2 calls more. On an
+H100 (driver 580.159, bench/nvml_read_costs.py) the energy field alone took
+2.4-3.5 ms of CPU a read and thermal violation 0.5-1.0 ms, against 3-5 us
+for each power field: every tick at 10 Hz they were 95 % of the
+collector's cost. Both are running totals, so reading them once a second
+loses nothing over any longer window; they are carried forward in between
+(at most 1 s old).
+
+PCIe throughput. An H100's PCIe byte counters are 32-bit (NVML answers
+UNSIGNED_INT) and wrap every 73 ms at the 59 GB/s a pinned copy moves: read
+once a second they undercounted 59 GB/s as 1-16 GB/s. So:
+- with GPM, the rates are GPM's PCIe TX/RX over the last second (MiB/s),
+  and `sm_active_pct` is GPM's SM activity over the same second. GPM
+  attributes traffic with a lag of about 0.1-0.2 s, which a one-second
+  window hides;
+- without GPM, the byte counters are read every tick and give a rate only
+  when the interval is too short for a whole wrap at the link's peak
+  (`RateFromCounter.max_per_s`: Gen4 x16 below 136 ms). Where they cannot,
+  a slow tick samples `nvmlDeviceGetPcieThroughput` (20 ms per direction, as
+  nvidia-smi dmon does), and that sample stands for the slow tick alone.
 
 Why the throttle mask and the power buffer may rotate: time spent throttled
 is measured exactly, every tick, by the power and thermal violation counters
@@ -61,15 +84,16 @@ from typing import Any, Callable
 
 from collector.backend import BackendEvent, DeviceInfo, DeviceSample, GpuLost, ProcessSample, RateFromCounter
 from collector.errors import BackendUnavailable
+from collector.hardware import pcie_peak_bytes_per_s
 from collector.throttle import CLOCK_EVENT_REASONS, decode_clock_event_reasons  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
 
-# Metrics this backend can fill; sm_active_pct needs DCGM or GPM, not read here.
+# Metrics this backend can fill; sm_active_pct needs GPM (Hopper and newer).
 NVML_METRICS: tuple[str, ...] = (
     "power_w", "power_instant_w", "power_max_w", "power_limit_w", "energy_j",
-    "gpu_util_pct", "mem_util_pct", "sm_clock_mhz", "mem_clock_mhz", "temp_c",
+    "gpu_util_pct", "mem_util_pct", "sm_active_pct", "sm_clock_mhz", "mem_clock_mhz", "temp_c",
     "mem_temp_c", "mem_used_bytes", "mem_total_bytes", "throttle_reasons",
     "throttle_reasons_mask", "power_violation_ns", "thermal_violation_ns",
     "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_replay_count",
@@ -97,6 +121,23 @@ _COUNTER_FIELDS: tuple[tuple[str, str, int, bool], ...] = (
     ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "link_tx_bytes_per_s", 1024, True),  # KiB
     ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", "link_rx_bytes_per_s", 1024, True),  # KiB
 )
+
+# Fields the batch asks for once a second rather than every tick (costly; see the module docstring).
+_ONCE_A_SECOND_FIELDS = frozenset({
+    "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "NVML_FI_DEV_PERF_POLICY_THERMAL", "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
+})
+_ONCE_A_SECOND_METRICS = frozenset(metric for const, metric, _ in _VALUE_FIELDS if const in _ONCE_A_SECOND_FIELDS)
+_SECOND_NS = 1_000_000_000
+
+# GPM metrics read once a second on GPUs that have GPM: (pynvml constant, metric, scale to the contract's unit).
+_GPM_METRICS: tuple[tuple[str, str, float], ...] = (
+    ("NVML_GPM_METRIC_SM_UTIL", "sm_active_pct", 1.0),  # % of SMs busy, averaged over the window
+    ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", "pcie_tx_bytes_per_s", 2**20),  # MiB/s
+    ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", "pcie_rx_bytes_per_s", 2**20),  # MiB/s
+)
+
+# The PCIe link assumed where NVML does not report one, to bound the byte counters' wraps.
+_DEFAULT_PCIE = (5, 16)
 
 # scopeId asking an NVLink field for the sum over all links (UINT_MAX in nvml.h).
 _ALL_LINKS = 0xFFFFFFFF
@@ -140,7 +181,8 @@ class _Device:
     index: int
     uuid: str | None
     handle: Any | None
-    fields: list[tuple[int, int]] = field(default_factory=list)  # (field id, scope id) still asked for
+    fields: list[tuple[int, int]] = field(default_factory=list)  # (field id, scope id) asked every tick
+    second_fields: list[tuple[int, int]] = field(default_factory=list)  # and those asked once a second
     nvlinks: list[int] = field(default_factory=list)  # active link ids at discovery
     unsupported: set[str] = field(default_factory=set)  # read keys never asked again
     rates: dict[tuple[int, int], RateFromCounter] = field(default_factory=dict)
@@ -149,6 +191,10 @@ class _Device:
     primed: bool = False
     recovering: bool = False
     power_samples_after_us: int = 0  # CPU timestamp of the newest power sample read
+    second_read_ns: int | None = None  # tick of the last once-a-second read
+    gpm_samples: list[Any] | None = None  # two GPM sample buffers: [previous, next]
+    gpm_primed: bool = False  # the previous buffer holds a sample
+    pcie_max_bytes_per_s: float | None = None  # the link's peak, bounding the PCIe counters' wraps
     xid_registered: bool = False
     info: DeviceInfo | None = None
 
@@ -199,6 +245,13 @@ class NvmlBackend:
         self._counter_field_ids = {
             getattr(nv, const): (metric, scale, per_link) for const, metric, scale, per_link in _COUNTER_FIELDS
         }
+        self._once_a_second_ids = {getattr(nv, const) for const in _ONCE_A_SECOND_FIELDS}
+        # Bindings older than GPM (nvidia-ml-py 11.x) lack these: then no GPU gets GPM.
+        gpm_names = ("nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "c_nvmlGpmMetricsGet_t")
+        self._gpm_metrics = (
+            [(getattr(nv, const), metric, scale) for const, metric, scale in _GPM_METRICS]
+            if all(hasattr(nv, name) for name in gpm_names) else []
+        )
 
     # --- the guarded call ---------------------------------------------------------
 
@@ -296,9 +349,17 @@ class NvmlBackend:
         memory = self._query(dev, "nvmlDeviceGetMemoryInfo", h)
         constraints = self._query(dev, "nvmlDeviceGetPowerManagementLimitConstraints", h) or (None, None)
         links = self._active_nvlinks(dev)
+        pcie_gen = self._query(dev, "nvmlDeviceGetMaxPcieLinkGeneration", h)
+        pcie_width = self._query(dev, "nvmlDeviceGetMaxPcieLinkWidth", h)
         if dev.info is None:  # first sight: later batches only shrink
+            gpm = self._open_gpm(dev)
             dev.nvlinks = links
-            dev.fields = self._field_list(links)
+            dev.fields, dev.second_fields = self._field_lists(links, gpm)
+            try:
+                dev.pcie_max_bytes_per_s = pcie_peak_bytes_per_s(*(
+                    (pcie_gen, pcie_width) if pcie_gen and pcie_width else _DEFAULT_PCIE))
+            except ValueError:  # a generation newer than we know
+                dev.pcie_max_bytes_per_s = None
         return DeviceInfo(
             gpu_index=dev.index,
             gpu_uuid=uuid or f"nvml-index-{dev.index}",
@@ -313,8 +374,8 @@ class NvmlBackend:
             power_limit_default_w=_milli(self._query(dev, "nvmlDeviceGetPowerManagementDefaultLimit", h)),
             power_limit_max_w=_milli(constraints[1]),
             power_limit_w=_milli(self._query(dev, "nvmlDeviceGetEnforcedPowerLimit", h)),
-            pcie_gen=self._query(dev, "nvmlDeviceGetMaxPcieLinkGeneration", h),
-            pcie_width=self._query(dev, "nvmlDeviceGetMaxPcieLinkWidth", h),
+            pcie_gen=pcie_gen,
+            pcie_width=pcie_width,
             link_kind="nvlink" if links else None,
             link_count=len(links),
         )
@@ -330,14 +391,33 @@ class NvmlBackend:
                 active.append(link)
         return active
 
-    def _field_list(self, links: list[int]) -> list[tuple[int, int]]:
-        fields = [(field_id, 0) for field_id in self._value_field_ids]
+    def _field_lists(self, links: list[int], gpm: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(fields asked every tick, fields asked once a second)."""
+        fields = [(field_id, 0) for field_id in self._value_field_ids if field_id not in self._once_a_second_ids]
+        second = [(field_id, 0) for field_id in self._value_field_ids if field_id in self._once_a_second_ids]
         for field_id, (_, _, per_link) in self._counter_field_ids.items():
             if not per_link:
-                fields.append((field_id, 0))
+                if not gpm:  # with GPM, PCIe throughput comes from GPM
+                    fields.append((field_id, 0))
             elif links:
                 fields.append((field_id, _ALL_LINKS))
-        return fields
+        return fields, second
+
+    def _open_gpm(self, dev: _Device) -> bool:
+        """Whether this GPU has GPM; if so, allocate its two sample buffers."""
+        if not self._gpm_metrics:
+            return False
+        support = self._query(dev, "nvmlGpmQueryDeviceSupport", dev.handle, key="gpm")
+        if support is None or not support.isSupportedDevice:
+            return False
+        samples = [self._query(dev, "nvmlGpmSampleAlloc", key="gpm") for _ in range(2)]
+        if any(sample is None for sample in samples):
+            for sample in samples:
+                if sample is not None:
+                    self._query(None, "nvmlGpmSampleFree", sample)
+            return False
+        dev.gpm_samples = samples
+        return True
 
     # --- sampling -------------------------------------------------------------------
 
@@ -351,7 +431,17 @@ class NvmlBackend:
         if dev.handle is None:
             self._reacquire(dev)
         values: dict[str, Any] = dict.fromkeys(NVML_METRICS)
-        values.update(self._read_fields(dev, ts_ns))
+        each_second = (slow or not dev.primed or dev.second_read_ns is None
+                       or ts_ns - dev.second_read_ns >= _SECOND_NS)
+        fields = self._read_fields(dev, ts_ns, each_second)
+        for metric in _ONCE_A_SECOND_METRICS & fields.keys():
+            dev.carried[metric] = fields.pop(metric)
+        values.update(fields)
+        if each_second:
+            dev.second_read_ns = ts_ns
+            dev.carried.update(self._read_gpm(dev))
+        if slow and dev.gpm_samples is None:
+            values.update(self._read_pcie_throughput(dev, values))
         values.update(self._read_utilization(dev))
         live = [read for read in _ROTATED_READS if self._read_supported(dev, read)]
         if slow or not dev.primed:
@@ -383,22 +473,24 @@ class NvmlBackend:
             raise GpuLost(dev.index, f"nvmlDeviceGetHandleByUUID: {error}") from None
         dev.recovering, dev.primed, dev.xid_registered = True, False, False
         dev.rates.clear()  # counters may have reset with the driver's view of the GPU
+        dev.gpm_primed, dev.second_read_ns = False, None
         dev.power_samples_after_us = 0
         self._register_xid(dev)
 
     def _read_supported(self, dev: _Device, read: str) -> bool:
         return read not in dev.unsupported and any(f not in self._missing for f in _READ_FUNCTIONS[read])
 
-    def _read_fields(self, dev: _Device, ts_ns: int) -> dict[str, Any]:
-        if not dev.fields:
+    def _read_fields(self, dev: _Device, ts_ns: int, each_second: bool) -> dict[str, Any]:
+        asked = dev.fields + dev.second_fields if each_second else dev.fields
+        if not asked:
             return {}
-        result = self._query(dev, "nvmlDeviceGetFieldValues", dev.handle, dev.fields, key="field_values")
+        result = self._query(dev, "nvmlDeviceGetFieldValues", dev.handle, asked, key="field_values")
         if result is None:
             return {}
         nv, values = self._nv, {}
         link_rates: dict[str, list[float]] = {}
         dropped, added = [], []
-        for key, entry in zip(dev.fields, result):  # NVML answers in the order asked
+        for key, entry in zip(asked, result):  # NVML answers in the order asked
             code = entry.nvmlReturn
             if code == nv.NVML_SUCCESS:
                 value_type = entry.valueType
@@ -420,7 +512,7 @@ class NvmlBackend:
             metric, scale, per_link = self._counter_field_ids[key[0]]
             rate = dev.rates.get(key)
             if rate is None:
-                rate = dev.rates[key] = RateFromCounter(scale=scale)
+                rate = dev.rates[key] = RateFromCounter(scale=scale, max_per_s=None if per_link else dev.pcie_max_bytes_per_s)
             if value_type is not None:
                 bits = self._value_bits.get(value_type, 64)
                 rate.wrap_at = 2**bits if bits < 64 else None  # a 64-bit counter going down was reset
@@ -435,7 +527,57 @@ class NvmlBackend:
             values[metric] = sum(rates) if rates else None
         if dropped:
             dev.fields = [key for key in dev.fields if key not in dropped] + added
+            dev.second_fields = [key for key in dev.second_fields if key not in dropped]
         return values
+
+    def _read_gpm(self, dev: _Device) -> dict[str, Any]:
+        """GPM's metrics between the previous once-a-second read and this one."""
+        if dev.gpm_samples is None:
+            return {}
+        nv = self._nv
+        previous, latest = dev.gpm_samples
+        if self._call(dev, "gpm", "nvmlGpmSampleGet", nv.nvmlGpmSampleGet, dev.handle, latest) is None:
+            dev.gpm_primed = False
+            if "gpm" in dev.unsupported:
+                self._drop_gpm(dev)
+            return {}
+        dev.gpm_samples = [latest, previous]
+        if not dev.gpm_primed:  # one sample is not a window yet
+            dev.gpm_primed = True
+            return {}
+        request = nv.c_nvmlGpmMetricsGet_t()
+        request.version = nv.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(self._gpm_metrics)
+        request.sample1, request.sample2 = previous, latest
+        for i, (metric_id, _, _) in enumerate(self._gpm_metrics):
+            request.metrics[i].metricId = metric_id
+        if self._call(dev, "gpm", "nvmlGpmMetricsGet", nv.nvmlGpmMetricsGet, request) is None:
+            return {}
+        values = {}
+        for i, (_, metric, scale) in enumerate(self._gpm_metrics):
+            entry = request.metrics[i]
+            values[metric] = entry.value * scale if entry.nvmlReturn == nv.NVML_SUCCESS else None
+        return values
+
+    def _drop_gpm(self, dev: _Device) -> None:
+        """GPM refused after discovery: free its buffers, back to the PCIe byte counters."""
+        for gpm_sample in dev.gpm_samples or ():
+            self._query(None, "nvmlGpmSampleFree", gpm_sample)
+        dev.gpm_samples = None
+        dev.fields += [(field_id, 0) for field_id, (_, _, per_link) in self._counter_field_ids.items() if not per_link]
+
+    def _read_pcie_throughput(self, dev: _Device, values: dict[str, Any]) -> dict[str, Any]:
+        """PCIe rates the byte counters could not give this tick, sampled over 20 ms (KB/s)."""
+        nv, rates = self._nv, {}
+        for metric, counter in (("pcie_tx_bytes_per_s", "NVML_PCIE_UTIL_TX_BYTES"),
+                                ("pcie_rx_bytes_per_s", "NVML_PCIE_UTIL_RX_BYTES")):
+            if values.get(metric) is None:
+                kb_per_s = self._query(dev, "nvmlDeviceGetPcieThroughput", dev.handle, getattr(nv, counter),
+                                       key="pcie_throughput")
+                if kb_per_s is not None:
+                    # KB/s of 1000 bytes: so it matched the byte counters on an H100 (59.13 against 58.98 GB/s)
+                    rates[metric] = float(kb_per_s) * 1000
+        return rates
 
     def _read_utilization(self, dev: _Device) -> dict[str, Any]:
         util = self._query(dev, "nvmlDeviceGetUtilizationRates", dev.handle)
@@ -578,6 +720,10 @@ class NvmlBackend:
         if self._closed:
             return
         self._closed = True
+        for dev in self._devices.values():
+            for gpm_sample in dev.gpm_samples or ():
+                self._query(None, "nvmlGpmSampleFree", gpm_sample)
+            dev.gpm_samples = None
         if self._event_set is not None:
             self._query(None, "nvmlEventSetFree", self._event_set)
             self._event_set = None

@@ -7,7 +7,7 @@ import inspect
 import pynvml
 import pytest
 
-from collector.backend import BackendEvent, GpuLost, ProcessSample
+from collector.backend import BackendEvent, GpuLost, ProcessSample, RateFromCounter
 from collector.errors import BackendUnavailable
 from collector.nvml import CLOCK_EVENT_REASONS, NVML_METRICS, NvmlBackend, decode_clock_event_reasons
 from collector.schema import TELEMETRY_METRICS
@@ -152,7 +152,7 @@ def test_sample_first_read_of_a_counter_gives_no_rate():
 
 
 def test_sample_pcie_byte_counters_become_bytes_per_second():
-    gpu = h100_sxm(0, pcie_tx_bytes=10_000_000_000, pcie_rx_bytes=20_000_000_000)
+    gpu = a100_pcie(0, pcie_tx_bytes=1_000_000_000, pcie_rx_bytes=2_000_000_000)
     backend, _ = open_backend(gpu)
     backend.sample(0, tick(0), slow=False)
     gpu.pcie_tx_bytes += 250_000_000
@@ -201,22 +201,151 @@ def test_per_link_nvlink_rates_are_summed():
 
 
 def test_sample_wrapped_32bit_counter_gives_the_rate_across_the_wrap():
-    gpu = h100_sxm(0, field_types={pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: pynvml.NVML_VALUE_TYPE_UNSIGNED_INT})
-    gpu.pcie_tx_bytes = 2**32 - 1_000
+    gpu = a100_pcie(0, pcie_tx_bytes=2**32 - 1_000)
     backend, _ = open_backend(gpu)
     backend.sample(0, tick(0), slow=False)
-    gpu.pcie_tx_bytes = 5_000  # wrapped past 2**32: 6,000 bytes moved
+    gpu.pcie_tx_bytes += 6_000  # past 2**32: NVML's 32-bit counter reads 5,000
     assert backend.sample(0, tick(1), slow=False).values["pcie_tx_bytes_per_s"] == 60_000.0
 
 
+def test_32bit_pcie_counter_read_too_seldom_for_its_link_gives_no_rate():
+    # Gen4 x16 moves at most 31.5 GB/s: in 0.2 s that could be more than 2**32 bytes, a wrap unseen.
+    gpu = a100_pcie(0)
+    backend, _ = open_backend(gpu)
+    backend.sample(0, tick(0), slow=False)
+    gpu.pcie_tx_bytes += 1_000_000
+    assert backend.sample(0, tick(2), slow=False).values["pcie_tx_bytes_per_s"] is None
+
+
+def test_h100_without_gpm_cannot_read_its_pcie_counters_at_10_hz():
+    # Gen5 x16 (63 GB/s) can wrap the 32-bit counter in 68 ms.
+    gpu = h100_sxm(0, gpm=False)
+    backend, _ = open_backend(gpu)
+    backend.sample(0, tick(0), slow=False)
+    gpu.pcie_rx_bytes += 1_000_000
+    assert backend.sample(0, tick(1), slow=False).values["pcie_rx_bytes_per_s"] is None
+
+
+def test_slow_tick_samples_pcie_throughput_where_the_counters_cannot_tell():
+    gpu = h100_sxm(0, gpm=False, pcie_tx_bytes_per_s=5_142_403_000, pcie_rx_bytes_per_s=59_128_256_000)
+    backend, fake = open_backend(gpu)
+    backend.sample(0, tick(0), slow=False)
+    fake.reset_calls()
+    values = backend.sample(0, tick(100), slow=True).values
+    assert (values["pcie_tx_bytes_per_s"], values["pcie_rx_bytes_per_s"]) == (5_142_403_000.0, 59_128_256_000.0)
+    assert fake.count("nvmlDeviceGetPcieThroughput") == 2
+
+
+def test_fast_tick_never_samples_pcie_throughput():
+    backend, fake = open_backend(h100_sxm(0, gpm=False))
+    backend.sample(0, tick(0), slow=False)
+    values = backend.sample(0, tick(10), slow=False).values
+    assert values["pcie_tx_bytes_per_s"] is None
+    assert fake.count("nvmlDeviceGetPcieThroughput") == 0
+
+
 def test_sample_64bit_counter_that_goes_down_was_reset_and_gives_none():
-    gpu = h100_sxm(0, pcie_rx_bytes=20_000_000_000)
+    gpu = a100_pcie(0, pcie_rx_bytes=20_000_000_000,
+                    field_types={pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG})
     backend, _ = open_backend(gpu)
     backend.sample(0, tick(0), slow=False)
     gpu.pcie_rx_bytes = 4_096  # driver reloaded
     assert backend.sample(0, tick(1), slow=False).values["pcie_rx_bytes_per_s"] is None
     gpu.pcie_rx_bytes += 100_000
     assert backend.sample(0, tick(2), slow=False).values["pcie_rx_bytes_per_s"] == 1_000_000.0
+
+
+# --- GPM (Hopper and newer) -------------------------------------------------------------------
+
+
+def run_ticks(backend, fake, first: int, last: int) -> dict:
+    """Sample GPU 0 at ticks first..last, the fake's clock moving 0.1 s a tick; the last values."""
+    values = None
+    for n in range(first, last + 1):
+        if n > first:
+            fake.advance(0.1, tick(n) // 1000)
+        values = backend.sample(0, tick(n), slow=False).values
+    return values
+
+
+def test_gpm_gives_pcie_rates_and_sm_activity_over_the_last_second():
+    gpu = h100_sxm(0, pcie_tx_bytes_per_s=3_000 * 2**20, pcie_rx_bytes_per_s=50_000 * 2**20, sm_active_pct=95.5)
+    backend, fake = open_backend(gpu)
+    values = run_ticks(backend, fake, 0, 10)
+    assert (values["pcie_tx_bytes_per_s"], values["pcie_rx_bytes_per_s"]) == (3_000 * 2**20, 50_000 * 2**20)
+    assert values["sm_active_pct"] == pytest.approx(95.5)
+
+
+def test_gpm_needs_a_whole_window_before_its_first_rates():
+    backend, fake = open_backend(h100_sxm(0))
+    values = run_ticks(backend, fake, 0, 9)
+    assert (values["pcie_tx_bytes_per_s"], values["sm_active_pct"]) == (None, None)
+
+
+def test_gpm_rates_carry_forward_between_once_a_second_reads():
+    gpu = h100_sxm(0, sm_active_pct=40.0)
+    backend, fake = open_backend(gpu)
+    run_ticks(backend, fake, 0, 10)
+    gpu.sm_active_pct = 100.0
+    held = run_ticks(backend, fake, 10, 19)["sm_active_pct"]
+    fresh = run_ticks(backend, fake, 19, 20)["sm_active_pct"]
+    assert (held, fresh) == (pytest.approx(40.0), pytest.approx(100.0))
+
+
+def test_gpu_with_gpm_asks_for_no_pcie_byte_counters():
+    backend, fake = open_backend(h100_sxm(0))
+    backend.sample(0, tick(0), slow=True)
+    pcie_counters = {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES}
+    assert not pcie_counters & {field_id for field_id, _ in fake.field_requests[0][1]}
+
+
+def test_gpm_refused_after_discovery_falls_back_to_the_byte_counters():
+    gpu = h100_sxm(0)
+    backend, fake = open_backend(gpu)
+    gpu.gpm = False  # nvmlGpmSampleGet now answers NotSupported
+    backend.sample(0, tick(0), slow=False)
+    backend.sample(0, tick(1), slow=False)
+    asked = {field_id for field_id, _ in fake.field_requests[-1][1]}
+    assert pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES in asked
+    assert fake.gpm_buffers == set()
+
+
+def test_close_frees_the_gpm_buffers():
+    backend, fake = open_backend(h100_sxm(0), h100_sxm(1))
+    assert len(fake.gpm_buffers) == 4
+    backend.close()
+    assert fake.gpm_buffers == set()
+
+
+# --- what is read once a second ------------------------------------------------------------------
+
+
+def test_energy_and_thermal_violation_are_read_once_a_second_and_carried_between():
+    gpu = h100_sxm(0, energy_mj=1_000_000, thermal_violation_ns=5_000)
+    backend, _ = open_backend(gpu)
+    backend.sample(0, tick(0), slow=False)
+    gpu.energy_mj, gpu.thermal_violation_ns = 2_000_000, 9_000
+    held = backend.sample(0, tick(9), slow=False).values
+    fresh = backend.sample(0, tick(10), slow=False).values
+    assert (held["energy_j"], held["thermal_violation_ns"]) == (1_000.0, 5_000)
+    assert (fresh["energy_j"], fresh["thermal_violation_ns"]) == (2_000.0, 9_000)
+
+
+def test_once_a_second_fields_are_asked_only_on_their_ticks():
+    backend, fake = open_backend(a100_pcie(0))
+    for n in range(0, 11):
+        backend.sample(0, tick(n), slow=False)
+    asked_energy = [pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION in {f for f, _ in request}
+                    for _, request in fake.field_requests]
+    assert asked_energy == [True] + [False] * 9 + [True]
+
+
+def test_power_violation_stays_in_every_tick():
+    gpu = a100_pcie(0, power_violation_ns=0)
+    backend, _ = open_backend(gpu)
+    backend.sample(0, tick(0), slow=False)
+    gpu.power_violation_ns = 70_000_000
+    assert backend.sample(0, tick(1), slow=False).values["power_violation_ns"] == 70_000_000
 
 
 # --- support matrix ---------------------------------------------------------------------------
@@ -289,12 +418,23 @@ def test_fast_tick_makes_three_driver_calls_per_gpu():
     for gpu in range(3):
         backend.sample(gpu, tick(0), slow=True)
     per_tick = []
-    for n in range(1, 13):
+    for n in range(1, 10):
         fake.reset_calls()
         for gpu in range(3):
             backend.sample(gpu, tick(n), slow=False)
         per_tick.append([fake.count(gpu=gpu) for gpu in range(3)])
-    assert per_tick == [[3, 3, 3]] * 12
+    assert per_tick == [[3, 3, 3]] * 9
+
+
+def test_once_a_second_tick_adds_the_two_gpm_calls_and_no_others():
+    backend, fake = open_backend(h100_sxm(0), a100_pcie(1))
+    for gpu in range(2):
+        backend.sample(gpu, tick(0), slow=True)
+    fake.reset_calls()
+    for gpu in range(2):
+        backend.sample(gpu, tick(10), slow=False)
+    # nvmlGpmMetricsGet takes no device: it computes from the two buffers
+    assert (fake.count(gpu=0), fake.count(gpu=1), fake.count("nvmlGpmMetricsGet")) == (4, 3, 1)
 
 
 def test_slow_tick_reads_everything_once_and_names_each_process_once():
@@ -304,8 +444,9 @@ def test_slow_tick_reads_everything_once_and_names_each_process_once():
     first = fake.count()
     fake.reset_calls()
     backend.sample(0, tick(1), slow=True)
-    # fields + utilization + 6 rotated + 2 ECC + processes (+ 2 names the first time)
-    assert (first, fake.count()) == (13, 11)
+    # fields + utilization + 6 rotated + 2 ECC + processes + a GPM sample (+ 2 names the first
+    # time; a GPM window from the second time on)
+    assert (first, fake.count()) == (14, 13)
 
 
 def test_first_fast_sample_reads_the_whole_rotation():
@@ -448,3 +589,19 @@ def test_close_shuts_nvml_down_once():
     backend.close()
     backend.close()
     assert fake.shutdowns == 1
+
+
+# --- counters that wrap -------------------------------------------------------------------
+
+
+def test_wrapping_counter_gives_a_rate_while_no_whole_wrap_fits_the_interval():
+    rate = RateFromCounter(wrap_at=2**32, max_per_s=1e9)  # a whole wrap takes 4.29 s at most speed
+    rate.update(100, 0)
+    assert rate.update(4_000_000_100, 4 * 10**9) == 1e9
+
+
+def test_wrapping_counter_read_after_a_whole_wrap_could_fit_gives_no_rate():
+    rate = RateFromCounter(wrap_at=2**32, max_per_s=1e9)
+    rate.update(100, 0)
+    assert rate.update(1_000_100, 5 * 10**9) is None
+    assert rate.update(2_000_100, 6 * 10**9) == 1_000_000.0  # and the next short interval counts again

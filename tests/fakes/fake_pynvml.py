@@ -5,7 +5,11 @@ namespace (its constants, ctypes structs and `NVMLError_*` classes), with the
 functions gpulens calls replaced by fakes that take the same arguments,
 return the same types (structs, lists, `(valueType, samples)` tuples) in the
 same units (mW, mJ, KiB and byte counters, MHz, µs timestamps) and raise the
-same errors: NotSupported per device or per field, FunctionNotFound for a
+same errors. Value types follow an H100 on driver 580.159 (read with
+bench/nvml_read_costs.py): the PCIe byte and replay counters are 32-bit
+(UNSIGNED_INT, so the byte counters wrap at 2**32), energy and violation
+time 64-bit. GPM (Hopper and newer) keeps one snapshot per sample buffer and
+answers rates over the time `advance` moved on between two of them. Errors: NotSupported per device or per field, FunctionNotFound for a
 function an older driver lacks, GpuIsLost on every call to a lost GPU,
 Timeout from an empty event set, NotFound from an empty sample buffer.
 
@@ -76,6 +80,7 @@ class FakeGpu:
     errors: dict[str, int] = field(default_factory=dict)  # function -> NVML error code
     field_types: dict[int, int] = field(default_factory=dict)  # value type overrides
     supports_xid_events: bool = True
+    gpm: bool = False  # GPM metrics (Hopper and newer)
     lost: bool = False
     # live readings
     power_mw: int = 412_345
@@ -89,6 +94,7 @@ class FakeGpu:
     mem_reserved_bytes: int = 512 * 1024**2
     gpu_util_pct: int = 97
     mem_util_pct: int = 41
+    sm_active_pct: float = 88.0  # what GPM's SM activity reads while advance() runs
     clock_event_reasons: int = 0
     pcie_tx_bytes: int = 10_000_000_000
     pcie_rx_bytes: int = 20_000_000_000
@@ -105,6 +111,9 @@ class FakeGpu:
     pcie_tx_bytes_per_s: int = 2_000_000_000
     pcie_rx_bytes_per_s: int = 3_000_000_000
     nvlink_kib_per_s: int = 10_000_000
+    # time and SM-busy time, moved on by advance(), that GPM samples snapshot
+    clock_us: int = 0
+    sm_busy_us: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.nvlink_tx_kib:
@@ -114,6 +123,8 @@ class FakeGpu:
 
     def advance(self, seconds: float, now_us: int) -> None:
         """Move the counters on as if `seconds` passed at the current load."""
+        self.clock_us += round(seconds * 1e6)
+        self.sm_busy_us += self.sm_active_pct / 100 * seconds * 1e6
         self.energy_mj += int(self.power_mw * seconds)
         self.pcie_tx_bytes += int(self.pcie_tx_bytes_per_s * seconds)
         self.pcie_rx_bytes += int(self.pcie_rx_bytes_per_s * seconds)
@@ -139,6 +150,7 @@ def h100_sxm(index: int = 0, **overrides: Any) -> FakeGpu:
         pcie_gen=5,
         pcie_width=16,
         nvlink_count=18,
+        gpm=True,
     )
     return FakeGpu(**{**spec, **overrides})
 
@@ -229,6 +241,8 @@ class FakeNvml:
         self.calls: Counter[tuple[str, int | None]] = Counter()
         self.field_requests: list[tuple[int, list[tuple[int, int]]]] = []  # (gpu, [(field, scope)])
         self.xid_queue: list[tuple[int, int]] = []  # (gpu index, XID code)
+        self.gpm_snapshots: dict[int, tuple[int, int, int, int, float]] = {}  # buffer address -> (gpu, time, tx, rx, busy)
+        self.gpm_buffers: set[int] = set()  # allocated and not yet freed
 
     # --- controls and counts -------------------------------------------------------
 
@@ -399,7 +413,8 @@ class FakeNvml:
         if reader is None:
             return NV.NVML_ERROR_NOT_SUPPORTED, _U32, 0
         value_type, value = reader(gpu)
-        return NV.NVML_SUCCESS, gpu.field_types.get(fid, value_type), value
+        value_type = gpu.field_types.get(fid, value_type)
+        return NV.NVML_SUCCESS, value_type, value % 2**32 if value_type == _U32 else value
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> Any:
         gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)
@@ -454,6 +469,59 @@ class FakeNvml:
             sample.timeStamp, sample.sampleValue.uiVal = ts, mw
             samples.append(sample)
         return (_U32, samples)
+
+    def nvmlDeviceGetPcieThroughput(self, device: FakeHandle, counter: int) -> int:
+        gpu = self._enter("nvmlDeviceGetPcieThroughput", device)
+        rates = {NV.NVML_PCIE_UTIL_TX_BYTES: gpu.pcie_tx_bytes_per_s, NV.NVML_PCIE_UTIL_RX_BYTES: gpu.pcie_rx_bytes_per_s}
+        if counter not in rates:
+            raise _error(NV.NVML_ERROR_INVALID_ARGUMENT)
+        return rates[counter] // 1000  # KB/s
+
+    # --- GPM ----------------------------------------------------------------------------
+
+    def nvmlGpmQueryDeviceSupport(self, device: FakeHandle) -> Any:
+        gpu = self._enter("nvmlGpmQueryDeviceSupport", device)
+        support = NV.c_nvmlGpmSupport_t()
+        support.version, support.isSupportedDevice = NV.NVML_GPM_SUPPORT_VERSION, int(gpu.gpm)
+        return support
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._enter("nvmlGpmSampleAlloc")
+        sample = ctypes.pointer(NV.struct_c_nvmlGpmSample_t())
+        self.gpm_buffers.add(ctypes.addressof(sample.contents))
+        return sample
+
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
+        self._enter("nvmlGpmSampleFree")
+        self.gpm_buffers.discard(ctypes.addressof(gpmSample.contents))
+
+    def nvmlGpmSampleGet(self, device: FakeHandle, gpmSample: Any) -> Any:
+        gpu = self._enter("nvmlGpmSampleGet", device)
+        if not gpu.gpm:
+            raise _error(NV.NVML_ERROR_NOT_SUPPORTED)
+        self.gpm_snapshots[ctypes.addressof(gpmSample.contents)] = (
+            device.index, gpu.clock_us, gpu.pcie_tx_bytes, gpu.pcie_rx_bytes, gpu.sm_busy_us)
+        return gpmSample
+
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        self._enter("nvmlGpmMetricsGet")
+        first = self.gpm_snapshots.get(ctypes.addressof(metricsGet.sample1.contents))
+        second = self.gpm_snapshots.get(ctypes.addressof(metricsGet.sample2.contents))
+        if first is None or second is None or first[0] != second[0]:
+            raise _error(NV.NVML_ERROR_INVALID_ARGUMENT)
+        seconds = (second[1] - first[1]) / 1e6
+        rates = {
+            NV.NVML_GPM_METRIC_SM_UTIL: lambda: (second[4] - first[4]) / 1e6 / seconds * 100,
+            NV.NVML_GPM_METRIC_PCIE_TX_PER_SEC: lambda: (second[2] - first[2]) / 2**20 / seconds,
+            NV.NVML_GPM_METRIC_PCIE_RX_PER_SEC: lambda: (second[3] - first[3]) / 2**20 / seconds,
+        }
+        for i in range(metricsGet.numMetrics):
+            metric = metricsGet.metrics[i]
+            if seconds <= 0 or metric.metricId not in rates:
+                metric.nvmlReturn = NV.NVML_ERROR_INVALID_ARGUMENT
+            else:
+                metric.nvmlReturn, metric.value = NV.NVML_SUCCESS, rates[metric.metricId]()
+        return metricsGet
 
     def nvmlDeviceGetTotalEccErrors(self, handle: FakeHandle, errorType: int, counterType: int) -> int:
         gpu = self._enter("nvmlDeviceGetTotalEccErrors", handle)
@@ -532,11 +600,11 @@ _FIELD_READERS: dict[int, Callable[[FakeGpu], tuple[int, int]]] = {
     NV.NVML_FI_DEV_POWER_CURRENT_LIMIT: lambda g: (_U32, g.power_limit_mw),
     NV.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: lambda g: (_U64, g.energy_mj),
     NV.NVML_FI_DEV_MEMORY_TEMP: lambda g: (_U32, g.mem_temp_c),
-    NV.NVML_FI_DEV_PCIE_REPLAY_COUNTER: lambda g: (_U64, g.pcie_replays),
+    NV.NVML_FI_DEV_PCIE_REPLAY_COUNTER: lambda g: (_U32, g.pcie_replays),
     NV.NVML_FI_DEV_PERF_POLICY_POWER: lambda g: (_U64, g.power_violation_ns),
     NV.NVML_FI_DEV_PERF_POLICY_THERMAL: lambda g: (_U64, g.thermal_violation_ns),
-    NV.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: lambda g: (_U64, g.pcie_tx_bytes),
-    NV.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: lambda g: (_U64, g.pcie_rx_bytes),
+    NV.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: lambda g: (_U32, g.pcie_tx_bytes),
+    NV.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: lambda g: (_U32, g.pcie_rx_bytes),
 }
 
 
