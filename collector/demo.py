@@ -221,14 +221,16 @@ def _write_traces(out_dir: Path, seed: int, straggler_rank: int | None, steps: i
         failure = report.failures[0]
         raise TraceError(failure.path, f"demo trace failed to ingest: {failure.problem}")
     for result in report.results:
-        _pin_source(out_dir, Path(result.path), trace_stem(Path(result.path).name), ingested_ns)
+        pin_source(out_dir, DEMO_RUN, Path(result.path), trace_stem(Path(result.path).name), ingested_ns)
 
 
-def _pin_source(out_dir: Path, raw_path: Path, name: str, ingested_ns: int) -> None:
-    """Name one source's tables `name`; record its path relative to the dataset."""
+def pin_source(out_dir: Path, run: str, raw_path: Path, name: str, ingested_ns: int) -> None:
+    """Name one source's tables `name`; record its path relative to the dataset
+    and `ingested_ns` as its ingest time, so a sample's bytes do not depend on
+    where or when it was ingested."""
     from collector.ingest.store import run_dir, source_id
 
-    folder = run_dir(out_dir, DEMO_RUN)
+    folder = run_dir(out_dir, run)
     old = source_id(raw_path)
     for table_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
         source = table_dir / f"{old}.parquet"
@@ -311,4 +313,4 @@ def demo(out_dir: Path, seed: int, straggler_rank: str, capped_gpu: str | None, 
     click.echo(f"{out_dir}: demo dataset written ({profile}, {what}, seed {seed})", err=True)
 
 
-__all__ = ["DEMO_RUN", "DEMO_START_NS", "demo", "make_demo"]
+__all__ = ["DEMO_RUN", "DEMO_START_NS", "demo", "make_demo", "pin_source"]

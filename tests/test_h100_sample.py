@@ -1,0 +1,87 @@
+"""The real-H100 sample (sample_traces/h100-training): what the recording holds.
+
+Recorded by our collector and a profiled PyTorch job on one H100; these pin
+what the analyses find in real hardware's data, so a change that reads it
+differently shows up here (see sample_traces/README.md for the phases).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.dataset import open_dataset
+from analysis.launch import launch_rank_summary
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training"
+
+
+@pytest.fixture(scope="module")
+def con():
+    return open_dataset(SAMPLE)
+
+
+@pytest.fixture(scope="module")
+def phases() -> dict[str, dict]:
+    return {phase["name"]: phase for phase in json.loads((SAMPLE / "raw" / "phases.json").read_text())}
+
+
+def one(con, sql: str, *params):
+    return con.execute(sql, list(params)).fetchone()
+
+
+def test_every_trace_ingested_with_its_raw_event_counts(con):
+    kernels = dict(con.execute("select run, count(*) from kernels group by run").fetchall())
+    collectives = dict(con.execute("select run, count(*) from collectives group by run").fetchall())
+    assert kernels == {"h100-train": 4209, "h100-small-batch": 3092}
+    assert collectives == {"h100-train": 55, "h100-small-batch": 55, "h100-nccl": 7415}
+
+
+def test_large_batch_training_is_gpu_bound_and_small_batch_cpu_bound(con):
+    verdicts = dict(launch_rank_summary(con).select("run", "verdict").iter_rows())
+    assert verdicts == {"h100-train": "gpu_bound", "h100-small-batch": "cpu_bound"}
+
+
+def test_pcie_copies_read_at_their_real_rate_not_aliased_by_the_32bit_counters(con, phases):
+    # The copies moved 53.9 GB/s of payload; nvidia-smi dmon read 59-60 GB/s on the wire.
+    # The 32-bit byte counters, read every 0.25 s, had reported 1-16 GB/s.
+    peak_rx, peak_tx = one(
+        con,
+        "select max(pcie_rx_bytes_per_s), max(pcie_tx_bytes_per_s) from telemetry "
+        "where epoch_ns(ts) between ? and ?",
+        phases["pcie-h2d"]["start_ns"], phases["pcie-d2h"]["end_ns"] + 2 * 10**9,
+    )
+    assert 55e9 < peak_rx < 63e9 and 55e9 < peak_tx < 63e9
+
+
+def test_sm_activity_is_read_through_gpm_and_below_utilisation_when_training(con, phases):
+    sm_active, util = one(
+        con,
+        "select avg(sm_active_pct), avg(gpu_util_pct) from telemetry where epoch_ns(ts) between ? and ?",
+        phases["train"]["start_ns"] + 5 * 10**9, phases["train"]["end_ns"],
+    )
+    assert 60 < sm_active < util
+
+
+def test_power_is_held_at_the_700_w_limit_while_training(con, phases):
+    mean_power_w, capped_share = one(
+        con,
+        "select avg(power_w), avg(list_contains(throttle_reasons, 'sw_power_cap')::int) from telemetry "
+        "where epoch_ns(ts) between ? and ?",
+        phases["train"]["start_ns"] + 5 * 10**9, phases["train"]["end_ns"],
+    )
+    assert 650 < mean_power_w <= 700 and capped_share > 0.9
+
+
+def test_power_violation_counter_counts_nanoseconds(con, phases):
+    # Capped throughout the gemm phase: the counter runs at wall-clock speed.
+    start_ns, end_ns = phases["gemm"]["start_ns"] + 2 * 10**9, phases["gemm"]["end_ns"] - 10**9
+    grew_ns, span_ns = one(
+        con,
+        "select max(power_violation_ns) - min(power_violation_ns), max(epoch_ns(ts)) - min(epoch_ns(ts)) "
+        "from telemetry where epoch_ns(ts) between ? and ?",
+        start_ns, end_ns,
+    )
+    assert grew_ns / span_ns == pytest.approx(1.0, abs=0.05)
