@@ -48,6 +48,7 @@ TELEMETRY_METRICS: dict[str, tuple[str, str, float]] = {
     "power_w": ("Board power", "Power (W)", 1.0),
     "gpu_util_pct": ("GPU utilisation", "Utilisation (%)", 1.0),
     "mem_util_pct": ("Memory bandwidth utilisation", "Utilisation (%)", 1.0),
+    "sm_active_pct": ("SM activity", "SMs busy (%)", 1.0),
     "sm_clock_mhz": ("SM clock", "Clock (MHz)", 1.0),
     "mem_clock_mhz": ("Memory clock", "Clock (MHz)", 1.0),
     "temp_c": ("GPU temperature", "Temperature (°C)", 1.0),

@@ -386,6 +386,16 @@ def test_telemetry_timeline_gives_min_mean_max_per_bucket(known):
     assert frame["bucket_start"][1] == datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc)
 
 
+def test_telemetry_timeline_gives_sm_activity_per_bucket(tmp_path):
+    write_telemetry(tmp_path, "node-a", [
+        {"ts": T0_US + i * 1_000_000, "gpu_index": 0, "power_w": 500.0, "sm_active_pct": 70.0 + i}
+        for i in range(4)
+    ])
+    frame = timeline.telemetry_timeline(open_dataset(tmp_path), bucket_s=2).sort("bucket_start")
+    assert frame.select("sm_active_pct_min", "sm_active_pct_mean", "sm_active_pct_max").rows() == [
+        (70.0, 70.5, 71.0), (72.0, 72.5, 73.0)]
+
+
 def test_telemetry_timeline_keeps_the_asked_range(known):
     frame = timeline.telemetry_timeline(known, bucket_s=1, start=datetime(2026, 1, 1, 0, 0, 5),
                                         end=datetime(2026, 1, 1, 0, 0, 8))

@@ -8,8 +8,8 @@
 --     timeline_bucket_s seconds since the epoch;
 --   samples: telemetry rows in the bucket;
 --   <metric>_min / _mean / _max for power_w, gpu_util_pct, mem_util_pct,
---     sm_clock_mhz, mem_clock_mhz, temp_c, mem_used_bytes (NULL where the GPU
---     does not report the metric);
+--     sm_active_pct, sm_clock_mhz, mem_clock_mhz, temp_c, mem_used_bytes
+--     (NULL where the GPU does not report the metric);
 --   power_limit_w: the highest enforced limit in the bucket;
 --   mem_total_bytes: the GPU's memory size;
 --   power_throttled_share, thermal_throttled_share, throttled_share: the
@@ -47,6 +47,9 @@ select
     min(mem_util_pct) as mem_util_pct_min,
     avg(mem_util_pct) as mem_util_pct_mean,
     max(mem_util_pct) as mem_util_pct_max,
+    min(sm_active_pct) as sm_active_pct_min,
+    avg(sm_active_pct) as sm_active_pct_mean,
+    max(sm_active_pct) as sm_active_pct_max,
     min(sm_clock_mhz) as sm_clock_mhz_min,
     avg(sm_clock_mhz) as sm_clock_mhz_mean,
     max(sm_clock_mhz) as sm_clock_mhz_max,
