@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 
@@ -16,6 +17,7 @@ from analysis import communication
 from analysis.dataset import open_dataset
 from collector.errors import UsageError
 from collector.hardware import network_peak_bytes_per_s
+from collector.writer import DatasetWriter
 from conftest import write_trace_table
 
 GIB = 1 << 30
@@ -186,6 +188,33 @@ def test_collective_stats_large_group_without_hosts_is_assumed_to_cross_nodes(ha
 def test_collective_stats_small_group_without_hosts_uses_the_gpu_fabric(hand_made):
     row = _row(communication.collective_stats(hand_made), run="skew4")
     assert (row["link_scope"], row["link_kind"], row["peak_bytes_per_s"]) == ("node", "nvlink", 300e9)
+
+
+def _two_h100_ranks_on(root: Path, link_count: int) -> duckdb.DuckDBPyConnection:
+    """Two ranks on node-a whose collector inventory shows `link_count` active links a GPU."""
+    _write_run(root, "vm", _lockstep(2, [("all_reduce", GIB, 80_000_000)]), {0: "node-a", 1: "node-a"}, H100)
+    writer = DatasetWriter(root, "node-a")
+    for gpu in (0, 1):
+        writer.add("devices", {"ts": 1_700_000_000_000_000, "gpu_index": gpu, "gpu_uuid": f"GPU-{gpu}", "vendor": "nvidia",
+                               "model": H100, "link_kind": "nvlink" if link_count else None, "link_count": link_count})
+    writer.flush()
+    return open_dataset(root)
+
+
+def test_collective_stats_host_without_active_nvlink_is_measured_against_pcie(tmp_path):
+    # An SXM H100 passed alone into a VM: the model has NVLink, the node does not.
+    row = _row(communication.collective_stats(_two_h100_ranks_on(tmp_path, link_count=0)), run="vm")
+    assert (row["link_scope"], row["link_kind"], row["peak_bytes_per_s"]) == ("node", "pcie", pytest.approx(63.0e9, rel=0.01))
+
+
+def test_collective_stats_host_with_active_nvlink_keeps_the_fabric(tmp_path):
+    row = _row(communication.collective_stats(_two_h100_ranks_on(tmp_path, link_count=18)), run="vm")
+    assert (row["link_scope"], row["link_kind"], row["peak_bytes_per_s"]) == ("node", "nvlink", 450e9)
+
+
+def test_collective_stats_group_of_one_rank_crosses_no_link(hand_made):
+    row = _row(communication.collective_stats(hand_made), run="sizes", size_bucket_bytes=GIB)
+    assert (row["link_scope"], row["link_kind"], row["peak_bytes_per_s"]) == (None, None, None)
 
 
 def test_collective_stats_size_buckets_are_powers_of_two_at_or_below(hand_made):

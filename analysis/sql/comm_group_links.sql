@@ -16,10 +16,15 @@
 --     comm_network_peak_bytes_per_s. The two params go together:
 --     analysis.communication sets both from collector.hardware's table.
 -- A GPU model the hardware table does not know gives NULL, never a guess.
+-- Where the collector inventoried a group's host and none of its GPUs has
+-- an active NVLink or XGMI link (devices.link_count 0: a PCIe card, or an
+-- SXM board in a VM that passes one GPU through), the fabric the model
+-- would have is not there, and the group's link is the host PCIe link.
+-- A group of one rank crosses no link: its link_scope is NULL.
 --
 -- Group members are the group's rank list where the trace records it
 -- (group_ranks), else the ranks that logged its collectives.
--- requires: collectives, runs, hardware_peaks
+-- requires: collectives, runs, hardware_peaks, devices
 -- param: comm_max_ranks_per_node = 8
 -- param: comm_network_kind = ib_ndr
 -- param: comm_network_peak_bytes_per_s = 50000000000
@@ -48,8 +53,8 @@ member_devices as (
         m.process_group,
         m.rank,
         r.host,
-        p.link_kind as fabric_kind,
-        p.link_peak_bytes_per_s as fabric_peak_bytes_per_s,
+        case when not coalesce(inventory.no_fabric, false) then p.link_kind end as fabric_kind,
+        case when not coalesce(inventory.no_fabric, false) then p.link_peak_bytes_per_s end as fabric_peak_bytes_per_s,
         p.pcie_peak_bytes_per_s
     from members as m
     left join (
@@ -60,6 +65,12 @@ member_devices as (
         on r.run = m.run and r.rank = m.rank
     left join hardware_peaks as p
         on p.device_name = r.device_name
+    left join (
+        select host, bool_and(coalesce(link_count, 0) = 0) as no_fabric
+        from devices
+        group by host
+    ) as inventory
+        on inventory.host = r.host
 ),
 
 placement as (
@@ -86,6 +97,7 @@ scoped as (
     select
         *,
         case
+            when group_size = 1 then null
             when hosts_seen > 1 then 'network'
             when hosts_seen = 1 and members_without_host = 0 then 'node'
             when group_size is null then null
