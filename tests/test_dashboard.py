@@ -676,3 +676,20 @@ def test_page_warm_up_computes_the_telemetry_view_the_page_shows_first(monkeypat
     window = common.default_telemetry_window(data.current(sample))
     assert window is not None and window[0] == 1.0  # 5 min sampled at 1 s: 1 s buckets
     assert data.cache_key(data.current(sample), timeline.telemetry_timeline, window, {"hosts": None}) in data.RESULTS
+
+
+# --- runs without kernels (an NCCL log) ---------------------------------------------------------
+
+H100_SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training"
+
+
+def test_kernels_page_offers_only_runs_with_kernels(monkeypatch):
+    # The real-H100 sample's first run by name, h100-nccl, is an NCCL log: no kernels.
+    at = _run(monkeypatch, H100_SAMPLE, "pages/kernels.py")
+    picker = at.selectbox(key="kernels_run")
+    assert (picker.value, picker.options) == ("h100-small-batch", ["h100-small-batch", "h100-train"])
+
+
+def test_compare_page_opens_on_the_first_two_runs_with_kernels(monkeypatch):
+    at = _run(monkeypatch, H100_SAMPLE, "pages/compare.py")
+    assert (at.selectbox(key="compare_a").value, at.selectbox(key="compare_b").value) == ("h100-small-batch", "h100-train")

@@ -253,7 +253,7 @@ def default_timeline_step(ds: data.Dataset) -> tuple[str, int, int] | None:
     first run, and the defaults of `timeline_choices` (None: no steps)."""
     from analysis import launch, timeline
 
-    runs = data.cached(ds, timeline.trace_runs)
+    runs = with_kernels(data.cached(ds, timeline.trace_runs))
     if not runs.height:
         return None
     run = runs["run"][0]
@@ -312,6 +312,11 @@ def naive(value: Any) -> Any:
 
 def fmt_share(value: float | None) -> str:
     return "–" if value is None else f"{value:.0%}" if abs(value) >= 0.1 else f"{value:.1%}"
+
+
+def with_kernels(runs: pl.DataFrame) -> pl.DataFrame:
+    """The runs of `trace_runs` that hold kernels (an NCCL log alone holds none)."""
+    return runs.filter(pl.col("kernels").fill_null(0) > 0) if runs.height else runs
 
 
 def run_picker(runs: pl.DataFrame, label: str = "Run", key: str = "run", index: int = 0) -> str | None:

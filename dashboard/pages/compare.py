@@ -7,7 +7,8 @@ import streamlit as st
 
 from analysis import timeline
 from dashboard import charts
-from dashboard.pages.common import NO_TRACES, caption_dataset, chart, frame, require_dataset, require_tables
+from dashboard.pages.common import (NO_TRACES, caption_dataset, chart, frame, require_dataset, require_tables,
+                                    with_kernels)
 
 st.title("Compare runs")
 ds = require_dataset()
@@ -21,9 +22,12 @@ if len(names) < 2:
             "(`gpulens ingest TRACES --out DATASET --run NAME`).", icon=":material/info:")
     st.stop()
 
+# Open on the first two runs with kernels (an NCCL log alone has none to compare).
+first = with_kernels(runs)["run"].to_list()[:2]
+first += [name for name in names if name not in first][:2 - len(first)]
 c1, c2 = st.columns(2)
-run_a = c1.selectbox("Run A (before)", names, index=0, key="compare_a")
-run_b = c2.selectbox("Run B (after)", names, index=1, key="compare_b")
+run_a = c1.selectbox("Run A (before)", names, index=names.index(first[0]), key="compare_a")
+run_b = c2.selectbox("Run B (after)", names, index=names.index(first[1]), key="compare_b")
 if run_a == run_b:
     st.info("Pick two different runs.", icon=":material/info:")
     st.stop()

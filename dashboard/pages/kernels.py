@@ -13,7 +13,7 @@ from analysis.findings import format_duration_ns
 from dashboard import charts
 from dashboard.pages.common import (
     NO_TRACES, caption_dataset, chart, fetch, fmt_share, frame, require_dataset, require_tables,
-    TIMELINE_STEP_INDEX, run_picker, timeline_choices,
+    TIMELINE_STEP_INDEX, run_picker, timeline_choices, with_kernels,
 )
 
 VERDICT_WORDS = {"cpu_bound": "CPU-bound", "gpu_bound": "GPU-bound", "balanced": "balanced", "unknown": "undecided"}
@@ -25,7 +25,7 @@ caption_dataset(ds)
 require_tables(ds, ("kernels",), "kernel traces", NO_TRACES)
 
 runs = frame(ds, timeline.trace_runs)
-run = run_picker(runs, key="kernels_run")
+run = run_picker(with_kernels(runs), key="kernels_run")
 if run is None:
     st.stop()
 
