@@ -43,14 +43,14 @@ asks for the energy counter, thermal violation time and PCIe replays, and
 a GPU with GPM (Hopper and newer) takes a GPM sample, 2 calls more. On an
 H100 (driver 580.159, bench/nvml_read_costs.py) the energy field alone took
 2.4-3.5 ms of CPU a read and thermal violation 0.5-1.0 ms, against 3-5 us
-for each power field: every tick at 10 Hz they were 95 % of the
-collector's cost. Both are running totals, so reading them once a second
+for each power field: read every tick at 10 Hz they were over 80 % of the
+collector's CPU (8.7 ms a GPU-sample before, 1.5 ms after). Both are running totals, so reading them once a second
 loses nothing over any longer window; they are carried forward in between
 (at most 1 s old).
 
 PCIe throughput. An H100's PCIe byte counters are 32-bit (NVML answers
 UNSIGNED_INT) and wrap every 73 ms at the 59 GB/s a pinned copy moves: read
-once a second they undercounted 59 GB/s as 1-16 GB/s. So:
+every 0.25 s they reported those 59 GB/s as 1-16 GB/s. So:
 - with GPM, the rates are GPM's PCIe TX/RX over the last second (MiB/s),
   and `sm_active_pct` is GPM's SM activity over the same second. GPM
   attributes traffic with a lag of about 0.1-0.2 s, which a one-second
@@ -62,8 +62,8 @@ once a second they undercounted 59 GB/s as 1-16 GB/s. So:
   nvidia-smi dmon does), and that sample stands for the slow tick alone.
 
 Why the throttle mask and the power buffer may rotate: time spent throttled
-is measured exactly, every tick, by the power and thermal violation counters
-in the batch; the mask only names the reason. `nvmlDeviceGetSamples` returns
+is measured exactly by the violation counters in the batch (power every
+tick, thermal every second); the mask only names the reason. `nvmlDeviceGetSamples` returns
 every sample since the last timestamp read, so reading it less often loses
 no peak: `power_max_w` is the highest sample since the previous read of the
 buffer.
