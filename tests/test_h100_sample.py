@@ -7,7 +7,9 @@ differently shows up here (see sample_traces/README.md for the phases).
 
 from __future__ import annotations
 
+import gzip
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,21 @@ def test_every_trace_ingested_with_its_raw_event_counts(con):
     collectives = dict(con.execute("select run, count(*) from collectives group by run").fetchall())
     assert kernels == {"h100-train": 4209, "h100-small-batch": 3092}
     assert collectives == {"h100-train": 55, "h100-small-batch": 55, "h100-nccl": 7415}
+
+
+@pytest.mark.parametrize("run, folder", [("h100-train", "train"), ("h100-small-batch", "small-batch")])
+def test_each_category_of_the_real_pytorch_trace_lands_row_for_row(con, run, folder):
+    (path,) = (SAMPLE / "raw" / "kineto" / folder).glob("*.pt.trace.json.gz")
+    raw = Counter(event.get("cat") for event in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+                  if event.get("ph") == "X")
+    rows = {table: one(con, f"select count(*) from {table} where run = ?", run)[0]
+            for table in ("kernels", "api_calls", "cpu_ops", "annotations")}
+    assert rows == {
+        "kernels": raw["kernel"] + raw["gpu_memcpy"] + raw["gpu_memset"],
+        "api_calls": raw["cuda_runtime"] + raw["cuda_driver"],
+        "cpu_ops": raw["cpu_op"],
+        "annotations": raw["user_annotation"] + raw["gpu_user_annotation"],
+    }
 
 
 def test_large_batch_training_is_gpu_bound_and_small_batch_cpu_bound(con):
