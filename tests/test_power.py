@@ -6,6 +6,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 
@@ -461,6 +462,39 @@ def test_phase_energy_splits_the_window_by_phase(joined):
     assert phases["idle"]["coverage_share"] == pytest.approx(6.9 / 8.4)
     assert phases["compute"]["time_share"] == pytest.approx(1 / 10)
     assert sum(row["energy_share"] for row in phases.values()) == pytest.approx(1)
+
+
+def _one_step_under(root: Path, interval_s: float, samples: int) -> duckdb.DuckDBPyConnection:
+    """A step over (0, samples × interval_s] s of telemetry whose averaged power lags
+    (200 W) while the instantaneous reading shows the load (600 W)."""
+    write_telemetry(root, "node-a", [
+        {"ts": T0_US + round(i * interval_s * 1e6), "gpu_index": 0, "power_w": 200.0, "power_instant_w": 600.0}
+        for i in range(samples + 1)
+    ])
+    end_s = samples * interval_s
+    write_trace_table(root, "r", "runs", {"run": ["r"], "rank": [0], "host": ["node-a"], "time_base": ["epoch"],
+                                         "epoch_offset_ns": [0]})
+    write_trace_table(root, "r", "annotations", {
+        "run": ["r", "r"], "rank": [0, 0], "name": ["ProfilerStep#1", "ProfilerStep#2"], "kind": ["profiler_step"] * 2,
+        "step": [1, 2], "start_ns": [_ns(0), _ns(end_s)], "end_ns": [_ns(end_s), _ns(end_s + interval_s)],
+        "dur_ns": [_ns(end_s) - _ns(0), _ns(end_s + interval_s) - _ns(end_s)],
+    })
+    write_trace_table(root, "r", "kernels", {
+        "run": ["r"], "rank": [0], "device": [0], "stream": [7], "name": ["gemm"], "category": ["compute"],
+        "start_ns": [_ns(0)], "end_ns": [_ns(end_s)], "dur_ns": [_ns(end_s) - _ns(0)],
+    })
+    return open_dataset(root)
+
+
+def test_step_energy_under_subsecond_telemetry_takes_the_instantaneous_power(tmp_path):
+    # At 4 Hz the driver's 1 s average still holds the second before each sample.
+    step = power.step_energy(_one_step_under(tmp_path, 0.25, 4)).filter(pl.col("step") == 1).row(0, named=True)
+    assert (step["energy_j"], step["mean_power_w"]) == (pytest.approx(600.0), pytest.approx(600.0))
+
+
+def test_step_energy_under_1hz_telemetry_takes_the_averaged_power(tmp_path):
+    step = power.step_energy(_one_step_under(tmp_path, 1.0, 2)).filter(pl.col("step") == 1).row(0, named=True)
+    assert (step["energy_j"], step["mean_power_w"]) == (pytest.approx(400.0), pytest.approx(200.0))
 
 
 def test_power_trace_gpus_explains_a_trace_not_on_the_epoch(joined):
