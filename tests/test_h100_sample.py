@@ -102,3 +102,10 @@ def test_power_violation_counter_counts_nanoseconds(con, phases):
         start_ns, end_ns,
     )
     assert grew_ns / span_ns == pytest.approx(1.0, abs=0.05)
+
+
+def test_profiled_training_steps_draw_what_the_gpu_drew_not_the_lagging_average(con):
+    # The 1 s average still held the ramp from idle (405-573 W); the GPU was at its cap.
+    powers = [row[0] for row in con.execute(
+        "select mean_power_w from step_energy where run = 'h100-train' order by step").fetchall()]
+    assert len(powers) == 5 and all(690 < w < 740 for w in powers)
