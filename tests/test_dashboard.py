@@ -361,6 +361,31 @@ def test_live_view_waits_for_a_collector_and_then_shows_its_data(monkeypatch, tm
     assert "Board power, last 5 min" in _titles(at)
 
 
+def _live_with_last_sample_ago(monkeypatch, root: Path, seconds: float) -> AppTest:
+    now_us = int(time.time() * 1e6)
+    write_telemetry(root, "node-a", [
+        {"ts": now_us - int(seconds * 1e6) - i * 1_000_000, "gpu_index": 0, "power_w": 300.0} for i in range(10)
+    ])
+    return _run(monkeypatch, root, "pages/live.py")
+
+
+def _captions(at: AppTest) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def test_live_view_of_a_collector_that_flushes_seldom_says_how_to_see_fresher_data(monkeypatch, tmp_path):
+    at = _live_with_last_sample_ago(monkeypatch, tmp_path, 45)
+    assert "run it with `--flush-every 5`" in _captions(at)
+
+
+def test_live_view_of_fresh_data_gives_no_flush_hint(monkeypatch, tmp_path):
+    assert "--flush-every" not in _captions(_live_with_last_sample_ago(monkeypatch, tmp_path, 2))
+
+
+def test_live_view_of_a_stopped_collector_gives_no_flush_hint(monkeypatch, tmp_path):
+    assert "--flush-every" not in _captions(_live_with_last_sample_ago(monkeypatch, tmp_path, 3600))
+
+
 # --- the chart views (analysis.timeline) -------------------------------------------------------
 
 

@@ -17,6 +17,10 @@ from dashboard.pages.common import (
 )
 
 LIVE_METRICS = ("power_w", "gpu_util_pct", "sm_clock_mhz", "temp_c")
+# Data this old says the collector flushes seldom (a hint is shown)...
+FLUSH_HINT_AFTER_S = 15
+# ...and this old, that it has stopped (no hint).
+STOPPED_AFTER_S = 600
 
 st.title("Live")
 caption_dataset(dataset())
@@ -57,6 +61,10 @@ def live_view() -> None:
     latest = series.sort("bucket_start").group_by("host", "gpu_index").last().sort("host", "gpu_index") if series.height else series
     st.caption(f"Last sample {last:%Y-%m-%d %H:%M:%S} UTC ({_age(age_s)} ago), buckets of {bucket_s:g} s; "
                f"refreshed {datetime.now(timezone.utc):%H:%M:%S} UTC.")
+    if FLUSH_HINT_AFTER_S < age_s < STOPPED_AFTER_S:
+        # Samples reach the files at each flush: the view can be no fresher than that.
+        st.caption(f"The collector writes its samples at each flush, every `--flush-every` seconds (60 by default). "
+                   f"For a view at most a few seconds behind, run it with `--flush-every {refresh_s}`.")
     if latest.height:
         cols = st.columns(min(latest.height, 8))
         for i, row in enumerate(latest.iter_rows(named=True)):
