@@ -320,6 +320,7 @@ class NvmlBackend:
                     dev = _Device(index=index, uuid=None, handle=self._handle_by_index(index))
                 info = self._device_info(dev, driver_version, nvml_version)
                 if dev.uuid is not None and info.gpu_uuid != dev.uuid:  # another board at this index
+                    self._free_gpm(dev)
                     dev = _Device(index=index, uuid=None, handle=dev.handle)
                     info = self._device_info(dev, driver_version, nvml_version)
             except GpuLost:
@@ -559,11 +560,14 @@ class NvmlBackend:
             values[metric] = entry.value * scale if entry.nvmlReturn == nv.NVML_SUCCESS else None
         return values
 
-    def _drop_gpm(self, dev: _Device) -> None:
-        """GPM refused after discovery: free its buffers, back to the PCIe byte counters."""
+    def _free_gpm(self, dev: _Device) -> None:
         for gpm_sample in dev.gpm_samples or ():
             self._query(None, "nvmlGpmSampleFree", gpm_sample)
         dev.gpm_samples = None
+
+    def _drop_gpm(self, dev: _Device) -> None:
+        """GPM refused after discovery: free its buffers, back to the PCIe byte counters."""
+        self._free_gpm(dev)
         dev.fields += [(field_id, 0) for field_id, (_, _, per_link) in self._counter_field_ids.items() if not per_link]
 
     def _read_pcie_throughput(self, dev: _Device, values: dict[str, Any]) -> dict[str, Any]:
@@ -721,9 +725,7 @@ class NvmlBackend:
             return
         self._closed = True
         for dev in self._devices.values():
-            for gpm_sample in dev.gpm_samples or ():
-                self._query(None, "nvmlGpmSampleFree", gpm_sample)
-            dev.gpm_samples = None
+            self._free_gpm(dev)
         if self._event_set is not None:
             self._query(None, "nvmlEventSetFree", self._event_set)
             self._event_set = None

@@ -310,6 +310,13 @@ def test_gpm_refused_after_discovery_falls_back_to_the_byte_counters():
     assert fake.gpm_buffers == set()
 
 
+def test_another_board_at_an_index_frees_the_old_boards_gpm_buffers():
+    backend, fake = open_backend(h100_sxm(0))
+    fake.gpus[0] = h100_sxm(0, uuid="GPU-00000000-0000-0000-0000-00000000beef")
+    backend.discover()
+    assert len(fake.gpm_buffers) == 2
+
+
 def test_close_frees_the_gpm_buffers():
     backend, fake = open_backend(h100_sxm(0), h100_sxm(1))
     assert len(fake.gpm_buffers) == 4
