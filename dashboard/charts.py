@@ -479,25 +479,40 @@ def _bins_outline(bins: pl.DataFrame, share: pl.Series) -> tuple[list[float], li
 
 
 def power_percentiles_figure(headroom: pl.DataFrame) -> go.Figure:
-    """Per GPU: p50, p95, p99 and max power against the enforced limit."""
+    """Per GPU: p50, p95, p99 and max power against the enforced limit.
+
+    Past 16 GPUs, a bar each still, but ranked by p99 (highest first) and
+    unlabelled (the hover names each): a fleet reads as a profile, its
+    hottest GPUs on the left, not as 128 crowded names."""
     title = "Power percentiles per GPU against the enforced limit"
     if headroom.is_empty() or headroom["p50_w"].null_count() == headroom.height:
         return empty_figure(title, "No power readings.")
     hosts = _hosts(headroom)
-    frame = headroom.sort("host", "gpu_index")
+    fleet = headroom.height > _GPU_LINES_MAX
+    frame = (headroom.sort("p99_w", "host", "gpu_index", descending=[True, False, False], nulls_last=True) if fleet
+             else headroom.sort("host", "gpu_index"))
     labels = [gpu_label(h, g, len(hosts)) for h, g in zip(frame["host"], frame["gpu_index"])]
     colours = [theme.gpu_colour(g) for g in frame["gpu_index"]]
+    marker_px, limit_px = (5, 8) if fleet else (10, 40)
     fig = new_figure()
     fig.add_trace(go.Bar(x=labels, y=frame["p99_w"].to_list(), marker={"color": colours}, name="p99 (bar)",
                          opacity=0.55, hovertemplate="%{x}: p99 %{y:.0f} W<extra></extra>"))
     for stat, symbol in (("p50_w", "circle-open"), ("p95_w", "diamond-open"), ("max_w", "x")):
         fig.add_trace(go.Scatter(x=labels, y=frame[stat].to_list(), mode="markers", name=stat.removesuffix("_w"),
-                                 marker={"symbol": symbol, "size": 10, "color": theme.OTHER_COLOUR, "line": {"width": 2}},
+                                 marker={"symbol": symbol, "size": marker_px, "color": theme.OTHER_COLOUR,
+                                         "line": {"width": 1 if fleet else 2}},
                                  hovertemplate=f"%{{x}}: {stat.removesuffix('_w')} %{{y:.0f}} W<extra></extra>"))
     fig.add_trace(go.Scatter(x=labels, y=frame["limit_w"].to_list(), mode="markers", name="limit",
-                             marker={"symbol": "line-ew", "size": 40, "line": {"width": 3, "color": theme.LIMIT_LINE_COLOUR}},
+                             marker={"symbol": "line-ew", "size": limit_px, "line": {"width": 3, "color": theme.LIMIT_LINE_COLOUR}},
                              hovertemplate="%{x}: limit %{y:.0f} W<extra></extra>"))
-    return _layout(fig, title, "GPU", "Power (W)", legend_title="statistic")
+    x_title = f"{len(labels)} GPUs, highest p99 first (hover for each)" if fleet else "GPU"
+    _categories(fig, labels, fleet)
+    return _layout(fig, title, x_title, "Power (W)", legend_title="statistic")
+
+
+def _categories(fig: go.Figure, labels: list[str], fleet: bool) -> None:
+    """Keep the GPUs in the order given; a fleet's names only in the hover."""
+    fig.update_xaxes(categoryorder="array", categoryarray=labels, showticklabels=not fleet)
 
 
 def node_power_figure(node_timeline: pl.DataFrame, budget_w: float | None, cap_w: float | None = None) -> go.Figure:
@@ -603,6 +618,14 @@ def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
     if frame.is_empty():
         return empty_figure(title, f"No {name} readings.")
     hosts = _hosts(frame)
+    gpus = frame.select("host", "gpu_index").unique()
+    fleet = gpus.height > _GPU_LINES_MAX
+    if fleet:  # as power_percentiles_figure: ranked, busiest GPU (both directions' means) first
+        busiest = (frame.group_by("host", "gpu_index").agg(pl.col("achieved_bytes_per_s").sum().alias("total"))
+                   .sort("total", "host", "gpu_index", descending=[True, False, False], nulls_last=True))
+    else:
+        busiest = gpus.sort("host", "gpu_index")
+    order = [gpu_label(h, g, len(hosts)) for h, g in zip(busiest["host"], busiest["gpu_index"])]
     fig = new_figure()
     patterns = {"tx": "", "rx": "/", "both": "."}
     for direction in sorted(frame["direction"].unique().to_list()):
@@ -616,7 +639,7 @@ def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
         ))
         fig.add_trace(go.Scatter(
             x=labels, y=(part["p95_bytes_per_s"] / GB).to_list(), mode="markers", name=f"{direction} p95",
-            marker={"symbol": "diamond-open", "size": 9, "color": theme.OTHER_COLOUR}, offsetgroup=direction,
+            marker={"symbol": "diamond-open", "size": 5 if fleet else 9, "color": theme.OTHER_COLOUR}, offsetgroup=direction,
             hovertemplate=f"%{{x}} {direction} p95: %{{y:.1f}} GB/s<extra></extra>",
         ))
     peaks = frame.group_by("host", "gpu_index").agg(pl.col("peak_bytes_per_s").max()).sort("host", "gpu_index")
@@ -624,11 +647,13 @@ def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
         fig.add_trace(go.Scatter(
             x=[gpu_label(h, g, len(hosts)) for h, g in zip(peaks["host"], peaks["gpu_index"])],
             y=(peaks["peak_bytes_per_s"] / GB).to_list(), mode="markers", name="nominal peak (per direction)",
-            marker={"symbol": "line-ew", "size": 40, "line": {"width": 3, "color": theme.LIMIT_LINE_COLOUR}},
+            marker={"symbol": "line-ew", "size": 8 if fleet else 40, "line": {"width": 3, "color": theme.LIMIT_LINE_COLOUR}},
             hovertemplate="%{x}: peak %{y:.0f} GB/s<extra></extra>",
         ))
     fig.update_layout(barmode="group", scattermode="group")
-    return _layout(fig, title, "GPU", "Throughput (GB/s)", legend_title="direction")
+    _categories(fig, order, fleet)
+    x_title = f"{len(order)} GPUs, busiest first (hover for each)" if fleet else "GPU"
+    return _layout(fig, title, x_title, "Throughput (GB/s)", legend_title="direction")
 
 
 def interconnect_timeline_figure(timeline: pl.DataFrame, link: str, bucket_s: float | None = None) -> go.Figure:

@@ -363,3 +363,41 @@ def test_power_distribution_of_17_gpus_pools_their_samples_and_draws_the_two_ext
     pooled = by_name["all 17 GPUs"]
     assert list(pooled.x) == [300.0] + [300.0 + 10 * g for g in range(17)] + [470.0]
     assert list(pooled.y)[1:-1] == pytest.approx([100 / 17] * 17)
+
+
+def headroom_rows(p99_w: list[float]) -> pl.DataFrame:
+    """power_headroom rows of one GPU each on node-a (GPU i has p99 p99_w[i])."""
+    return pl.DataFrame({
+        "host": ["node-a"] * len(p99_w), "gpu_index": list(range(len(p99_w))),
+        "p50_w": [w / 2 for w in p99_w], "p95_w": [w - 10 for w in p99_w], "p99_w": p99_w,
+        "max_w": [w + 5 for w in p99_w], "limit_w": [700.0] * len(p99_w),
+    })
+
+
+def test_power_percentiles_of_17_gpus_rank_them_by_p99_with_names_in_the_hover_only() -> None:
+    p99_w = [400.0 + (i * 7) % 17 * 10 for i in range(17)]
+    fig = charts.power_percentiles_figure(headroom_rows(p99_w))
+    order = list(fig.layout.xaxis.categoryarray)
+    assert order[:2] == ["GPU 12", "GPU 7"]  # p99 560 and 550 W
+    assert [p99_w[int(label.split()[1])] for label in order] == sorted(p99_w, reverse=True)
+    assert fig.layout.xaxis.showticklabels is False
+    assert fig.layout.xaxis.title.text == "17 GPUs, highest p99 first (hover for each)"
+
+
+def test_power_percentiles_of_16_gpus_keep_their_order_and_names() -> None:
+    fig = charts.power_percentiles_figure(headroom_rows([500.0 - i for i in range(16)][::-1]))
+    assert list(fig.layout.xaxis.categoryarray) == [f"GPU {i}" for i in range(16)]
+    assert fig.layout.xaxis.showticklabels is True
+
+
+def test_interconnect_usage_of_17_gpus_ranks_them_busiest_first() -> None:
+    rows = [(g, d, (g * 5) % 17 * 1e9 + (1e8 if d == "rx" else 0)) for g in range(17) for d in ("tx", "rx")]
+    usage = pl.DataFrame({
+        "host": ["node-a"] * len(rows), "link": ["pcie"] * len(rows), "gpu_index": [g for g, _, _ in rows],
+        "direction": [d for _, d, _ in rows], "achieved_bytes_per_s": [v for _, _, v in rows],
+        "p95_bytes_per_s": [v for _, _, v in rows], "utilisation": [v / 63e9 for _, _, v in rows],
+        "peak_bytes_per_s": [63e9] * len(rows),
+    })
+    fig = charts.interconnect_usage_figure(usage, "pcie")
+    assert list(fig.layout.xaxis.categoryarray)[:3] == ["GPU 10", "GPU 3", "GPU 13"]  # 16, 15 and 14 GB/s each way
+    assert fig.layout.xaxis.showticklabels is False
