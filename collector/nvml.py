@@ -539,6 +539,8 @@ class NvmlBackend:
         previous, latest = dev.gpm_samples
         if self._call(dev, "gpm", "nvmlGpmSampleGet", nv.nvmlGpmSampleGet, dev.handle, latest) is None:
             dev.gpm_primed = False
+            for _, metric, _ in self._gpm_metrics:  # the last window's rates are not this second's
+                dev.carried.pop(metric, None)
             if "gpm" in dev.unsupported:
                 self._drop_gpm(dev)
             return {}

@@ -310,6 +310,15 @@ def test_gpm_refused_after_discovery_falls_back_to_the_byte_counters():
     assert fake.gpm_buffers == set()
 
 
+def test_gpm_refused_after_rates_were_read_leaves_no_stale_rate_behind():
+    gpu = h100_sxm(0, pcie_rx_bytes_per_s=50_000 * 2**20)
+    backend, fake = open_backend(gpu)
+    run_ticks(backend, fake, 0, 10)
+    gpu.gpm = False
+    values = run_ticks(backend, fake, 10, 20)  # the counters' first read gives no rate yet
+    assert (values["pcie_rx_bytes_per_s"], values["sm_active_pct"]) == (None, None)
+
+
 def test_another_board_at_an_index_frees_the_old_boards_gpm_buffers():
     backend, fake = open_backend(h100_sxm(0))
     fake.gpus[0] = h100_sxm(0, uuid="GPU-00000000-0000-0000-0000-00000000beef")
