@@ -717,18 +717,22 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
     mode = "lines+markers" if frame.height <= _MARKERS_MAX_POINTS else "lines"
     fig = new_figure()
     lines = frame
-    ranks = frame["rank"].n_unique()
+    # A report of several runs: a line per run and rank (their steps are not each other's).
+    key = ["run", "rank"] if "run" in frame.columns and frame["run"].n_unique() > 1 else ["rank"]
+    ranks = frame.select(key).n_unique()
     if ranks > _TKLQT_RANK_LINES_MAX:
         _tklqt_spread(fig, frame, ranks)
-        lines = _tklqt_extreme_ranks(frame)
-    for group in lines.sort("rank", "step").partition_by("rank", maintain_order=True):
+        lines = _tklqt_extreme_ranks(frame, key)
+    for i, group in enumerate(lines.sort(*key, "step").partition_by(key, maintain_order=True)):
         rank = int(group["rank"][0])
+        name = f"{group['run'][0]} rank {rank}" if len(key) == 2 else f"rank {rank}"
         fig.add_trace(go.Scatter(
-            x=group["step"].to_list(), y=(group["tklqt_ns"] / 1e6).to_list(), mode=mode, name=f"rank {rank}",
-            line={"color": theme.gpu_colour(rank)}, customdata=list(zip(group["verdict"].to_list(), (group["gpu_idle_share"] * 100).to_list())),
-            hovertemplate=f"rank {rank}, step %{{x}}<br>TKLQT %{{y:.2f}} ms<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
+            x=group["step"].to_list(), y=(group["tklqt_ns"] / 1e6).to_list(), mode=mode, name=name,
+            line={"color": theme.gpu_colour(i if len(key) == 2 else rank)}, customdata=list(zip(group["verdict"].to_list(), (group["gpu_idle_share"] * 100).to_list())),
+            hovertemplate=f"{name}, step %{{x}}<br>TKLQT %{{y:.2f}} ms<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
         ))
-    _step_ticks(fig, one_per_step=frame["step"].n_unique() <= _STEP_TICKS_MAX)
+    # A tick per step where the steps drawn span few (two runs' steps 10-14 and 100-104 span 95).
+    _step_ticks(fig, one_per_step=frame["step"].max() - frame["step"].min() < _STEP_TICKS_MAX)
     return _layout(fig, title, "Profiler step", "TKLQT (ms)", legend_title="rank")
 
 
@@ -749,11 +753,11 @@ def _tklqt_spread(fig: go.Figure, frame: pl.DataFrame, ranks: int) -> None:
                              hovertemplate="step %{x}: median %{y:.2f} ms<extra></extra>"))
 
 
-def _tklqt_extreme_ranks(frame: pl.DataFrame) -> pl.DataFrame:
-    """The rows of the ranks of lowest and highest mean TKLQT (the likeliest
-    to be CPU- and GPU-bound), drawn beside the band."""
-    means = frame.group_by("rank").agg(pl.col("tklqt_ns").mean()).sort("tklqt_ns", "rank")
-    return frame.filter(pl.col("rank").is_in([means["rank"][0], means["rank"][-1]]))
+def _tklqt_extreme_ranks(frame: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+    """The rows of the ranks (of a run, where `key` names it) of lowest and
+    highest mean TKLQT (the likeliest to be CPU- and GPU-bound), drawn beside the band."""
+    means = frame.group_by(key).agg(pl.col("tklqt_ns").mean()).sort("tklqt_ns", *key)
+    return frame.join(pl.concat([means.head(1), means.tail(1)]).select(key).unique(), on=key, how="semi")
 
 
 # Ranks drawn one line each up to this many; past it, a band, the median and two ranks.
@@ -996,6 +1000,8 @@ def collective_time_figure(stats: pl.DataFrame) -> go.Figure:
     title = "Collective time by op and message size"
     if stats.is_empty():
         return empty_figure(title, "No collectives.")
+    if stats["total_ns"].null_count() == stats.height:  # no kernel behind any of them
+        return empty_figure(title, "No collectives with GPU time (NCCL logs record sizes only; a group of one rank runs no kernel).")
     frame = stats.group_by("op", "size_bucket_bytes").agg(pl.col("total_ns").sum(), pl.col("count").sum()).sort("size_bucket_bytes", "op")
     sizes = [size_label(s) for s in frame.select(pl.col("size_bucket_bytes").unique().sort())["size_bucket_bytes"]]
     fig = new_figure()

@@ -110,6 +110,17 @@ def test_tklqt_of_many_ranks_draws_their_band_median_and_two_extreme_ranks() -> 
     assert list(median.y) == [19.5, 19.5, 20.5]
 
 
+def test_tklqt_of_two_runs_draws_a_line_per_run_and_rank_in_colours_of_their_own() -> None:
+    # The real H100 sample: steps 10-11 of one run, 100-101 of another, both rank 0.
+    steps = pl.DataFrame({"run": ["train", "train", "small", "small"], "rank": [0] * 4, "step": [10, 11, 100, 101],
+                          "tklqt_ns": [5e9, 6e9, 1e6, 2e6], "verdict": ["gpu_bound"] * 2 + ["cpu_bound"] * 2,
+                          "gpu_idle_share": [0.02] * 2 + [0.8] * 2})
+    fig = charts.tklqt_figure(steps)
+    assert [(trace.name, list(trace.x)) for trace in fig.data] == [("small rank 0", [100, 101]), ("train rank 0", [10, 11])]
+    assert fig.data[0].line.color != fig.data[1].line.color
+    assert fig.layout.xaxis.dtick is None  # steps 10 to 101: a tick each would be 92 labels
+
+
 def test_tklqt_of_16_ranks_still_draws_each_rank() -> None:
     steps = pl.DataFrame({"rank": list(range(16)), "step": [1] * 16, "tklqt_ns": [1e6] * 16,
                           "verdict": ["gpu_bound"] * 16, "gpu_idle_share": [0.1] * 16})
@@ -401,3 +412,10 @@ def test_interconnect_usage_of_17_gpus_ranks_them_busiest_first() -> None:
     fig = charts.interconnect_usage_figure(usage, "pcie")
     assert list(fig.layout.xaxis.categoryarray)[:3] == ["GPU 10", "GPU 3", "GPU 13"]  # 16, 15 and 14 GB/s each way
     assert fig.layout.xaxis.showticklabels is False
+
+
+def test_collective_time_of_an_nccl_log_says_it_has_no_gpu_time_rather_than_empty_axes() -> None:
+    stats = pl.DataFrame({"op": ["all_reduce", "broadcast"], "size_bucket_bytes": [2**27, 2**8],
+                          "total_ns": [None, None], "count": [7403, 1]}, schema_overrides={"total_ns": pl.Int64})
+    fig = charts.collective_time_figure(stats)
+    assert fig.data == () and "NCCL logs record sizes only" in fig.layout.annotations[0].text
