@@ -55,11 +55,13 @@ def step_energy_figure(steps: pl.DataFrame) -> go.Figure:
     """Energy of each profiler step, one line per rank's GPU."""
     fig = charts.new_figure()
     runs = steps["run"].n_unique()
-    for (run, rank), group in steps.sort("run", "rank", "step").group_by("run", "rank", maintain_order=True):
+    groups = steps.sort("run", "rank", "step").group_by("run", "rank", maintain_order=True)
+    for i, ((run, rank), group) in enumerate(groups):
         gpu = group["gpu_index"][0]
+        colour = i if runs > 1 else gpu if gpu is not None else rank  # two runs on GPU 0 would share a colour
         fig.add_scatter(x=group["step"].to_list(), y=group["energy_j"].to_list(), mode="lines+markers",
                         name=_rank_label({"run": run, "rank": rank}, runs) + f" (GPU {gpu})",
-                        line_color=theme.gpu_colour(gpu if gpu is not None else rank))
+                        line_color=theme.gpu_colour(colour))
     return _layout(fig, "Energy per step", "profiler step", "energy (J)")
 
 
