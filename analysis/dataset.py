@@ -158,7 +158,7 @@ def open_dataset(
     # DuckDB runs an ASOF join whose left side it expects to be small (64
     # rows or fewer) as a loop over every pair of rows. It expects about one
     # row of a view built on aggregates, so dash_skew_steps over 400,000
-    # collectives and 8,000 steps took 11-13 s so, against 0.4 s as an ASOF
+    # collectives and 8,000 steps took 11-13 s, against 0.4 s as an ASOF
     # join. Never the loop, for people's own ASOF joins too.
     with contextlib.suppress(duckdb.Error):  # a DuckDB without the setting has no such loop
         con.execute("set asof_loop_join_threshold = 0")

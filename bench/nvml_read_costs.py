@@ -29,16 +29,10 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import pynvml as nv  # noqa: E402
 
-from collector.nvml import _COUNTER_FIELDS, _VALUE_FIELDS  # noqa: E402
+from collector.nvml import _COUNTER_FIELDS, _VALUE_FIELDS, VALUE_TYPE_ATTRS, gpm_metrics_request  # noqa: E402
 
-_TYPE_NAMES = {
-    getattr(nv, name): name.removeprefix("NVML_VALUE_TYPE_")
-    for name in dir(nv) if name.startswith("NVML_VALUE_TYPE_") and name != "NVML_VALUE_TYPE_COUNT"
-}
-_ATTR = {
-    "DOUBLE": "dVal", "UNSIGNED_INT": "uiVal", "UNSIGNED_LONG": "ulVal", "UNSIGNED_LONG_LONG": "ullVal",
-    "SIGNED_LONG_LONG": "sllVal", "SIGNED_INT": "siVal", "UNSIGNED_SHORT": "usVal",
-}
+# value type -> (its name, the member of the value union that holds it)
+_TYPES = {getattr(nv, const): (const.removeprefix("NVML_VALUE_TYPE_"), attr) for const, attr in VALUE_TYPE_ATTRS.items()}
 
 
 def timed(fn: Callable[[], Any], reps: int) -> tuple[float, float, Any]:
@@ -58,8 +52,8 @@ def timed(fn: Callable[[], Any], reps: int) -> tuple[float, float, Any]:
 def field_value(entry: Any) -> str:
     if entry.nvmlReturn != nv.NVML_SUCCESS:
         return f"error: {nv.NVMLError(entry.nvmlReturn)}"
-    kind = _TYPE_NAMES.get(entry.valueType, str(entry.valueType))
-    return f"{kind} {getattr(entry.value, _ATTR.get(kind, 'ullVal'))}"
+    kind, attr = _TYPES.get(entry.valueType, (str(entry.valueType), "ullVal"))
+    return f"{kind} {getattr(entry.value, attr)}"
 
 
 def main() -> int:
@@ -113,7 +107,7 @@ def main() -> int:
         throughput: list[tuple[int, int]] = []
         while time.perf_counter() < deadline:
             tx, rx = nv.nvmlDeviceGetFieldValues(h, counters)
-            kinds.add(_TYPE_NAMES.get(tx.valueType))
+            kinds.add(_TYPES.get(tx.valueType, (str(tx.valueType), None))[0])
             readings.append((time.perf_counter_ns(), tx.value.ullVal, rx.value.ullVal))
             if len(readings) % 10 == 0:
                 try:
@@ -158,13 +152,7 @@ def gpm(h: Any, interval_s: float, reps: int) -> None:
     ids = [getattr(nv, f"NVML_GPM_METRIC_{name}") for name in GPM_METRICS]
 
     def metrics() -> Any:
-        request = nv.c_nvmlGpmMetricsGet_t()
-        request.version = nv.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(ids)
-        request.sample1, request.sample2 = samples
-        for i, metric_id in enumerate(ids):
-            request.metrics[i].metricId = metric_id
-        return nv.nvmlGpmMetricsGet(request)
+        return nv.nvmlGpmMetricsGet(gpm_metrics_request(nv, *samples, ids))
 
     time.sleep(0.05)
     nv.nvmlGpmSampleGet(h, samples[1])

@@ -106,9 +106,8 @@ def compare(ours_before: float | None, smi: float | None, ours_after: float | No
     if smi is None or ours_before is None or ours_after is None:
         return (smi is None and ours_before is None and ours_after is None), None
     low, high = sorted((ours_before, ours_after))
-    if low - tolerance <= smi <= high + tolerance:
-        return True, 0.0 if low <= smi <= high else min(abs(smi - low), abs(smi - high))
-    return False, min(abs(smi - low), abs(smi - high))
+    difference = 0.0 if low <= smi <= high else min(abs(smi - low), abs(smi - high))
+    return difference <= tolerance, difference
 
 
 def main() -> int:

@@ -44,9 +44,9 @@ a GPU with GPM (Hopper and newer) takes a GPM sample, 2 calls more. On an
 H100 (driver 580.159, bench/nvml_read_costs.py) the energy field alone took
 2.4-3.5 ms of CPU a read and thermal violation 0.5-1.0 ms, against 3-5 us
 for each power field: read every tick at 10 Hz they were over 80 % of the
-collector's CPU (8.7 ms a GPU-sample before, 1.5 ms after). Both are running totals, so reading them once a second
-loses nothing over any longer window; they are carried forward in between
-(at most 1 s old).
+collector's CPU (8.7 ms a GPU-sample before, 1.5 ms after). Both are
+running totals, so reading them once a second loses nothing over any
+longer window; they are carried forward in between (at most 1 s old).
 
 PCIe throughput. An H100's PCIe byte counters are 32-bit (NVML answers
 UNSIGNED_INT) and wrap every 73 ms at the 59 GB/s a pinned copy moves: read
@@ -63,10 +63,10 @@ every 0.25 s they reported those 59 GB/s as 1-16 GB/s. So:
 
 Why the throttle mask and the power buffer may rotate: time spent throttled
 is measured exactly by the violation counters in the batch (power every
-tick, thermal every second); the mask only names the reason. `nvmlDeviceGetSamples` returns
-every sample since the last timestamp read, so reading it less often loses
-no peak: `power_max_w` is the highest sample since the previous read of the
-buffer.
+tick, thermal every second); the mask only names the reason.
+`nvmlDeviceGetSamples` returns every sample since the last timestamp read,
+so reading it less often loses no peak: `power_max_w` is the highest sample
+since the previous read of the buffer.
 
 The first sample of a GPU (and the first after it recovers) and every slow
 tick read the whole rotation at once; a slow tick also reads the ECC
@@ -139,6 +139,17 @@ _GPM_METRICS: tuple[tuple[str, str, float], ...] = (
 # The PCIe link assumed where NVML does not report one, to bound the byte counters' wraps.
 _DEFAULT_PCIE = (5, 16)
 
+# Each field value type (pynvml constant) and the member of the value union that holds it.
+VALUE_TYPE_ATTRS: dict[str, str] = {
+    "NVML_VALUE_TYPE_DOUBLE": "dVal",
+    "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal",
+    "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
+}
+
 # scopeId asking an NVLink field for the sum over all links (UINT_MAX in nvml.h).
 _ALL_LINKS = 0xFFFFFFFF
 
@@ -156,6 +167,17 @@ _READ_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "memory": ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"),
     "power_samples": ("nvmlDeviceGetSamples",),
 }
+
+
+def gpm_metrics_request(nv: ModuleType, first: Any, second: Any, metric_ids: list[int]) -> Any:
+    """The `nvmlGpmMetricsGet` argument asking for `metric_ids` between two GPM samples."""
+    request = nv.c_nvmlGpmMetricsGet_t()
+    request.version = nv.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(metric_ids)
+    request.sample1, request.sample2 = first, second
+    for i, metric_id in enumerate(metric_ids):
+        request.metrics[i].metricId = metric_id
+    return request
 
 
 def _load_pynvml() -> ModuleType:
@@ -232,15 +254,7 @@ class NvmlBackend:
             nv.NVML_VALUE_TYPE_UNSIGNED_INT: 32,
             nv.NVML_VALUE_TYPE_UNSIGNED_LONG: ctypes.sizeof(ctypes.c_ulong) * 8,
         }
-        self._value_attr = {
-            nv.NVML_VALUE_TYPE_DOUBLE: "dVal",
-            nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-            nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-            nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-            nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-            nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-            nv.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-        }
+        self._value_attr = {getattr(nv, const): attr for const, attr in VALUE_TYPE_ATTRS.items()}
         self._value_field_ids = {getattr(nv, const): (metric, div) for const, metric, div in _VALUE_FIELDS}
         self._counter_field_ids = {
             getattr(nv, const): (metric, scale, per_link) for const, metric, scale, per_link in _COUNTER_FIELDS
@@ -396,13 +410,14 @@ class NvmlBackend:
         """(fields asked every tick, fields asked once a second)."""
         fields = [(field_id, 0) for field_id in self._value_field_ids if field_id not in self._once_a_second_ids]
         second = [(field_id, 0) for field_id in self._value_field_ids if field_id in self._once_a_second_ids]
-        for field_id, (_, _, per_link) in self._counter_field_ids.items():
-            if not per_link:
-                if not gpm:  # with GPM, PCIe throughput comes from GPM
-                    fields.append((field_id, 0))
-            elif links:
-                fields.append((field_id, _ALL_LINKS))
+        if not gpm:  # with GPM, PCIe throughput comes from GPM
+            fields += self._pcie_counter_fields()
+        if links:
+            fields += [(field_id, _ALL_LINKS) for field_id, (_, _, per_link) in self._counter_field_ids.items() if per_link]
         return fields, second
+
+    def _pcie_counter_fields(self) -> list[tuple[int, int]]:
+        return [(field_id, 0) for field_id, (_, _, per_link) in self._counter_field_ids.items() if not per_link]
 
     def _open_gpm(self, dev: _Device) -> bool:
         """Whether this GPU has GPM; if so, allocate its two sample buffers."""
@@ -412,12 +427,10 @@ class NvmlBackend:
         if support is None or not support.isSupportedDevice:
             return False
         samples = [self._query(dev, "nvmlGpmSampleAlloc", key="gpm") for _ in range(2)]
-        if any(sample is None for sample in samples):
-            for sample in samples:
-                if sample is not None:
-                    self._query(None, "nvmlGpmSampleFree", sample)
+        dev.gpm_samples = [sample for sample in samples if sample is not None]
+        if len(dev.gpm_samples) < 2:
+            self._free_gpm(dev)
             return False
-        dev.gpm_samples = samples
         return True
 
     # --- sampling -------------------------------------------------------------------
@@ -548,12 +561,7 @@ class NvmlBackend:
         if not dev.gpm_primed:  # one sample is not a window yet
             dev.gpm_primed = True
             return {}
-        request = nv.c_nvmlGpmMetricsGet_t()
-        request.version = nv.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(self._gpm_metrics)
-        request.sample1, request.sample2 = previous, latest
-        for i, (metric_id, _, _) in enumerate(self._gpm_metrics):
-            request.metrics[i].metricId = metric_id
+        request = gpm_metrics_request(nv, previous, latest, [metric_id for metric_id, _, _ in self._gpm_metrics])
         if self._call(dev, "gpm", "nvmlGpmMetricsGet", nv.nvmlGpmMetricsGet, request) is None:
             return {}
         values = {}
@@ -570,7 +578,7 @@ class NvmlBackend:
     def _drop_gpm(self, dev: _Device) -> None:
         """GPM refused after discovery: free its buffers, back to the PCIe byte counters."""
         self._free_gpm(dev)
-        dev.fields += [(field_id, 0) for field_id, (_, _, per_link) in self._counter_field_ids.items() if not per_link]
+        dev.fields += self._pcie_counter_fields()
 
     def _read_pcie_throughput(self, dev: _Device, values: dict[str, Any]) -> dict[str, Any]:
         """PCIe rates the byte counters could not give this tick, sampled over 20 ms (KB/s)."""

@@ -9,7 +9,8 @@ same errors. Value types follow an H100 on driver 580.159 (read with
 bench/nvml_read_costs.py): the PCIe byte and replay counters are 32-bit
 (UNSIGNED_INT, so the byte counters wrap at 2**32), energy and violation
 time 64-bit. GPM (Hopper and newer) keeps one snapshot per sample buffer and
-answers rates over the time `advance` moved on between two of them. Errors: NotSupported per device or per field, FunctionNotFound for a
+answers rates over the time `advance` moved on between two of them.
+Errors: NotSupported per device or per field, FunctionNotFound for a
 function an older driver lacks, GpuIsLost on every call to a lost GPU,
 Timeout from an empty event set, NotFound from an empty sample buffer.
 
