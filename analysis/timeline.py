@@ -13,6 +13,8 @@ a few thousand rows per series, whatever the size of the dataset:
 - `power_histogram`, `launch_histogram`: distributions as histograms.
 - `step_kernel_runs`: one rank's kernels in one profiler step, merged at
   drawing resolution, for a timeline.
+- `step_queue_length`: the launch queue of each stream of that rank in
+  that step (launched, not yet finished), per pixel.
 - `skew_by_step`: arrival lateness per rank and step.
 - `compare_kernels`, `compare_collectives`: two runs side by side.
 
@@ -159,6 +161,27 @@ def step_kernel_runs(
     `window_start_ns`..`window_end_ns` after its start."""
     return run_analysis(
         con, "dash_step_kernel_runs", dash_run=run, dash_rank=int(rank), dash_step=int(step),
+        dash_window_start_ns=None if window_start_ns is None else int(window_start_ns),
+        dash_window_end_ns=None if window_end_ns is None else int(window_end_ns), dash_pixels=int(pixels),
+    )
+
+
+def step_queue_length(
+    con: duckdb.DuckDBPyConnection,
+    run: str,
+    rank: int,
+    step: int,
+    window_start_ns: int | None = None,
+    window_end_ns: int | None = None,
+    pixels: int = 1500,
+) -> pl.DataFrame:
+    """How many GPU activities of each stream of `rank` were launched and
+    not yet finished, over profiler step `step` (or the window
+    `window_start_ns`..`window_end_ns` after its start, as in
+    `step_kernel_runs`): the changes gathered per pixel, with each stream's
+    mean and deepest queue and the share of the window it was empty."""
+    return run_analysis(
+        con, "dash_step_queue_length", dash_run=run, dash_rank=int(rank), dash_step=int(step),
         dash_window_start_ns=None if window_start_ns is None else int(window_start_ns),
         dash_window_end_ns=None if window_end_ns is None else int(window_end_ns), dash_pixels=int(pixels),
     )

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 import plotly.io as pio
 import polars as pl
 
@@ -880,8 +881,11 @@ def _short(name: str, limit: int = 60) -> str:
     return base if len(base) <= limit else base[: limit - 1] + "…"
 
 
-def kernel_timeline_figure(kernel_runs: pl.DataFrame) -> go.Figure:
-    """One rank's kernels in one step, a row per stream, coloured by category.
+def kernel_timeline_figure(kernel_runs: pl.DataFrame, queue: pl.DataFrame | None = None) -> go.Figure:
+    """One rank's kernels in one step, a row per stream, coloured by category;
+    with `queue` (`timeline.step_queue_length` of the same window), each
+    stream's launch queue below them, on the same time axis (zooming one
+    zooms both), so a queue that drains lines up with the kernels it waited on.
 
     `kernel_runs` is `timeline.step_kernel_runs`: every kernel of the step,
     those less than a pixel apart merged into runs, so the chart draws all
@@ -906,7 +910,14 @@ def kernel_timeline_figure(kernel_runs: pl.DataFrame) -> go.Figure:
         (pl.col("offset_ns") / 1e6).alias("start_ms"), (pl.col("end_offset_ns") / 1e6).alias("end_ms"))
     window_ms = [kernel_runs["window_offset_ns"][0] / 1e6, kernel_runs["window_end_offset_ns"][0] / 1e6]
     min_width_ms = (window_ms[1] - window_ms[0]) / _TIMELINE_MIN_WIDTH_DIVISOR
-    fig = new_figure()
+    kernel_height = 160 + 60 * len(streams)
+    with_queue = queue is not None and not queue.is_empty()
+    if with_queue:
+        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06, figure=new_figure(),
+                            row_heights=[kernel_height - 100, _QUEUE_PANEL_HEIGHT])
+    else:
+        fig = new_figure()
+    on_top = {"row": 1, "col": 1} if with_queue else {}
     # The busiest category first, so the rarer ones are drawn over it.
     order = frame.group_by("category").agg(pl.col("busy_ns").sum()).sort("busy_ns", "category", descending=[True, False])
     for category in order["category"].drop_nulls().to_list():
@@ -922,7 +933,7 @@ def kernel_timeline_figure(kernel_runs: pl.DataFrame) -> go.Figure:
             y=np.column_stack([low, low, high, high, gap]).ravel().astype(np.float32),
             mode="none", fill="toself", name=category, hoverinfo="skip",
             fillcolor=theme.CATEGORY_COLOURS.get(category, theme.OTHER_COLOUR),
-        ))
+        ), **on_top)
     hover = frame.sort("row", "start_ms", descending=[True, False])
     fig.add_trace(go.Scatter(
         x=((hover["start_ms"] + hover["end_ms"]) / 2).to_numpy(), y=hover["row"].to_numpy(),
@@ -932,12 +943,49 @@ def kernel_timeline_figure(kernel_runs: pl.DataFrame) -> go.Figure:
         # One colour for all: a colour per point costs Plotly a check per value.
         hoverlabel={"bgcolor": "white", "font": {"color": "#222222"}},
         hovertemplate="%{text}<extra></extra>",
-    ))
-    fig.update_layout(
-        xaxis={"range": window_ms},
-        yaxis={"tickmode": "array", "tickvals": rows["row"].to_list(), "ticktext": [f"stream {s}" for s in streams],
-               "range": [-0.5, len(streams) - 0.5], "zeroline": False, "showgrid": False})
-    return _layout(fig, title, "Time since step start (ms)", "Stream", height=160 + 60 * len(streams), legend_title="category")
+    ), **on_top)
+    fig.update_xaxes(range=window_ms)
+    fig.update_yaxes(tickmode="array", tickvals=rows["row"].to_list(), ticktext=[f"stream {s}" for s in streams],
+                     range=[-0.5, len(streams) - 0.5], zeroline=False, showgrid=False, **on_top)
+    if not with_queue:
+        return _layout(fig, title, "Time since step start (ms)", "Stream", height=kernel_height, legend_title="category")
+    _queue_lines(fig, queue)
+    fig.update_xaxes(title_text="Time since step start (ms)", row=2, col=1)
+    fig.update_yaxes(title_text="Stream", row=1, col=1)
+    return _layout(fig, title, height=kernel_height + _QUEUE_PANEL_HEIGHT, legend_title="category; launch queue")
+
+
+def _queue_lines(fig: go.Figure, queue: pl.DataFrame) -> None:
+    """Each stream's launch queue as a step line, in the figure's second row.
+
+    Each pixel of `queue` is drawn as a waveform viewer draws a signal
+    zoomed out: a vertical stroke from its shallowest to its deepest queue,
+    then the level it leaves, so neither a brief peak nor a moment of an
+    empty queue disappears. The legend gives each stream's mean, deepest
+    and empty share over the window, exactly.
+    """
+    window_end_ms = queue["window_end_offset_ns"][0] / 1e6
+    for i, stream in enumerate(sorted(queue["stream"].drop_nulls().unique().to_list())):
+        part = queue.filter(pl.col("stream") == stream).sort("offset_ns")
+        start, end = _np(part["offset_ns"], 1e-6), _np(part["end_offset_ns"], 1e-6)
+        x = np.append(np.column_stack([start, start, end]).ravel(), window_end_ms)
+        y = np.append(np.column_stack([_np(part["queue_min"]), _np(part["queue_max"]), _np(part["queue_last"])]).ravel(),
+                      part["queue_last"][-1])
+        fig.add_trace(go.Scatter(
+            x=x, y=y, mode="lines", line={"shape": "hv", "width": 1.5, "color": theme.GPU_COLOURS[i % len(theme.GPU_COLOURS)]},
+            name=(f"stream {stream}: mean {part['mean_queue_length'][0]:,.1f}, max {part['max_queue_length'][0]:,}, "
+                  f"empty {part['empty_share'][0]:.0%}"),
+            hovertemplate=f"stream {stream}<br>%{{x:.3f}} ms: %{{y:,}} queued<extra></extra>",
+        ), row=2, col=1)
+    if queue["max_queue_length"].max() >= CUDA_LAUNCH_QUEUE_LIMIT // 2:
+        fig.add_hline(y=CUDA_LAUNCH_QUEUE_LIMIT, line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 1},
+                      annotation={"text": f"{CUDA_LAUNCH_QUEUE_LIMIT:,}: CUDA blocks the next launch"},
+                      annotation_position="top left", row=2, col=1)
+    fig.update_yaxes(title_text="Queued launches", rangemode="tozero", row=2, col=1)
+
+
+# The launch queue's panel under the kernel timeline, in pixels.
+_QUEUE_PANEL_HEIGHT = 260
 
 
 def _kernel_run_text(name: str, category: str, stream: int, kernel_count: int, busy_ns: int, longest_ns: int,
@@ -949,6 +997,10 @@ def _kernel_run_text(name: str, category: str, stream: int, kernel_count: int, b
     span_ns = max(end_offset_ns - offset_ns, 1)
     return (f"{kernel_count:,} kernels: {busy_ns / 1e3:.1f} µs busy of {span_ns / 1e3:.1f} µs "
             f"({busy_ns / span_ns:.0%})<br>longest {_short(name, 80)} ({longest_ns / 1e3:.1f} µs)<br>{where}")
+
+
+# Pending launches on one stream at which a CUDA launch call blocks until the GPU drains the queue.
+CUDA_LAUNCH_QUEUE_LIMIT = 1024
 
 
 # Half a stream's row: the rectangles' height, with a gap between rows.

@@ -81,6 +81,43 @@ def test_kernel_timeline_spans_the_window_it_was_given() -> None:
     assert list(fig.layout.xaxis.range) == [1.5, 4.0]
 
 
+def queue_rows(rows: list[tuple], summary: dict[int, tuple], window_ns: tuple[int, int]) -> pl.DataFrame:
+    """(stream, offset_ns, end_offset_ns, queue_min, queue_max, queue_last) pixels of one step's launch
+    queue, as `timeline.step_queue_length` gives them; `summary` is each stream's (mean, max, empty share)."""
+    return pl.DataFrame(
+        [("train", 0, 3, *row, *summary[row[0]], *window_ns) for row in rows],
+        schema=["run", "rank", "step", "stream", "offset_ns", "end_offset_ns", "queue_min", "queue_max", "queue_last",
+                "mean_queue_length", "max_queue_length", "empty_share", "window_offset_ns", "window_end_offset_ns"],
+        orient="row")
+
+
+def test_kernel_timeline_draws_each_streams_queue_below_the_kernels_on_the_same_time_axis() -> None:
+    runs = kernel_runs([(7, "compute", "gemm", 0, 4_000_000)], window_ns=(0, 10_000_000))
+    queue = queue_rows([(7, 0, 0, 2, 2, 2), (7, 1_000_000, 1_500_000, 0, 5, 1)], {7: (1.2, 5, 0.25)}, (0, 10_000_000))
+    fig = charts.kernel_timeline_figure(runs, queue)
+    line = fig.data[-1]
+    assert line.name == "stream 7: mean 1.2, max 5, empty 25%" and line.line.shape == "hv"
+    # Each pixel: its shallowest, then its deepest queue at its first change, the level it leaves at its last;
+    # the last level held to the window's end.
+    assert line.x.tolist() == [0, 0, 0, 1.0, 1.0, 1.5, 10.0] and line.y.tolist() == [2, 2, 2, 0, 5, 1, 1]
+    assert (line.xaxis, line.yaxis) == ("x2", "y2") and fig.layout.xaxis2.matches is None
+    assert fig.layout.xaxis.matches == "x2" and list(fig.layout.xaxis.range) == [0.0, 10.0]
+    assert fig.layout.yaxis2.title.text == "Queued launches" and not fig.layout.shapes
+
+
+def test_kernel_timeline_marks_cudas_launch_queue_limit_when_a_queue_comes_near_it() -> None:
+    runs = kernel_runs([(7, "compute", "gemm", 0, 4_000_000)])
+    queue = queue_rows([(7, 0, 0, 600, 600, 600)], {7: (600.0, 600, 0.0)}, (0, 4_000_000))
+    fig = charts.kernel_timeline_figure(runs, queue)
+    assert [shape.y0 for shape in fig.layout.shapes] == [1024]
+
+
+def test_kernel_timeline_without_a_queue_is_one_panel() -> None:
+    runs = kernel_runs([(7, "compute", "gemm", 0, 4_000_000)])
+    empty = queue_rows([], {}, (0, 4_000_000))
+    assert "xaxis2" not in charts.kernel_timeline_figure(runs, empty).layout.to_plotly_json()
+
+
 def test_tklqt_draws_markers_for_few_steps() -> None:
     steps = pl.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2], "tklqt_ns": [1e6, 2e6, 1e6, 3e6],
                           "verdict": ["gpu_bound"] * 4, "gpu_idle_share": [0.1] * 4})

@@ -151,10 +151,10 @@ def test_page_draws_its_charts_on_the_sample(monkeypatch, sample, page):
     for spec in _charts(at):
         # the template (plotly_white, trimmed) has the defaults of every trace type drawn
         assert {trace.get("type", "scatter") for trace in spec["data"]} <= set(charts.TEMPLATE_TRACE_TYPES)
-        # every chart says what its axes measure
+        # every chart says what its axes measure (panels that share their x axis name it once, under the last)
         layout = spec["layout"]
         if spec["data"] and spec["data"][0].get("type") != "heatmap" and layout.get("xaxis", {}).get("visible", True):
-            assert layout["xaxis"]["title"]["text"]
+            assert any(layout[key].get("title", {}).get("text") for key in layout if key.startswith("xaxis"))
             assert layout["yaxis"]["title"]["text"]
 
 
@@ -285,6 +285,20 @@ def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sampl
     assert "Kernels per stream: balanced, rank 5, step 4" in _titles(at)
 
 
+def test_kernels_page_draws_the_steps_launch_queue_under_its_kernels(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at.selectbox(key="kernels_rank").set_value(5).run()
+    at.selectbox(key="kernels_step").set_value(4).run()
+    queue = timeline.step_queue_length(open_dataset(sample), "balanced", 5, 4)
+    spec = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"] == "Kernels per stream: balanced, rank 5, step 4")
+    lines = [trace["name"] for trace in spec["data"] if trace.get("yaxis") == "y2"]
+    assert queue.height and lines == [
+        f"stream {stream}: mean {mean:,.1f}, max {deepest:,}, empty {empty:.0%}"
+        for stream, mean, deepest, empty in queue.select("stream", "mean_queue_length", "max_queue_length", "empty_share")
+        .unique().sort("stream").rows()]
+    assert any(c.value.startswith("Below the kernels, each stream's launch queue") for c in at.caption)
+
+
 def test_kernels_timeline_draws_every_kernel_and_a_narrow_window_separates_merged_ones(monkeypatch, sample):
     at = _run(monkeypatch, sample, "pages/kernels.py")
     at.selectbox(key="kernels_rank").set_value(5).run()
@@ -298,8 +312,11 @@ def test_kernels_timeline_draws_every_kernel_and_a_narrow_window_separates_merge
     at.slider(key="kernels_window_5_4").set_value(window_ms).run()
     narrow = timeline.step_kernel_runs(open_dataset(sample), "balanced", 5, 4, *(int(ms * 1e6) for ms in window_ms))
     assert narrow.height > 1 and narrow["kernel_count"].max() < busiest["kernel_count"]
-    hover = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"].startswith("Kernels per stream"))["data"][-1]
+    timeline_chart = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"].startswith("Kernels per stream"))
+    hover = next(trace for trace in timeline_chart["data"] if trace.get("name") == "kernels")
     assert len(hover["text"]) == narrow.height
+    # The launch queue below follows the same window.
+    assert timeline_chart["layout"]["xaxis2"]["range"] == list(window_ms)
 
 
 def test_compare_puts_two_runs_side_by_side(monkeypatch, sample):

@@ -16,6 +16,7 @@ import pytest
 
 from analysis.dataset import open_dataset
 from analysis.launch import launch_rank_summary
+from analysis.timeline import step_queue_length
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training"
 
@@ -59,6 +60,21 @@ def test_each_category_of_the_real_pytorch_trace_lands_row_for_row(con, run, fol
 def test_large_batch_training_is_gpu_bound_and_small_batch_cpu_bound(con):
     verdicts = dict(launch_rank_summary(con).select("run", "verdict").iter_rows())
     assert verdicts == {"h100-train": "gpu_bound", "h100-small-batch": "cpu_bound"}
+
+
+def test_gpu_bound_steps_fill_cudas_launch_queue_and_launch_bound_steps_leave_it_mostly_empty(con):
+    def queues(run: str) -> list[tuple[int, float]]:
+        steps = con.execute("select step from step_windows where run = ? and rank = 0 order by step", [run]).fetchall()
+        return [step_queue_length(con, run, 0, step).select("max_queue_length", "empty_share").row(0) for (step,) in steps]
+
+    # In the GPU-bound run the CPU runs up to CUDA's 1,024 pending launches and waits there; the first
+    # step starts from an empty queue and fills it.
+    train = queues("h100-train")
+    assert len(train) == 5 and max(deepest for deepest, _ in train) == 1023
+    assert [empty for _, empty in train[1:]] == [0.0] * 4
+    # In the launch-bound run the GPU waits for each launch: the queue is empty for most of every step.
+    small = queues("h100-small-batch")
+    assert len(small) == 5 and all(deepest < 64 and empty > 0.5 for deepest, empty in small)
 
 
 def test_pcie_copies_read_at_their_real_rate_not_aliased_by_the_32bit_counters(con, phases):

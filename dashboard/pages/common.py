@@ -152,6 +152,7 @@ def warm_up(ds: data.Dataset) -> threading.Thread | None:
                timeline.launch_histogram, launch.short_kernels, time_breakdown.kernel_stats, launch.launch_outliers,
                launch.launch_flip),
         (timeline.step_kernel_runs, lambda: default_timeline_step(ds), {}),
+        (timeline.step_queue_length, lambda: default_timeline_step(ds), {}),
         *plain(communication.collective_stats, time_breakdown.comm_overlap, communication.stragglers,
                timeline.skew_by_step, communication.collective_outliers),
     ])
@@ -249,7 +250,7 @@ def timeline_choices(steps: pl.DataFrame) -> tuple[list[int], list[int]]:
 
 
 def default_timeline_step(ds: data.Dataset) -> tuple[str, int, int] | None:
-    """`step_kernel_runs`' arguments for what the kernels page draws first: its
+    """`step_kernel_runs`' and `step_queue_length`'s arguments for what the kernels page draws first: its
     first run, and the defaults of `timeline_choices` (None: no steps)."""
     from analysis import launch, timeline
 

@@ -131,6 +131,12 @@ if rank_list and step_numbers:
                    + (f": {merged['kernel_count'].sum():,} of them less than "
                       f"{format_duration_ns(kernel_runs['pixel_ns'][0])} apart drawn as {merged.height:,} runs "
                       "(hover one for its kernels; narrow the window to separate them)." if merged.height else "."))
-    chart(charts.kernel_timeline_figure(kernel_runs), key="kernels_timeline")
+    queue = frame(ds, timeline.step_queue_length, run, int(rank), int(step), *window_ns)
+    chart(charts.kernel_timeline_figure(kernel_runs, queue), key="kernels_timeline")
+    if queue.height:
+        st.caption("Below the kernels, each stream's launch queue: the kernels, copies and sets whose launch call "
+                   "has started and that have not yet finished on the GPU. Near 0 the GPU waits for the CPU to "
+                   "launch (CPU-bound); deep, the CPU runs ahead (GPU-bound); at "
+                   f"{charts.CUDA_LAUNCH_QUEUE_LIMIT:,} CUDA blocks the next launch call until the GPU catches up.")
 else:
     st.caption(f"Run {run} has no profiler steps: no step to draw.")
