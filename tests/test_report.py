@@ -404,3 +404,18 @@ def test_report_step_charts_of_two_runs_on_one_gpu_give_each_run_its_colour():
                           "gpu_index": [0] * 4})
     for fig in (figures.launch_figure(steps), figures.step_energy_figure(steps)):
         assert len({trace.line.color for trace in fig.data}) == 2
+
+
+def test_report_draws_each_runs_median_step_with_its_launch_queue() -> None:
+    from dashboard.report import figures
+    from dashboard.report.build import build_report
+
+    report = build_report(Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training")
+    # Of the complete steps of rank 0 (the last may be cut short): 34.3, 34.9, 54.1, 60.7 ms -> step 12;
+    # 38.2, 40.6, 53.6, 79.3 ms -> step 102. The NCCL log's run has no steps.
+    chosen = {key: (frame["rank"][0], frame["step"][0]) for key, frame in report.series.items() if key.startswith("step_")}
+    assert chosen == {"step_kernels/h100-train": (0, 12), "step_queue/h100-train": (0, 12),
+                      "step_kernels/h100-small-batch": (0, 102), "step_queue/h100-small-batch": (0, 102)}
+    titles = [build().layout.title.text for _, build in figures.section_figures(report, report.section("launch"))]
+    assert titles[2:] == ["Kernels per stream: h100-small-batch, rank 0, step 102 (its median step)",
+                          "Kernels per stream: h100-train, rank 0, step 12 (its median step)"]

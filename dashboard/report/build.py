@@ -233,11 +233,16 @@ def _build_section(con: duckdb.DuckDBPyConnection, spec: SectionSpec, source: So
 
 
 def _series(con: duckdb.DuckDBPyConnection, source: Source, problems: list[str]) -> dict[str, pl.DataFrame]:
+    series: dict[str, pl.DataFrame] = {}
+    if source.has_traces:
+        try:
+            series.update(_typical_steps(con))
+        except GpulensError as error:
+            problems.append(f"typical steps: {one_line(error)}")
     if not source.has_telemetry:
-        return {}
+        return series
     span = _records(con, "select epoch_us(max(ts)) - epoch_us(min(ts)) as span_us from telemetry")[0]["span_us"] or 0
     bucket_s = max(1, math.ceil(span / 1e6 / TIMELINE_BUCKETS))
-    series: dict[str, pl.DataFrame] = {}
     analyses = load_analyses()
     for name in ("telemetry_timeline", "dash_node_power_timeline"):
         if name not in analyses:
@@ -246,6 +251,35 @@ def _series(con: duckdb.DuckDBPyConnection, source: Source, problems: list[str])
             series[name] = run_analysis(con, name, timeline_bucket_s=bucket_s)
         except GpulensError as error:
             problems.append(f"{name}: {one_line(error)}")
+    return series
+
+
+# Runs whose typical step the report draws, kernel by kernel with its launch queue.
+TYPICAL_STEP_RUNS = 3
+
+
+def _typical_steps(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame]:
+    """For each of the first runs with profiler steps: its lowest rank's step
+    of median length, as the kernels page draws a step (its kernels per
+    stream, and each stream's launch queue). Keys: `step_kernels/RUN` and
+    `step_queue/RUN`."""
+    from analysis import timeline
+
+    steps = run_analysis(con, "step_launch_summary")  # the launch section's, kept on the connection
+    if steps.is_empty():
+        return {}
+    series: dict[str, pl.DataFrame] = {}
+    for run in sorted(steps["run"].unique().to_list())[:TYPICAL_STEP_RUNS]:
+        of_run = steps.filter(pl.col("run") == run)
+        of_rank = of_run.filter(pl.col("rank") == of_run["rank"].min())
+        # The last step of a trace may be cut short by the profiler's stop.
+        of_rank = (of_rank.filter(~pl.col("is_last")) if of_rank["is_last"].sum() < of_rank.height else of_rank).sort("step_ns", "step")
+        median = of_rank.row((of_rank.height - 1) // 2, named=True)
+        rank, step = median["rank"], median["step"]
+        kernels = timeline.step_kernel_runs(con, run, rank, step)
+        if kernels.height:
+            series[f"step_kernels/{run}"] = kernels
+            series[f"step_queue/{run}"] = timeline.step_queue_length(con, run, rank, step)
     return series
 
 

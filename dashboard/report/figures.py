@@ -51,6 +51,14 @@ def launch_figure(steps: pl.DataFrame) -> go.Figure:
     return _layout(fig, "GPU idle share per step", "profiler step", "GPU idle share")
 
 
+def typical_step_figure(kernel_runs: pl.DataFrame, queue: pl.DataFrame | None) -> go.Figure:
+    """The kernels page's timeline of one step (kernels per stream, each
+    stream's launch queue below), for the step the report chose as typical."""
+    fig = charts.kernel_timeline_figure(kernel_runs, queue)
+    fig.update_layout(title_text=f"{fig.layout.title.text} (its median step)")
+    return fig
+
+
 def step_energy_figure(steps: pl.DataFrame) -> go.Figure:
     """Energy of each profiler step, one line per rank's GPU."""
     fig = charts.new_figure()
@@ -85,6 +93,9 @@ def section_figures(report: Any, section: Any) -> list[tuple[str, Callable[[], g
         steps = t("step_launch_summary")
         plans.append(("tklqt", lambda: charts.tklqt_figure(steps), _usable(steps, "tklqt_ns", "verdict")))
         plans.append(("idle", lambda: launch_figure(steps), _usable(steps, "gpu_idle_share")))
+        for i, run in enumerate(key.removeprefix("step_kernels/") for key in series if key.startswith("step_kernels/")):
+            plans.append((f"step-{i}", lambda run=run: typical_step_figure(series[f"step_kernels/{run}"],
+                                                                           series.get(f"step_queue/{run}")), True))
     elif section.id == "time":
         plans.append(("breakdown", lambda: charts.time_breakdown_figure(t("time_breakdown")), _usable(t("time_breakdown"), "compute_share")))
         plans.append(("overlap", lambda: charts.overlap_figure(t("comm_overlap")), _usable(t("comm_overlap"), "exposed_ns")))
