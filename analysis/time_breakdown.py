@@ -16,9 +16,11 @@ other thresholds and return a Polars frame:
 - `comm_overlap`: per rank, how much communication runs under compute
   (|C ∩ K| / |C|) and how much is exposed (|C \\ K|).
 - `kernel_stats`: per kernel name: count, total, mean, p50 and p95 duration.
+- `memcpy_stats`: memory copies and sets per direction and the memory at
+  each end (pageable, pinned, device): count, bytes, time, bandwidth.
 
-`breakdown_findings` turns them into verdicts: `gpu_idle` and
-`exposed_communication`.
+`breakdown_findings` turns them into verdicts: `gpu_idle`,
+`exposed_communication` and `pageable_memcpy`.
 
 Unlike Holistic Trace Analysis, which rounds nanosecond traces to whole
 microseconds (start up, end down: about a percentage point of idle share on
@@ -69,6 +71,13 @@ def comm_overlap(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
 def kernel_stats(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """Per rank and kernel name: count, total, mean, p50, p95 duration."""
     return run_analysis(con, "kernel_stats")
+
+
+def memcpy_stats(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per rank, kind, direction and the memory at each end: copies, bytes,
+    time, bandwidth and share of the rank's span; `pageable` where an end is
+    pageable host memory."""
+    return run_analysis(con, "memcpy_stats")
 
 
 # --- findings ----------------------------------------------------------------
@@ -175,12 +184,64 @@ def exposed_communication_findings(
     return findings
 
 
+def pageable_memcpy_findings(con: duckdb.DuckDBPyConnection, pageable_share_max: float = 0.01) -> list[Finding]:
+    """`pageable_memcpy`: copies to or from pageable host memory take more
+    than `pageable_share_max` of the rank's span.
+
+    Below that they cost little, however common (a loss read back with
+    `.item()` each step is one 4-byte pageable copy); above it they are
+    what pinning memory removes.
+    """
+    stats = memcpy_stats(con)
+    if stats.is_empty():
+        return []
+    rows = (stats.filter(pl.col("pageable"))
+            .group_by("run", "rank")
+            .agg(pl.col("copy_count").sum(), pl.col("bytes").sum(), pl.col("total_ns").sum(), pl.col("time_share").sum(),
+                 pl.col("direction").sort_by("total_ns", descending=True).first().alias("main_direction"))
+            .filter(pl.col("time_share") > pageable_share_max)
+            .sort("run", "rank"))
+    findings = []
+    for row in rows.iter_rows(named=True):
+        rate = row["bytes"] / row["total_ns"] if row["bytes"] and row["total_ns"] else None
+        speed = f" at {rate:.1f} GB/s" if rate else ""
+        findings.append(
+            Finding(
+                id="pageable_memcpy",
+                severity="warning",
+                title=(
+                    f"Rank {row['rank']} spent {row['time_share']:.1%} of its GPU time copying to or from pageable "
+                    f"host memory ({row['copy_count']:,} copies, mostly {row['main_direction']}{speed})"
+                ),
+                detail=(
+                    f"{format_duration_ns(row['total_ns'])} of copies had pageable (not pinned) host memory at one end. "
+                    "The driver stages such a copy through a pinned buffer of its own, so it runs below the link's "
+                    "speed, and the CPU thread that launched it waits for it instead of launching the next kernels. "
+                    "Pin the host memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
+                    "non_blocking=True; keep values such as the loss on the GPU rather than reading them back every step."
+                ),
+                subject={"run": row["run"], "rank": row["rank"]},
+                evidence={
+                    "time_share": row["time_share"],
+                    "total_ns": row["total_ns"],
+                    "copy_count": row["copy_count"],
+                    "bytes": row["bytes"],
+                    "main_direction": row["main_direction"],
+                },
+                page="kernels",
+            )
+        )
+    return findings
+
+
 def breakdown_findings(
     con: duckdb.DuckDBPyConnection,
     idle_share_max: float = 0.3,
     exposed_share_max: float = 0.1,
+    pageable_share_max: float = 0.01,
 ) -> list[Finding]:
-    """`gpu_idle` and `exposed_communication` findings, per rank."""
-    return gpu_idle_findings(con, idle_share_max) + exposed_communication_findings(con, exposed_share_max)
+    """`gpu_idle`, `exposed_communication` and `pageable_memcpy` findings, per rank."""
+    return (gpu_idle_findings(con, idle_share_max) + exposed_communication_findings(con, exposed_share_max)
+            + pageable_memcpy_findings(con, pageable_share_max))
 
 

@@ -66,6 +66,16 @@ if run_findings:
 
 breakdown = _of_run(frame(ds, time_breakdown.time_breakdown))
 chart(charts.time_breakdown_figure(breakdown), key="kernels_breakdown")
+copies = _of_run(frame(ds, time_breakdown.memcpy_stats))
+if copies.height:
+    with st.expander(f"Memory copies and sets ({copies['copy_count'].sum():,})"):
+        st.caption("Per rank, direction and the memory at each end. Pageable host memory is staged by the driver "
+                   "through a pinned buffer, and the launching CPU thread waits for the copy.")
+        st.dataframe(copies.select(
+            "rank", "kind", "direction", "src_memory", "dst_memory", "pageable", "copy_count",
+            (pl.col("bytes") / 2**20).round(2).alias("MiB"), (pl.col("total_ns") / 1e3).round(1).alias("total_us"),
+            (pl.col("bytes_per_s") / 1e9).round(2).alias("GB_per_s"), (pl.col("time_share") * 100).round(2).alias("time_pct"),
+        ), hide_index=True, width="stretch")
 
 # --- launches ------------------------------------------------------------------------------
 st.header("Launches")

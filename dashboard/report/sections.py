@@ -93,6 +93,12 @@ SECTIONS: tuple[SectionSpec, ...] = (
                 ("run", "rank", "stream", "kernel_count", "idle_ns", "idle_host_wait_share", "idle_kernel_wait_share",
                  "idle_other_share"),
             ),
+            TableSpec(
+                "memcpy_stats", "Memory copies and sets",
+                ("run", "rank", "kind", "direction", "src_memory", "dst_memory", "pageable", "copy_count", "bytes",
+                 "total_ns", "bytes_per_s", "time_share"),
+                note="pageable: an end is pageable host memory, which the driver stages through a pinned buffer",
+            ),
         ),
     ),
     SectionSpec(

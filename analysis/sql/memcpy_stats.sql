@@ -1,0 +1,58 @@
+-- Memory copies and sets per rank and kind of copy: how many, how many bytes,
+-- how long, how fast, and from which memory to which.
+-- requires: scoped_kernels
+--
+-- Over the GPU activities of the complete profiler steps (scoped_kernels),
+-- one row per run, rank, kind (memcpy, memset), direction and the memory at
+-- each end, read from the name every ingester gives a copy (Kineto's, which
+-- the Nsight Systems and ROCm readers follow): `Memcpy HtoD (Pinned ->
+-- Device)`, `Memset (Device)`.
+--   direction               HtoD, DtoH, DtoD, PtoP, ...; `set` for a memset
+--   src_memory, dst_memory  Pageable, Pinned, Device, ...; ROCm's `Host`
+--                           does not say whether it is pinned
+--   pageable                an end is pageable host memory: the driver
+--                           stages the copy through a pinned buffer of its
+--                           own and the launching CPU thread waits for it,
+--                           so it runs below the link's speed and overlaps
+--                           nothing on the CPU (pinned memory and
+--                           non_blocking=True avoid both)
+--   copy_count, bytes, total_ns, mean_bytes
+--   bytes_per_s             bytes over the time spent copying (NULL without bytes)
+--   time_share              total_ns over the rank's span (its first kernel's
+--                           start to its last kernel's end, as time_breakdown)
+with spans as (
+    select run, rank, max(end_ns) - min(start_ns) as span_ns
+    from scoped_kernels
+    group by run, rank
+),
+copies as (
+    select
+        run,
+        rank,
+        kind,
+        coalesce(nullif(regexp_extract(name, '^Memcpy (\S+)', 1), ''), case when kind = 'memset' then 'set' else 'unknown' end) as direction,
+        nullif(regexp_extract(name, '\((\w+) -> \w+\)', 1), '') as src_memory,
+        coalesce(nullif(regexp_extract(name, '-> (\w+)\)', 1), ''), nullif(regexp_extract(name, '^Memset \((\w+)\)', 1), '')) as dst_memory,
+        bytes,
+        dur_ns
+    from scoped_kernels
+    where kind in ('memcpy', 'memset')
+)
+select
+    run,
+    rank,
+    kind,
+    direction,
+    src_memory,
+    dst_memory,
+    coalesce(src_memory = 'Pageable' or dst_memory = 'Pageable', false) as pageable,
+    count(*) as copy_count,
+    sum(bytes)::bigint as bytes,
+    sum(dur_ns)::bigint as total_ns,
+    avg(bytes) as mean_bytes,
+    sum(bytes) / nullif(sum(dur_ns) filter (where bytes is not null), 0) * 1e9 as bytes_per_s,
+    sum(dur_ns) / nullif(any_value(spans.span_ns), 0) as time_share
+from copies
+join spans using (run, rank)
+group by run, rank, kind, direction, src_memory, dst_memory
+order by run, rank, total_ns desc, direction, src_memory, dst_memory
