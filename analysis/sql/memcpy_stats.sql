@@ -25,18 +25,29 @@ with spans as (
     from scoped_kernels
     group by run, rank
 ),
-copies as (
+by_name as (
+    -- Names are few: read each once, not once per copy.
     select
         run,
         rank,
         kind,
-        coalesce(nullif(regexp_extract(name, '^Memcpy (\S+)', 1), ''), case when kind = 'memset' then 'set' else 'unknown' end) as direction,
-        nullif(regexp_extract(name, '\((\w+) -> \w+\)', 1), '') as src_memory,
-        coalesce(nullif(regexp_extract(name, '-> (\w+)\)', 1), ''), nullif(regexp_extract(name, '^Memset \((\w+)\)', 1), '')) as dst_memory,
-        bytes,
-        dur_ns
+        name,
+        count(*) as copy_count,
+        count(bytes) as with_bytes,
+        sum(bytes) as bytes,
+        sum(dur_ns) as total_ns,
+        sum(dur_ns) filter (where bytes is not null) as with_bytes_ns
     from scoped_kernels
     where kind in ('memcpy', 'memset')
+    group by run, rank, kind, name
+),
+copies as (
+    select
+        *,
+        coalesce(nullif(regexp_extract(name, '^Memcpy (\S+)', 1), ''), case when kind = 'memset' then 'set' else 'unknown' end) as direction,
+        nullif(regexp_extract(name, '\((\w+) -> \w+\)', 1), '') as src_memory,
+        coalesce(nullif(regexp_extract(name, '-> (\w+)\)', 1), ''), nullif(regexp_extract(name, '^Memset \((\w+)\)', 1), '')) as dst_memory
+    from by_name
 )
 select
     run,
@@ -46,12 +57,12 @@ select
     src_memory,
     dst_memory,
     coalesce(src_memory = 'Pageable' or dst_memory = 'Pageable', false) as pageable,
-    count(*) as copy_count,
+    sum(copy_count)::bigint as copy_count,
     sum(bytes)::bigint as bytes,
-    sum(dur_ns)::bigint as total_ns,
-    avg(bytes) as mean_bytes,
-    sum(bytes) / nullif(sum(dur_ns) filter (where bytes is not null), 0) * 1e9 as bytes_per_s,
-    sum(dur_ns) / nullif(any_value(spans.span_ns), 0) as time_share
+    sum(total_ns)::bigint as total_ns,
+    sum(bytes) / nullif(sum(with_bytes), 0) as mean_bytes,
+    sum(bytes) / nullif(sum(with_bytes_ns), 0) * 1e9 as bytes_per_s,
+    sum(total_ns) / nullif(any_value(spans.span_ns), 0) as time_share
 from copies
 join spans using (run, rank)
 group by run, rank, kind, direction, src_memory, dst_memory
