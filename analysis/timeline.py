@@ -159,11 +159,7 @@ def step_kernel_runs(
     category: kernels less than one pixel apart (the window's span /
     `pixels`) are merged. The window is the whole step, or
     `window_start_ns`..`window_end_ns` after its start."""
-    return run_analysis(
-        con, "dash_step_kernel_runs", dash_run=run, dash_rank=int(rank), dash_step=int(step),
-        dash_window_start_ns=None if window_start_ns is None else int(window_start_ns),
-        dash_window_end_ns=None if window_end_ns is None else int(window_end_ns), dash_pixels=int(pixels),
-    )
+    return run_analysis(con, "dash_step_kernel_runs", **_step_params(run, rank, step, window_start_ns, window_end_ns, pixels))
 
 
 def step_queue_length(
@@ -180,11 +176,17 @@ def step_queue_length(
     `window_start_ns`..`window_end_ns` after its start, as in
     `step_kernel_runs`): the changes gathered per pixel, with each stream's
     mean and deepest queue and the share of the window it was empty."""
-    return run_analysis(
-        con, "dash_step_queue_length", dash_run=run, dash_rank=int(rank), dash_step=int(step),
-        dash_window_start_ns=None if window_start_ns is None else int(window_start_ns),
-        dash_window_end_ns=None if window_end_ns is None else int(window_end_ns), dash_pixels=int(pixels),
-    )
+    return run_analysis(con, "dash_step_queue_length", **_step_params(run, rank, step, window_start_ns, window_end_ns, pixels))
+
+
+def _step_params(run: str, rank: int, step: int, window_start_ns: int | None, window_end_ns: int | None,
+                 pixels: int) -> dict[str, Any]:
+    """The parameters of the step views (`dash_step_window` and the views that draw it)."""
+    return {
+        "dash_run": run, "dash_rank": int(rank), "dash_step": int(step),
+        "dash_window_start_ns": None if window_start_ns is None else int(window_start_ns),
+        "dash_window_end_ns": None if window_end_ns is None else int(window_end_ns), "dash_pixels": int(pixels),
+    }
 
 
 def skew_by_step(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

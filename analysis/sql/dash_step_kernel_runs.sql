@@ -22,17 +22,9 @@
 -- param: dash_window_start_ns = null
 -- param: dash_window_end_ns = null
 -- param: dash_pixels = 1500
--- requires: kernels, step_windows
+-- requires: kernels, dash_step_window
 with window_ as (
-    select
-        start_ns as step_start_ns,
-        step_ns,
-        start_ns + greatest(coalesce(getvariable('dash_window_start_ns'), 0), 0) as window_start_ns,
-        start_ns + least(coalesce(getvariable('dash_window_end_ns'), step_ns), step_ns) as window_end_ns
-    from step_windows
-    where run = getvariable('dash_run')
-        and rank = getvariable('dash_rank')
-        and step = getvariable('dash_step')
+    select * from dash_step_window
 ),
 in_window as (
     select
