@@ -1,6 +1,6 @@
 -- Memory copies and sets per rank and kind of copy: how many, how many bytes,
 -- how long, how fast, and from which memory to which.
--- requires: scoped_kernels
+-- requires: scoped_kernels, rank_unions
 --
 -- Over the GPU activities of the complete profiler steps (scoped_kernels),
 -- one row per run, rank, kind (memcpy, memset), direction and the memory at
@@ -19,11 +19,11 @@
 --   copy_count, bytes, total_ns, mean_bytes
 --   bytes_per_s             bytes over the time spent copying (NULL without bytes)
 --   time_share              total_ns over the rank's span (its first kernel's
---                           start to its last kernel's end, as time_breakdown)
+--                           start to its last kernel's end: time_breakdown's,
+--                           from rank_unions, which ingest summed per file)
 with spans as (
-    select run, rank, max(end_ns) - min(start_ns) as span_ns
-    from scoped_kernels
-    group by run, rank
+    select run, rank, span_end_ns - span_start_ns as span_ns
+    from rank_unions
 ),
 by_name as (
     -- Names are few: read each once, not once per copy.
