@@ -76,18 +76,20 @@ held as (
 per_stream as (
     select
         stream,
-        (select any_value(device) from queued where queued.stream = held.stream) as device,
         sum(queue_length * held_ns) / nullif(any_value(window_ns), 0) as mean_queue_length,
         max(queue_length) as max_queue_length,
         coalesce(sum(held_ns) filter (where queue_length = 0), 0) / nullif(any_value(window_ns), 0) as empty_share
     from held
     group by stream
+),
+stream_devices as (
+    select stream, any_value(device) as device from queued group by stream
 )
 select
     getvariable('dash_run') as run,
     getvariable('dash_rank')::bigint as rank,
     getvariable('dash_step')::bigint as step,
-    any_value(per_stream.device) as device,
+    any_value(stream_devices.device) as device,
     held.stream,
     min(ts_ns) - any_value(step_start_ns) as offset_ns,
     max(ts_ns) - any_value(step_start_ns) as end_offset_ns,
@@ -101,5 +103,6 @@ select
     any_value(window_end_offset_ns) as window_end_offset_ns
 from held
 join per_stream using (stream)
+join stream_devices using (stream)
 group by held.stream, pixel
 order by held.stream, offset_ns
