@@ -36,3 +36,12 @@ def test_report_formats_epoch_ns_instants_as_utc_times(column: str) -> None:
 
 def test_report_keeps_trace_relative_instants_as_read() -> None:
     assert format_value("start_ns", 38_240_000) == "38240000"
+
+
+@pytest.mark.parametrize(("column", "value", "text"), [
+    ("extra_nodes_at_p99", 0.000672, "+0.00"),
+    ("capped_extra_nodes_at_p99", 1.6789, "+1.68"),
+    ("fleet_extra_nodes_at_p99", -0.25, "-0.25"),
+])
+def test_report_formats_extra_nodes_as_signed_two_decimals_like_the_dashboard(column: str, value: float, text: str) -> None:
+    assert format_value(column, value) == text

@@ -62,6 +62,10 @@ def format_value(column: str, value: Any) -> str:
         return f"{value:,.0f} W"
     if name.endswith("_j"):
         return f"{value / 1e3:,.2f} kJ" if abs(value) >= 1e4 else f"{value:,.2f} J"
+    if "extra_nodes" in name:
+        # a count of nodes, fractional: two decimals, signed as the
+        # dashboard shows it (-0.25: the budget is a quarter node short)
+        return f"{value:+,.2f}"
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
