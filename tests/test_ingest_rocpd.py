@@ -74,10 +74,11 @@ def _insert(conn: sqlite3.Connection, table: str, columns: list[str], rows: list
 
 
 def write_rocpd(path: Path, *, tracks: bool = False, views: bool = True, pid: int = PID,
-                second_process: bool = False) -> Path:
+                second_process: bool = False, boot_ns: int = 0) -> Path:
     """A rocprofv3 database of one MI250 process (two when `second_process`:
     a copy of its rows as pid + 1, as `rocpd merge` writes them), in the
-    layout with tracks and timestamps or with times on each row."""
+    layout with tracks and timestamps or with times on each row; every time
+    `boot_ns` later than the tables above state (the machine's uptime)."""
     conn = sqlite3.connect(path)
     t = {}
     t["metadata"] = _create(conn, "metadata", "tag text not null, value text not null", views)
@@ -126,6 +127,7 @@ def write_rocpd(path: Path, *, tracks: bool = False, views: bool = True, pid: in
 
     def frame(p: int, tid: int | None, start: int, end: int, agent: int | None = None, queue: int | None = None,
               stream: int | None = None) -> tuple[list[str], list]:
+        start, end = start + boot_ns, end + boot_ns
         if not tracks:
             own = ["nid", "pid", "tid", "start", "end"], [1, p, tid, start, end]
             if agent is not None or stream is not None:

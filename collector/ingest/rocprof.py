@@ -24,7 +24,9 @@ Decisions, each for a stated reason:
 
 - Times: rocprofiler-sdk timestamps are nanoseconds of the monotonic
   boot-time clock (CLOCK_BOOTTIME), not the epoch, so they are kept as they
-  are with `runs.time_base = 'trace'` and a NULL `epoch_offset_ns`.
+  are with `runs.time_base = 'trace'` and a NULL `epoch_offset_ns`. (A
+  rocpd database names its host, and is placed on the epoch when ingested
+  there in the same boot: `boot_clock`; these files name none.)
 - Device: `Agent_Id` is `GPU n` (type-relative: n is the GPU index), or
   `Agent n` / a bare number (the logical node id, CPUs included). The latter
   is turned into a GPU index with the `<pid>_agent_info.csv` written beside
