@@ -180,3 +180,15 @@ def test_a_placed_trace_joins_its_hosts_telemetry(tmp_path: Path) -> None:
     matched = power.power_trace_gpus(open_dataset(tmp_path / "data")).row(0, named=True)
     assert (matched["host"], matched["gpu_index"], matched["unmatched_reason"], matched["telemetry_covers"]) == (
         HOST, 0, None, True)
+
+
+def test_the_overview_lists_how_each_runs_times_were_placed(tmp_path: Path) -> None:
+    ingest_paths([_database(tmp_path)], tmp_path / "data", run="placed", jobs=1)
+    ingest_paths([write_rocpd(tmp_path / "kept.db", boot_ns=TRACE_AT_NS)], tmp_path / "data", run="kept", jobs=1)
+    con = open_dataset(tmp_path / "data")
+    rows = con.sql("select run, time_base, time_note from dash_runs order by run").fetchall()
+    assert rows == [
+        ("kept", "trace", "ts on the boot clock (CLOCK_BOOTTIME): the file was written more than an hour after its "
+                          "last event in this boot (copied, or an earlier boot's), so the boot cannot be told"),
+        ("placed", "epoch", "ts on the boot clock, placed on the epoch at ingest: recorded on this host in this boot"),
+    ]

@@ -210,8 +210,8 @@ def test_one_process_with_two_gpus_gives_two_ranks(tmp_path: Path) -> None:
     parsed = nccl_log.parse(_write(tmp_path, ONE_PROCESS_LOG), "r1")
     runs = _rows(parsed.tables["runs"], ["rank", "world_size", "host", "pid", "nccl_version", "metadata_json"])
     assert runs == [
-        {"rank": 0, "world_size": 2, "host": "gpu-box", "pid": 500, "nccl_version": "2.10.3", "metadata_json": '{"comms": [{"bus_id": "1b000", "comm_id": "0x5600aa10", "comm_ptr": "0x5600aa10", "nranks": 2, "rank": 0}], "cuda_dev": 0, "nccl_version_full": "2.10.3+cuda11.4"}'},
-        {"rank": 1, "world_size": 2, "host": "gpu-box", "pid": 500, "nccl_version": "2.10.3", "metadata_json": '{"comms": [{"bus_id": "1c000", "comm_id": "0x5600bb20", "comm_ptr": "0x5600bb20", "nranks": 2, "rank": 1}], "cuda_dev": 1, "nccl_version_full": "2.10.3+cuda11.4"}'},
+        {"rank": 0, "world_size": 2, "host": "gpu-box", "pid": 500, "nccl_version": "2.10.3", "metadata_json": '{"comms": [{"bus_id": "1b000", "comm_id": "0x5600aa10", "comm_ptr": "0x5600aa10", "nranks": 2, "rank": 0}], "cuda_dev": 0, "nccl_version_full": "2.10.3+cuda11.4", "time_note": "the log lines carry no times"}'},
+        {"rank": 1, "world_size": 2, "host": "gpu-box", "pid": 500, "nccl_version": "2.10.3", "metadata_json": '{"comms": [{"bus_id": "1c000", "comm_id": "0x5600bb20", "comm_ptr": "0x5600bb20", "nranks": 2, "rank": 1}], "cuda_dev": 1, "nccl_version_full": "2.10.3+cuda11.4", "time_note": "the log lines carry no times"}'},
     ]
     assert _rows(parsed.tables["collectives"], ["rank", "process_group", "bytes"]) == [
         {"rank": 0, "process_group": "0x5600aa10", "bytes": 4000},

@@ -207,7 +207,8 @@ def test_runs_row_describes_the_export(tmp_path: Path) -> None:
     path = build_export(tmp_path / "report.sqlite")
     parsed = nsys.parse(path, "r1")
     columns = ["run", "rank", "world_size", "host", "pid", "device_name", "source_path", "source_format", "epoch_offset_ns", "time_base", "backend", "nccl_version", "metadata_json"]
-    metadata = '{"gpus": [{"busLocation": "0000:18:00.0", "id": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-5e8f2c31-8d0b-4c59-9b8e-1f0b7a3c2d11"}], "pids": [4242]}'
+    metadata = ('{"gpus": [{"busLocation": "0000:18:00.0", "id": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-5e8f2c31-8d0b-4c59-9b8e-1f0b7a3c2d11"}], "pids": [4242], '
+                '"time_note": "ts from the session start, placed on the epoch by TARGET_INFO_SESSION_START_TIME"}')
     assert _rows(parsed.tables["runs"], columns) == [
         {"run": "r1", "rank": 0, "world_size": None, "host": None, "pid": PID, "device_name": "NVIDIA H100 80GB HBM3", "source_path": str(path.resolve()), "source_format": "nsys", "epoch_offset_ns": EPOCH_NS, "time_base": "epoch", "backend": "cuda", "nccl_version": None, "metadata_json": metadata},
     ]
@@ -222,6 +223,12 @@ def test_without_session_start_times_stay_trace_relative(tmp_path: Path) -> None
     parsed = nsys.parse(build_export(tmp_path / "report.sqlite", leave_out=("TARGET_INFO_SESSION_START_TIME",)), "r1")
     assert parsed.tables["kernels"].column("start_ns").to_pylist() == [900_000, 950_000, 1_000_000, 1_020_000]
     assert _rows(parsed.tables["runs"], ["epoch_offset_ns", "time_base"]) == [{"epoch_offset_ns": None, "time_base": "trace"}]
+
+
+def test_without_session_start_the_runs_row_says_why_times_are_trace_relative(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", leave_out=("TARGET_INFO_SESSION_START_TIME",)), "r1")
+    metadata = json.loads(parsed.tables["runs"].column("metadata_json")[0].as_py())
+    assert metadata["time_note"] == "ts from the session start: the export has no TARGET_INFO_SESSION_START_TIME"
 
 
 def test_missing_memset_and_nvtx_tables_are_fine(tmp_path: Path) -> None:

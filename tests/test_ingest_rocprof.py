@@ -216,6 +216,12 @@ def test_unknown_csv_raises(tmp_path: Path) -> None:
         rocprof.parse(_write(tmp_path, "4242_agent_info.csv", AGENT_INFO), "r1")
 
 
+def test_csv_files_name_no_host_so_their_times_stay_on_the_boot_clock(tmp_path: Path) -> None:
+    parsed = rocprof.parse_process(_process(tmp_path, "kernel_trace", "hip_api_trace"), "r1")
+    assert parsed.tables["runs"].column("time_base").to_pylist() == ["trace"]
+    assert _metadata(parsed)["time_note"] == "ts on the boot clock (CLOCK_BOOTTIME): the CSV files name no host"
+
+
 def test_runs_row_records_ingestion_and_events_are_counted(tmp_path: Path) -> None:
     parsed = rocprof.parse_process(_process(tmp_path, "kernel_trace", "hip_api_trace"), "r1")
     assert parsed.tables["runs"].column("ingested_at").null_count == 0

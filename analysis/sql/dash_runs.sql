@@ -4,6 +4,9 @@
 -- it and every trace page offers its runs.
 --   first_ns, last_ns: the run's first kernel start and last kernel end
 --     (epoch ns where time_base = 'epoch', else trace-relative);
+--   time_note: how its times were placed (runs.metadata_json's time_note:
+--     on the epoch from the trace's base time, or kept on the trace's own
+--     clock and why), its distinct notes joined by '; ';
 --   steps: distinct profiler steps over its ranks.
 -- requires: runs, rank_summary, step_windows, collectives
 with run_info as (
@@ -14,7 +17,8 @@ with run_info as (
         string_agg(distinct host, ', ' order by host) as hosts,
         any_value(device_name) as device_name,
         string_agg(distinct source_format, ', ' order by source_format) as source_format,
-        any_value(time_base) as time_base
+        any_value(time_base) as time_base,
+        string_agg(distinct json_extract_string(metadata_json, '$.time_note'), '; ') as time_note
     from runs
     group by run
 ),
@@ -46,6 +50,7 @@ select
     run_info.device_name,
     run_info.source_format,
     run_info.time_base,
+    run_info.time_note,
     kernel_info.first_ns,
     kernel_info.last_ns,
     coalesce(kernel_info.kernels, 0) as kernels,

@@ -536,7 +536,8 @@ def _runs(
         host, pid, dev = key
         version = log.versions.get((host, pid), log.first_version)
         comms = [c for c in log.comms.values() if (c.host, c.pid, c.cuda_dev) == key]
-        metadata: dict[str, Any] = {"cuda_dev": dev, "comms": [_comm_metadata(c) for c in comms]}
+        metadata: dict[str, Any] = {"cuda_dev": dev, "comms": [_comm_metadata(c) for c in comms], "time_note": (
+            "the enqueue times printed before the NCCL lines" if log.timed else "the log lines carry no times")}
         if version:
             metadata["nccl_version_full"] = version.group("full")
         if log.unread_coll_lines:

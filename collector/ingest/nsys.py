@@ -287,7 +287,9 @@ def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str
     ranked = sorted(processes.rank_by_pid.items(), key=lambda item: item[1]) or [(None, processes.rank)]
     rows = []
     for pid, rank in ranked:
-        metadata: dict[str, Any] = {"gpus": gpus, "pids": [] if pid is None else [pid]}
+        metadata: dict[str, Any] = {"gpus": gpus, "pids": [] if pid is None else [pid], "time_note": (
+            "ts from the session start, placed on the epoch by TARGET_INFO_SESSION_START_TIME" if epoch_ns is not None
+            else "ts from the session start: the export has no TARGET_INFO_SESSION_START_TIME")}
         metadata |= rank_notes(processes, without_gpu)
         rows.append({
             "run": run,

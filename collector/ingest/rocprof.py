@@ -329,6 +329,7 @@ def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_s
         "gpus": {str(index): agents.gpu_name.get(index) for index in sorted(set(agents.gpu_index.values()))},
         "rank_source": rank_source,
         "files": [path.name for path in paths],
+        "time_note": "ts on the boot clock (CLOCK_BOOTTIME): the CSV files name no host",
     }
     row = {
         "run": run,

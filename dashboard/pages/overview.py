@@ -113,7 +113,7 @@ with right:
     st.subheader("Trace runs")
     if runs.height:
         st.dataframe(runs.select("run", "ranks", "hosts", "device_name", "source_format", "time_base", "steps",
-                                 "kernels", "collectives"), hide_index=True, width="stretch")
+                                 "kernels", "collectives", "time_note"), hide_index=True, width="stretch")
     else:
         st.caption("No traces.")
 with st.expander("Rows per table"):
