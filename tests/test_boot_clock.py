@@ -26,6 +26,9 @@ from analysis import power
 from analysis.dataset import open_dataset
 from conftest import update_sqlite, write_telemetry
 from test_ingest_rocpd import write_rocpd
+from test_ingest_rocprof import _process
+
+from collector.ingest import rocprof
 
 HOST = "mi250-node-07"
 BOOTED_AT_NS = 1_767_225_600_000_000_000  # 2026-01-01 00:00:00 UTC
@@ -192,3 +195,36 @@ def test_the_overview_lists_how_each_runs_times_were_placed(tmp_path: Path) -> N
                           "last event in this boot (copied, or an earlier boot's), so the boot cannot be told"),
         ("placed", "epoch", "ts on the boot clock, placed on the epoch at ingest: recorded on this host in this boot"),
     ]
+
+
+# --- rocprofv3 CSV files: no host inside, but rocprofv3's %hostname% folder ------
+# Their events are 1,552,000 s (18 days) after boot; this machine is up for 20.
+
+
+@pytest.fixture
+def up_for_20_days(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = BootClock(hostname=HOST, uptime_ns=20 * 86400 * S, origin_ns=BOOTED_AT_NS)
+    monkeypatch.setattr(BootClock, "now", classmethod(lambda cls: clock))
+
+
+def _csv_process(folder: Path, written_after_last_event_ns: int = 30 * S) -> list[Path]:
+    files = _process(folder, "kernel_trace", "hip_api_trace")
+    last_ns = boot_clock.last_time_ns(rocprof.parse_process(files, "probe").tables)
+    for path in files:
+        os.utime(path, ns=(BOOTED_AT_NS + last_ns + written_after_last_event_ns,) * 2)
+    return files
+
+
+def test_csv_files_in_this_machines_folder_are_placed_on_the_epoch(tmp_path: Path, up_for_20_days: None) -> None:
+    files = _csv_process(tmp_path / HOST)
+    kept = rocprof.parse_process(_process(tmp_path / "elsewhere", "kernel_trace", "hip_api_trace"), "r1")
+    placed = rocprof.parse_process(files, "r1")
+    assert placed.tables["runs"].select(["host", "time_base", "epoch_offset_ns"]).to_pylist() == [
+        {"host": HOST, "time_base": "epoch", "epoch_offset_ns": BOOTED_AT_NS}]
+    assert [p - k for p, k in zip(placed.tables["kernels"]["start_ns"].to_pylist(),
+                                  kept.tables["kernels"]["start_ns"].to_pylist())] == [BOOTED_AT_NS] * kept.tables["kernels"].num_rows
+
+
+def test_csv_files_of_this_machine_written_long_after_stay_on_the_boot_clock(tmp_path: Path, up_for_20_days: None) -> None:
+    placed = rocprof.parse_process(_csv_process(tmp_path / HOST, written_after_last_event_ns=2 * 3600 * S), "r1")
+    assert placed.tables["runs"].select(["host", "time_base"]).to_pylist() == [{"host": HOST, "time_base": "trace"}]

@@ -73,13 +73,21 @@ class Placement:
     note: str
 
 
-def placement(path: Path, host: str | None, last_ns: int | None, clock: BootClock | None = None) -> Placement:
+def host_from_folder(path: Path, clock: BootClock) -> str | None:
+    """This machine's name, where the folder holding `path` bears it (as
+    rocprofv3's default output folder, `%hostname%`, does); else None."""
+    folder = path.absolute().parent.name
+    return clock.hostname if folder.lower() == clock.hostname.lower() else None
+
+
+def placement(path: Path, host: str | None, last_ns: int | None, clock: BootClock | None = None,
+              no_host: str = "the trace names no host") -> Placement:
     """Where the boot-clock times of the trace at `path` (recorded on `host`,
     its last event at boot time `last_ns`) lie on the epoch, if this machine
-    can say (see the module docstring)."""
+    can say (see the module docstring); `no_host` says why a trace has none."""
     kept = "ts on the boot clock (CLOCK_BOOTTIME)"
     if host is None:
-        return Placement(None, f"{kept}: the trace names no host")
+        return Placement(None, f"{kept}: {no_host}")
     if last_ns is None:
         return Placement(None, f"{kept}: no event times")
     clock = clock or BootClock.now()

@@ -24,9 +24,12 @@ Decisions, each for a stated reason:
 
 - Times: rocprofiler-sdk timestamps are nanoseconds of the monotonic
   boot-time clock (CLOCK_BOOTTIME), not the epoch, so they are kept as they
-  are with `runs.time_base = 'trace'` and a NULL `epoch_offset_ns`. (A
-  rocpd database names its host, and is placed on the epoch when ingested
-  there in the same boot: `boot_clock`; these files name none.)
+  are with `runs.time_base = 'trace'` and a NULL `epoch_offset_ns`, unless
+  they were recorded on this machine in this boot (`boot_clock`). The files
+  name no host; rocprofv3 writes them into a folder named for it
+  (`%hostname%/%pid%_...` by default), so a folder named exactly like this
+  machine makes it their host (`runs.host`), and any other folder leaves
+  the host unknown: a renamed folder must not pose as a host.
 - Device: `Agent_Id` is `GPU n` (type-relative: n is the GPU index), or
   `Agent n` / a bare number (the logical node id, CPUs included). The latter
   is turned into a GPU index with the `<pid>_agent_info.csv` written beside
@@ -75,6 +78,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from collector.errors import TraceError, one_line
+from collector.ingest import boot_clock
 from collector.ingest.base import ParsedTrace, build_table, profiler_step, rank_from_filename
 from collector.ingest.buffer import read_buffer
 from collector.ingest.categories import categorise
@@ -224,7 +228,14 @@ def _parse_files(paths: list[Path], run: str, source_path: str) -> ParsedTrace:
             parsed.tables[name] = table
     if "kernels" not in parsed.tables:
         raise _no_gpu_events(files)
-    parsed.tables["runs"] = _runs_table(paths, source_path, run, rank, rank_source, agents, parsed.tables)
+    clock = boot_clock.BootClock.now()
+    host = boot_clock.host_from_folder(paths[0], clock)
+    newest = max(paths, key=lambda path: path.stat().st_mtime_ns)  # a process's files are written together, at its end
+    placed = boot_clock.placement(newest, host, boot_clock.last_time_ns(parsed.tables), clock,
+                                  no_host="the files name no host, and their folder is not named for this machine")
+    if placed.offset_ns is not None:
+        parsed.tables = boot_clock.shifted(parsed.tables, placed.offset_ns)
+    parsed.tables["runs"] = _runs_table(paths, source_path, run, rank, rank_source, agents, parsed.tables, host, placed)
     return parsed
 
 
@@ -315,7 +326,7 @@ def _marker_columns(table: pa.Table) -> Columns:
 
 
 def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_source: str, agents: _Agents,
-                tables: dict[str, pa.Table]) -> pa.Table:
+                tables: dict[str, pa.Table], host: str | None, placed: boot_clock.Placement) -> pa.Table:
     match = _TRACE_NAME.match(paths[0].name)
     pid_match = _PID_PREFIX.match(match.group("prefix")) if match else None
     pids = set()
@@ -329,7 +340,7 @@ def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_s
         "gpus": {str(index): agents.gpu_name.get(index) for index in sorted(set(agents.gpu_index.values()))},
         "rank_source": rank_source,
         "files": [path.name for path in paths],
-        "time_note": "ts on the boot clock (CLOCK_BOOTTIME): the CSV files name no host",
+        "time_note": placed.note,
     }
     row = {
         "run": run,
@@ -338,8 +349,9 @@ def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_s
         "device_name": names.pop() if len(names) == 1 else None,
         "source_path": source_path,
         "source_format": FORMAT,
-        "epoch_offset_ns": None,
-        "time_base": "trace",
+        "host": host,
+        "epoch_offset_ns": placed.offset_ns,
+        "time_base": "trace" if placed.offset_ns is None else "epoch",
         "backend": "rocm",
         "metadata_json": json.dumps(metadata, sort_keys=True),
     }
