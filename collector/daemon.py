@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from collector import boot_clock, hardware
 from collector.backend import Backend, DeviceInfo, GpuLost
 from collector.errors import DatasetError, UsageError
-from collector import hardware
 from collector.throttle import LIMITING_REASONS
 from collector.writer import DatasetWriter
 
@@ -105,6 +105,7 @@ class Collector:
         backend: Backend,
         options: CollectOptions,
         clock_ns: Callable[[], int] = time.time_ns,
+        boot_clock_now: Callable[[], boot_clock.BootClock] = boot_clock.BootClock.now,
     ) -> None:
         options.validate()
         self.backend = backend
@@ -122,6 +123,8 @@ class Collector:
         self._devices: list[DeviceInfo] = []
         self._health: dict[int, _GpuHealth] = {}
         self._on_tick: list[Callable[[int], None]] = []
+        self._boot_clock_now = boot_clock_now
+        self._boot_origin_ns: int | None = None  # as last recorded
 
     # --- control --------------------------------------------------------------
 
@@ -154,6 +157,7 @@ class Collector:
         self._health = {d.gpu_index: _GpuHealth() for d in self._devices}
         self._write_devices(start_ns)
         self._event(start_ns, "collector_start", None, f"backend={self.backend.name} gpus={len(self._devices)} interval_s={self.options.interval_s}")
+        self._record_boot_clock(start_ns)
         self._flush_or_log()
         # What exists now (modules, the backend, the writer) lives as long as
         # the process: take it out of the cyclic collector's view, so that a
@@ -182,6 +186,7 @@ class Collector:
                 now_ns = self._clock_ns()
                 if now_ns >= next_flush_ns:
                     self._refresh_devices(now_ns)
+                    self._record_boot_clock(now_ns)
                     self._flush_or_log()
                     next_flush_ns = now_ns + flush_ns
 
@@ -309,6 +314,17 @@ class Collector:
             row.update(_nominal_peaks(device))
             row["ts"] = ts_ns // 1000
             self.writer.add("devices", row)
+
+    def _record_boot_clock(self, ts_ns: int) -> None:
+        """The epoch time this boot began (an `events` row, kind `boot_clock`),
+        by which traces stamped with the boot-time clock (rocprofv3) are
+        placed on the epoch where they are ingested (collector.boot_clock):
+        at start, and again once a clock step has moved it."""
+        clock = self._boot_clock_now()
+        if self._boot_origin_ns is not None and abs(clock.origin_ns - self._boot_origin_ns) <= boot_clock.RECORD_DRIFT_NS:
+            return
+        self._boot_origin_ns = clock.origin_ns
+        self._event(ts_ns, boot_clock.EVENT_KIND, None, f"boot_id={clock.boot_id or ''}", clock.origin_ns)
 
     def _event(self, ts_ns: int, kind: str, device: DeviceInfo | None, detail: str, value: int | None = None) -> None:
         self.writer.add_event(

@@ -216,13 +216,6 @@ def test_unknown_csv_raises(tmp_path: Path) -> None:
         rocprof.parse(_write(tmp_path, "4242_agent_info.csv", AGENT_INFO), "r1")
 
 
-def test_files_in_a_folder_not_named_for_this_machine_have_no_host_and_stay_on_the_boot_clock(tmp_path: Path) -> None:
-    parsed = rocprof.parse_process(_process(tmp_path / "node01", "kernel_trace", "hip_api_trace"), "r1")
-    assert parsed.tables["runs"].select(["host", "time_base"]).to_pylist() == [{"host": None, "time_base": "trace"}]
-    assert _metadata(parsed)["time_note"] == ("ts on the boot clock (CLOCK_BOOTTIME): the files name no host, "
-                                              "and their folder is not named for this machine")
-
-
 def test_runs_row_records_ingestion_and_events_are_counted(tmp_path: Path) -> None:
     parsed = rocprof.parse_process(_process(tmp_path, "kernel_trace", "hip_api_trace"), "r1")
     assert parsed.tables["runs"].column("ingested_at").null_count == 0

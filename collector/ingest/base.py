@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
+from collector.boot_clock import BootClockTrace
 from collector.ingest.buffer import GZIP_MAGIC
 from collector.schema import TRACE_SCHEMAS
 
@@ -43,6 +44,9 @@ class ParsedTrace:
     # What the user should know of a file that was still ingested (lines that
     # could not be read): one line each, printed after the file's own line.
     warnings: list[str] = field(default_factory=list)
+    # Times on the boot clock (rocprofv3), to be placed on the epoch where a
+    # boot fits (`collector.boot_clock.place`, before the tables are written).
+    boot_clock: BootClockTrace | None = None
 
     def rows(self, table: str) -> int:
         return self.tables[table].num_rows if table in self.tables else 0

@@ -43,6 +43,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
+from collector import boot_clock
 from collector.errors import DatasetError, TraceError, one_line
 from collector.ingest.base import timing_warnings
 from collector.ingest.buffer import content_bytes
@@ -430,15 +431,17 @@ def _ingest_file(path: str, run: str, out: str, explicit: bool,
                  parts: tuple[str, ...]) -> FileResult | FileFailure | SkippedFile:
     started = time.perf_counter()
     run = sanitise_run(run)
-    parsed = _parse(path, run, explicit, parts)
+    parsed = _parse(path, run, explicit, parts, out)
     if isinstance(parsed, (FileFailure, SkippedFile)):
         return parsed
     return _written(path, *parsed, run, out, started)
 
 
-def _parse(path: str, run: str, explicit: bool,
-           parts: tuple[str, ...]) -> tuple[str, ParsedTrace] | FileFailure | SkippedFile:
-    """Detect and parse one source: (its format, what it holds), or why not."""
+def _parse(path: str, run: str, explicit: bool, parts: tuple[str, ...],
+           out: str) -> tuple[str, ParsedTrace] | FileFailure | SkippedFile:
+    """Detect and parse one source: (its format, what it holds), or why not;
+    boot-clock times placed on the epoch where a boot of their host fits
+    (this machine's, or one its collector recorded in the dataset at `out`)."""
     try:
         format_name = ROCPROF if parts else detect_format(path)
     except TraceError as error:
@@ -447,8 +450,11 @@ def _parse(path: str, run: str, explicit: bool,
         return FileFailure(path, error.problem)
     try:
         if parts:
-            return format_name, module_for(ROCPROF).parse_process([Path(part) for part in parts], run)
-        return format_name, module_for(format_name).parse(Path(path), run)
+            parsed = module_for(ROCPROF).parse_process([Path(part) for part in parts], run)
+        else:
+            parsed = module_for(format_name).parse(Path(path), run)
+        boot_clock.place(parsed, Path(out))
+        return format_name, parsed
     except TraceError as error:
         return FileFailure(error.path if parts else path, error.problem)  # a process's part: the file itself
     except Exception as error:  # a parser bug must not stop the other files
@@ -485,7 +491,7 @@ def ingest_group(task: Source, out: str) -> list[FileResult | FileFailure | Skip
         parsed: list[tuple[int, str, ParsedTrace, float]] = []  # (its place, format, tables, seconds)
         for source in task.group:
             started = time.perf_counter()
-            got = _parse(source.path, run, source.explicit, source.parts)
+            got = _parse(source.path, run, source.explicit, source.parts, out)
             if isinstance(got, (FileFailure, SkippedFile)):
                 outcomes.append(got)
             else:

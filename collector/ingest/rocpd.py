@@ -32,10 +32,11 @@ row (`start`, `end`, `pid`, `tid`, `agent_id`, `queue_id`, `stream_id`),
 or a `track_id` into `rocpd_track` and `start_id`/`end_id` into
 `rocpd_timestamp`. Both are read.
 
-Times are nanoseconds of the boot-time clock, as in the CSV files. A
-database ingested on the host it names, in the boot that recorded it, is
-placed on the epoch (`boot_clock`: `runs.time_base = 'epoch'`); any other
-keeps its boot-clock times (`'trace'`), with the reason in `time_note`. Ranks: one process with GPU work takes the
+Times are nanoseconds of the boot-time clock, as in the CSV files: the
+parse leaves them so (`runs.time_base = 'trace'`) and hands the host and
+file to `collector.boot_clock`, which ingest asks to place them on the
+epoch where a boot of that host fits (this machine's, or one its collector
+recorded), the reason in `time_note` either way. Ranks: one process with GPU work takes the
 rank its path states (`rank3_results.db`, or a folder `rank3`), else 0;
 a merged file (`rocpd merge`) of several processes gives each its rank in
 pid order (`sqlite_db`). A file with no kernel dispatch or memory copy is
@@ -52,7 +53,7 @@ from typing import Any
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest import boot_clock
+from collector.boot_clock import BootClockTrace
 from collector.ingest.base import ParsedTrace, profiler_step
 from collector.ingest.categories import categorise
 from collector.ingest.rocprof import COPY_NAMES, NO_GPU_EVENTS, rank_from_path
@@ -101,11 +102,9 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     parsed = ParsedTrace(format=FORMAT)
     parsed.tables = gpu_and_cpu_tables(gpu, regions, run, processes)
     host = _first(conn, names, "rocpd_info_node", "hostname")
-    placed = boot_clock.placement(path, host, boot_clock.last_time_ns(parsed.tables))
-    if placed.offset_ns is not None:
-        parsed.tables = boot_clock.shifted(parsed.tables, placed.offset_ns)
+    parsed.boot_clock = BootClockTrace(host, path, no_host="rocpd_info_node names no host")
     without_gpu = processes.left_out({pid for columns in regions.values() for pid in columns.get("pid", ())})
-    parsed.tables["runs"] = _runs_table(conn, names, path, run, processes, gpu, agents, without_gpu, skipped, host, placed)
+    parsed.tables["runs"] = _runs_table(conn, names, path, run, processes, gpu, agents, without_gpu, skipped, host)
     parsed.events = sum(table.num_rows for name, table in parsed.tables.items() if name != "runs")
     return parsed
 
@@ -349,14 +348,13 @@ def _message(extdata: Any) -> str | None:
 
 def _runs_table(conn: sqlite3.Connection, names: dict[str, str], path: Path, run: str, processes: Processes,
                 gpu: list[Columns], agents: _Agents, without_gpu: list[int], skipped: dict[str, int],
-                host: str | None, placed: boot_clock.Placement) -> pa.Table:
+                host: str | None) -> pa.Table:
     """One row per rank: per process with GPU work, or one for the whole file."""
     commands = _commands(conn, names)
     shared = {
         "gpus": {str(index): name for index, name in sorted(agents.gpu_name.items())},
         "schema_version": _metadata_value(conn, names, "schema_version"),
         "skipped_regions": skipped,
-        "time_note": placed.note,
     }
     # The GPU names each process's rows ran on, gathered in one pass (None: every process).
     names_by_pid: dict[int | None, set[str]] = {}
@@ -381,8 +379,8 @@ def _runs_table(conn: sqlite3.Connection, names: dict[str, str], path: Path, run
             "device_name": next(iter(device_names)) if len(device_names) == 1 else None,
             "source_path": str(path.resolve()),
             "source_format": FORMAT,
-            "epoch_offset_ns": placed.offset_ns,
-            "time_base": "trace" if placed.offset_ns is None else "epoch",
+            "epoch_offset_ns": None,  # until placed (collector.boot_clock)
+            "time_base": "trace",
             "backend": "rocm",
             "metadata_json": json.dumps(metadata, sort_keys=True),
         })

@@ -24,8 +24,9 @@ Decisions, each for a stated reason:
 
 - Times: rocprofiler-sdk timestamps are nanoseconds of the monotonic
   boot-time clock (CLOCK_BOOTTIME), not the epoch, so they are kept as they
-  are with `runs.time_base = 'trace'` and a NULL `epoch_offset_ns`, unless
-  they were recorded on this machine in this boot (`boot_clock`). The files
+  are with `runs.time_base = 'trace'` and a NULL `epoch_offset_ns`, for
+  ingest to place on the epoch where a boot of their host fits
+  (`collector.boot_clock`). The files
   name no host; rocprofv3 writes them into a folder named for it
   (`%hostname%/%pid%_...` by default), so a folder named exactly like this
   machine makes it their host (`runs.host`), and any other folder leaves
@@ -78,7 +79,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from collector.errors import TraceError, one_line
-from collector.ingest import boot_clock
+from collector import boot_clock
 from collector.ingest.base import ParsedTrace, build_table, profiler_step, rank_from_filename
 from collector.ingest.buffer import read_buffer
 from collector.ingest.categories import categorise
@@ -228,14 +229,11 @@ def _parse_files(paths: list[Path], run: str, source_path: str) -> ParsedTrace:
             parsed.tables[name] = table
     if "kernels" not in parsed.tables:
         raise _no_gpu_events(files)
-    clock = boot_clock.BootClock.now()
-    host = boot_clock.host_from_folder(paths[0], clock)
+    host = boot_clock.host_from_folder(paths[0], boot_clock.BootClock.now())
     newest = max(paths, key=lambda path: path.stat().st_mtime_ns)  # a process's files are written together, at its end
-    placed = boot_clock.placement(newest, host, boot_clock.last_time_ns(parsed.tables), clock,
-                                  no_host="the files name no host, and their folder is not named for this machine")
-    if placed.offset_ns is not None:
-        parsed.tables = boot_clock.shifted(parsed.tables, placed.offset_ns)
-    parsed.tables["runs"] = _runs_table(paths, source_path, run, rank, rank_source, agents, parsed.tables, host, placed)
+    parsed.boot_clock = boot_clock.BootClockTrace(
+        host, newest, no_host="the files name no host, and their folder is not named for this machine")
+    parsed.tables["runs"] = _runs_table(paths, source_path, run, rank, rank_source, agents, parsed.tables, host)
     return parsed
 
 
@@ -326,7 +324,7 @@ def _marker_columns(table: pa.Table) -> Columns:
 
 
 def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_source: str, agents: _Agents,
-                tables: dict[str, pa.Table], host: str | None, placed: boot_clock.Placement) -> pa.Table:
+                tables: dict[str, pa.Table], host: str | None) -> pa.Table:
     match = _TRACE_NAME.match(paths[0].name)
     pid_match = _PID_PREFIX.match(match.group("prefix")) if match else None
     pids = set()
@@ -340,7 +338,6 @@ def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_s
         "gpus": {str(index): agents.gpu_name.get(index) for index in sorted(set(agents.gpu_index.values()))},
         "rank_source": rank_source,
         "files": [path.name for path in paths],
-        "time_note": placed.note,
     }
     row = {
         "run": run,
@@ -350,8 +347,8 @@ def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_s
         "source_path": source_path,
         "source_format": FORMAT,
         "host": host,
-        "epoch_offset_ns": placed.offset_ns,
-        "time_base": "trace" if placed.offset_ns is None else "epoch",
+        "epoch_offset_ns": None,  # until placed (collector.boot_clock)
+        "time_base": "trace",
         "backend": "rocm",
         "metadata_json": json.dumps(metadata, sort_keys=True),
     }

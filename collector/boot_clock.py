@@ -1,0 +1,274 @@
+"""Boot-clock traces placed on the epoch, where a boot's start is known.
+
+rocprofiler-sdk stamps its events with the boot-time clock (CLOCK_BOOTTIME:
+nanoseconds since the machine booted), so a rocprofv3 trace holds no time
+of day, and its kernels cannot be laid over the collector's telemetry
+(which is on the epoch) for energy per step or power per phase. The epoch
+time at which a boot began, `time.time_ns() - CLOCK_BOOTTIME` (its
+*origin*), turns one into the other, and two sources know it:
+
+- this machine, for its current boot: a trace ingested on the machine and
+  in the boot that recorded it (`gpulens collect --watch-traces` on the
+  node, or `gpulens ingest` there after the job);
+- the collector, which records each boot's origin in `events` (kind
+  `boot_clock`, `value` the origin in ns, `detail` the kernel's boot id)
+  when it starts and whenever the origin moves by more than
+  `RECORD_DRIFT_NS` (a clock step): a trace ingested elsewhere into the
+  dataset the node's collector writes (a login node watching a shared
+  folder with `--no-telemetry`) is placed with the boot of its host that
+  fits.
+
+A wrong placement would silently pair kernels with the wrong power samples,
+so a boot is taken only when everything known agrees:
+
+- the trace names its host (this machine, or one whose collector recorded
+  its boots), case aside;
+- its last event lies within that boot: within this boot's uptime so far,
+  or before the next recorded boot began;
+- the file was last written after that last event as placed
+  (`FILE_TIME_SLACK_NS` for file-time granularity and clock skew) and at
+  most `MAX_WRITE_DELAY_NS` after it. A trace of an earlier boot was
+  written before the later boot began, at least its own last event's
+  uptime before the placement that boot would give; a file written (or
+  copied, which resets its time) much later cannot be dated;
+- exactly one boot passes.
+
+Otherwise the times stay on the boot clock (`runs.time_base = 'trace'`),
+and the runs row's `time_note` says why. The origin drifts only by the
+clock adjustments (NTP) made since it was read: well under a millisecond
+over hours, against telemetry sampled every 100 ms or more.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from collector.writer import partition_value
+
+# How long after a trace's last event its file may have been written.
+MAX_WRITE_DELAY_NS = 3600 * 10**9
+# File times are coarser than the clocks (a few ms on ext4; 1-2 s elsewhere),
+# and a shared folder's server stamps them with its own clock.
+FILE_TIME_SLACK_NS = 2 * 10**9
+# The collector records the origin again when it has moved by more than this.
+RECORD_DRIFT_NS = 10**7
+# The columns of the trace tables that are instants (durations stay as they are).
+INSTANT_COLUMNS = ("start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns")
+EVENT_KIND = "boot_clock"
+_BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+_KEPT = "ts on the boot clock (CLOCK_BOOTTIME)"
+
+
+@dataclass(frozen=True)
+class BootClock:
+    """This machine's name and boot, read once."""
+
+    hostname: str
+    uptime_ns: int  # CLOCK_BOOTTIME now
+    origin_ns: int  # the epoch time at which CLOCK_BOOTTIME read 0
+    boot_id: str | None = None  # the kernel's id of this boot (Linux)
+
+    @classmethod
+    def now(cls) -> BootClock:
+        # Read between two epoch reads, so the origin is good to their spread.
+        before = time.time_ns()
+        uptime = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        after = time.time_ns()
+        try:
+            boot_id = _BOOT_ID_FILE.read_text().strip() or None
+        except OSError:
+            boot_id = None
+        return cls(socket.gethostname(), uptime, (before + after) // 2 - uptime, boot_id)
+
+
+@dataclass(frozen=True)
+class RecordedBoot:
+    """A boot of a host, as its collector recorded it in `events`."""
+
+    boot_id: str | None
+    origin_ns: int
+    recorded_ns: int  # when the collector first recorded it (epoch ns)
+
+
+@dataclass(frozen=True)
+class BootClockTrace:
+    """What a parser of boot-clock times hands over for placing."""
+
+    host: str | None
+    path: Path  # the file whose write time dates the trace's end
+    no_host: str = "the trace names no host"  # why `host` is None, for the note
+
+
+@dataclass(frozen=True)
+class Placement:
+    offset_ns: int | None  # add to the trace's times; None: left on the boot clock
+    note: str
+
+
+@dataclass(frozen=True)
+class _Boot:
+    origin_ns: int
+    boot_id: str | None
+    name: str  # how the note names it: "this boot", "node-07's boot of ..."
+    ends_before_ns: int | None  # the next boot's origin, where known
+
+
+def recorded_boots(dataset: Path, host: str) -> list[RecordedBoot]:
+    """The boots of `host` its collector recorded in the dataset's `events`,
+    oldest first, one per boot (its first record)."""
+    # Only the host's own partition (`events/host=H/`, H as the writer makes
+    # it a folder name), whatever its case: a fleet's other hosts go unread.
+    folder = Path(dataset) / "events"
+    wanted = f"host={partition_value(host)}".lower()
+    host_folders = [child for child in folder.iterdir() if child.name.lower() == wanted] if folder.is_dir() else []
+    files = sorted(path for child in host_folders for path in child.rglob("*.parquet"))
+    seen: dict[str | int, RecordedBoot] = {}
+    for path in files:
+        try:
+            table = pq.read_table(path, columns=["ts", "host", "kind", "detail", "value"])
+        except (OSError, pa.ArrowException, KeyError):
+            continue  # not this collector's (or half-written elsewhere): its boots are not vouched for
+        mask = pc.and_(pc.equal(table["kind"], EVENT_KIND), pc.equal(pc.utf8_lower(table["host"]), host.lower()))
+        rows = table.filter(mask)
+        for ts_us, detail, origin_ns in zip(rows["ts"].cast(pa.int64()).to_pylist(), rows["detail"].to_pylist(),
+                                            rows["value"].to_pylist()):
+            if origin_ns is None or ts_us is None:
+                continue
+            boot_id = (detail or "").removeprefix("boot_id=") or None
+            recorded_ns = ts_us * 1000
+            key = boot_id if boot_id is not None else origin_ns
+            if key not in seen or recorded_ns < seen[key].recorded_ns:
+                seen[key] = RecordedBoot(boot_id, origin_ns, recorded_ns)
+    return sorted(seen.values(), key=lambda boot: boot.origin_ns)
+
+
+def placement(trace: BootClockTrace, last_ns: int | None, clock: BootClock,
+              recorded: list[RecordedBoot] = ()) -> Placement:
+    """Where the boot-clock times of `trace`, its last event at boot time
+    `last_ns`, lie on the epoch, if the boots known can say (see the module
+    docstring)."""
+    if trace.host is None:
+        return Placement(None, f"{_KEPT}: {trace.no_host}")
+    if last_ns is None:
+        return Placement(None, f"{_KEPT}: no event times")
+    boots, ruled_out = _boots(trace.host, last_ns, clock, recorded)
+    if not boots:
+        return Placement(None, f"{_KEPT}: {ruled_out}")
+    written_ns = os.stat(trace.path).st_mtime_ns
+    fitting = [boot for boot in boots if _file_time_fits(boot, last_ns, written_ns) is None]
+    if len(fitting) == 1:
+        boot = fitting[0]
+        how = ("recorded on this host in this boot" if boot.name == "this boot"
+               else f"the boot {trace.host}'s collector recorded ({boot.name})")
+        return Placement(boot.origin_ns, f"ts on the boot clock, placed on the epoch at ingest: {how}")
+    if fitting:
+        return Placement(None, f"{_KEPT}: its file's time fits {len(fitting)} boots of {trace.host}, so the boot cannot be told")
+    if len(boots) == 1:
+        return Placement(None, f"{_KEPT}: {_file_time_fits(boots[0], last_ns, written_ns)}")
+    return Placement(None, f"{_KEPT}: its file's time fits none of the {len(boots)} boots known of {trace.host}")
+
+
+def _boots(host: str, last_ns: int, clock: BootClock, recorded: list[RecordedBoot]) -> tuple[list[_Boot], str]:
+    """The boots the trace could be from, and, where there are none, why."""
+    boots: list[_Boot] = []
+    this_host = host.lower() == clock.hostname.lower()
+    if this_host and last_ns <= clock.uptime_ns:
+        boots.append(_Boot(clock.origin_ns, clock.boot_id, "this boot", None))
+    for boot, after in zip(recorded, [*recorded[1:], None]):
+        if this_host and clock.boot_id is not None and boot.boot_id == clock.boot_id:
+            continue  # this boot, known first hand
+        ends_before = after.origin_ns if after is not None else None
+        if ends_before is not None and boot.origin_ns + last_ns >= ends_before:
+            continue  # the trace's last event would fall after the next boot began
+        when = dt.datetime.fromtimestamp(boot.origin_ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        boots.append(_Boot(boot.origin_ns, boot.boot_id, f"booted {when}", ends_before))
+    if boots:
+        return boots, ""
+    if this_host:
+        return [], ("its last event is past this boot's uptime, so it was recorded in an earlier boot, "
+                    "and no collector record of that boot is in the dataset")
+    if recorded:
+        return [], f"its last event lies past the end of every boot of {host} its collector recorded"
+    return [], f"recorded on {host}, ingested on {clock.hostname}, and the dataset holds no boot record of {host}'s collector"
+
+
+def _file_time_fits(boot: _Boot, last_ns: int, written_ns: int) -> str | None:
+    """Why the file's write time rules out `boot` (None: it fits)."""
+    placed_end_ns = boot.origin_ns + last_ns
+    where = "in this boot" if boot.name == "this boot" else f"in the boot {boot.name}"
+    if written_ns < placed_end_ns - FILE_TIME_SLACK_NS:
+        return f"the file was written before its last event would have happened {where}, so it was recorded in an earlier boot"
+    if written_ns > placed_end_ns + MAX_WRITE_DELAY_NS:
+        return (f"the file was written more than an hour after its last event {where} "
+                "(copied, or an earlier boot's), so the boot cannot be told")
+    return None
+
+
+def place(parsed, dataset: Path | None = None, clock: BootClock | None = None) -> None:
+    """Place a parsed trace's boot-clock times on the epoch where a boot fits
+    (`parsed.boot_clock` says whose and which file), setting its runs rows'
+    `time_base`, `epoch_offset_ns` and `time_note`; a trace on another
+    clock is left alone. `dataset`: where to look for collector records."""
+    trace: BootClockTrace | None = parsed.boot_clock
+    if trace is None:
+        return
+    clock = clock or BootClock.now()
+    recorded = recorded_boots(dataset, trace.host) if dataset is not None and trace.host is not None else []
+    tables = {name: table for name, table in parsed.tables.items() if name != "runs"}
+    placed = placement(trace, last_time_ns(tables), clock, recorded)
+    if placed.offset_ns is not None:
+        parsed.tables.update(shifted(tables, placed.offset_ns))
+    if "runs" in parsed.tables:
+        parsed.tables["runs"] = _runs_placed(parsed.tables["runs"], placed)
+    parsed.boot_clock = None
+
+
+def _runs_placed(runs: pa.Table, placed: Placement) -> pa.Table:
+    rows = runs.num_rows
+    time_base = pa.array(["trace" if placed.offset_ns is None else "epoch"] * rows, runs.schema.field("time_base").type)
+    offset = pa.array([placed.offset_ns] * rows, runs.schema.field("epoch_offset_ns").type)
+    notes = [json.dumps({**json.loads(text or "{}"), "time_note": placed.note}, sort_keys=True)
+             for text in runs["metadata_json"].to_pylist()]
+    for name, values in (("time_base", time_base), ("epoch_offset_ns", offset),
+                         ("metadata_json", pa.array(notes, runs.schema.field("metadata_json").type))):
+        index = runs.schema.get_field_index(name)
+        runs = runs.set_column(index, runs.schema.field(index), values)
+    return runs
+
+
+def host_from_folder(path: Path, clock: BootClock) -> str | None:
+    """This machine's name, where the folder holding `path` bears it (as
+    rocprofv3's default output folder, `%hostname%`, does); else None."""
+    folder = path.absolute().parent.name
+    return clock.hostname if folder.lower() == clock.hostname.lower() else None
+
+
+def last_time_ns(tables: dict[str, pa.Table]) -> int | None:
+    """The latest instant in the trace tables."""
+    latest = [pc.max(table[column]).as_py() for table in tables.values() for column in INSTANT_COLUMNS
+              if column in table.column_names and table.num_rows]
+    latest = [value for value in latest if value is not None]
+    return max(latest) if latest else None
+
+
+def shifted(tables: dict[str, pa.Table], offset_ns: int) -> dict[str, pa.Table]:
+    """The tables with every instant column moved by `offset_ns`."""
+    out = {}
+    for name, table in tables.items():
+        for column in INSTANT_COLUMNS:
+            if column in table.column_names:
+                index = table.schema.get_field_index(column)
+                moved = pc.add(table[column], pa.scalar(offset_ns, table.schema.field(index).type))
+                table = table.set_column(index, table.schema.field(index), moved)
+        out[name] = table
+    return out
