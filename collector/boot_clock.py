@@ -42,6 +42,7 @@ over hours, against telemetry sampled every 100 ms or more.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import socket
@@ -93,11 +94,23 @@ class BootClock:
 
 @dataclass(frozen=True)
 class RecordedBoot:
-    """A boot of a host, as its collector recorded it in `events`."""
+    """A boot of a host, as its collector recorded it in `events`: each
+    record (when it was made, epoch ns; the origin then), in time order. A
+    boot has several where the clock was stepped (NTP setting it soon after
+    boot, say), or the collector restarted."""
 
     boot_id: str | None
-    origin_ns: int
-    recorded_ns: int  # when the collector first recorded it (epoch ns)
+    records: tuple[tuple[int, int], ...]
+
+    @property
+    def origin_ns(self) -> int:
+        return self.records[0][1]
+
+    def origin_at(self, boot_ns: int) -> int:
+        """The origin in force when the boot clock read `boot_ns`: that of
+        the last record made before then (the first, before any)."""
+        at_ns = self.records[0][1] + boot_ns
+        return max((record for record in self.records if record[0] <= at_ns), default=self.records[0])[1]
 
 
 @dataclass(frozen=True)
@@ -118,38 +131,49 @@ class Placement:
 @dataclass(frozen=True)
 class _Boot:
     origin_ns: int
-    boot_id: str | None
-    name: str  # how the note names it: "this boot", "node-07's boot of ..."
-    ends_before_ns: int | None  # the next boot's origin, where known
+    current: bool  # this machine's current boot (else one a collector recorded)
+    name: str  # how the notes name it: "this boot", "booted 2026-01-01 00:00:00 UTC"
 
 
 def recorded_boots(dataset: Path, host: str) -> list[RecordedBoot]:
     """The boots of `host` its collector recorded in the dataset's `events`,
-    oldest first, one per boot (its first record)."""
+    oldest first: one per boot id (per origin where the id is unknown)."""
     # Only the host's own partition (`events/host=H/`, H as the writer makes
     # it a folder name), whatever its case: a fleet's other hosts go unread.
     folder = Path(dataset) / "events"
     wanted = f"host={partition_value(host)}".lower()
     host_folders = [child for child in folder.iterdir() if child.name.lower() == wanted] if folder.is_dir() else []
     files = sorted(path for child in host_folders for path in child.rglob("*.parquet"))
-    seen: dict[str | int, RecordedBoot] = {}
+    # Read once per process while the files stay as they are: ingest asks
+    # for every rocprofv3 file of a run, and a folder of them is one host's.
+    signature = []
     for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue  # merged away meanwhile (collector.compact)
+        signature.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return list(_read_boots(host.lower(), tuple(signature)))
+
+
+@functools.lru_cache(maxsize=16)
+def _read_boots(host: str, files: tuple[tuple[str, int, int], ...]) -> tuple[RecordedBoot, ...]:
+    records: dict[str | int, list[tuple[int, int]]] = {}
+    for path, _, _ in files:
         try:
             table = pq.read_table(path, columns=["ts", "host", "kind", "detail", "value"])
         except (OSError, pa.ArrowException, KeyError):
             continue  # not this collector's (or half-written elsewhere): its boots are not vouched for
-        mask = pc.and_(pc.equal(table["kind"], EVENT_KIND), pc.equal(pc.utf8_lower(table["host"]), host.lower()))
+        mask = pc.and_(pc.equal(table["kind"], EVENT_KIND), pc.equal(pc.utf8_lower(table["host"]), host))
         rows = table.filter(mask)
         for ts_us, detail, origin_ns in zip(rows["ts"].cast(pa.int64()).to_pylist(), rows["detail"].to_pylist(),
                                             rows["value"].to_pylist()):
             if origin_ns is None or ts_us is None:
                 continue
             boot_id = (detail or "").removeprefix("boot_id=") or None
-            recorded_ns = ts_us * 1000
-            key = boot_id if boot_id is not None else origin_ns
-            if key not in seen or recorded_ns < seen[key].recorded_ns:
-                seen[key] = RecordedBoot(boot_id, origin_ns, recorded_ns)
-    return sorted(seen.values(), key=lambda boot: boot.origin_ns)
+            records.setdefault(boot_id if boot_id is not None else origin_ns, []).append((ts_us * 1000, origin_ns))
+    boots = [RecordedBoot(key if isinstance(key, str) else None, tuple(sorted(found))) for key, found in records.items()]
+    return tuple(sorted(boots, key=lambda boot: boot.origin_ns))
 
 
 def placement(trace: BootClockTrace, last_ns: int | None, clock: BootClock,
@@ -165,16 +189,16 @@ def placement(trace: BootClockTrace, last_ns: int | None, clock: BootClock,
     if not boots:
         return Placement(None, f"{_KEPT}: {ruled_out}")
     written_ns = os.stat(trace.path).st_mtime_ns
-    fitting = [boot for boot in boots if _file_time_fits(boot, last_ns, written_ns) is None]
+    fitting = [boot for boot in boots if _file_time_rules_out(boot, last_ns, written_ns) is None]
     if len(fitting) == 1:
         boot = fitting[0]
-        how = ("recorded on this host in this boot" if boot.name == "this boot"
+        how = ("recorded on this host in this boot" if boot.current
                else f"the boot {trace.host}'s collector recorded ({boot.name})")
         return Placement(boot.origin_ns, f"ts on the boot clock, placed on the epoch at ingest: {how}")
     if fitting:
         return Placement(None, f"{_KEPT}: its file's time fits {len(fitting)} boots of {trace.host}, so the boot cannot be told")
     if len(boots) == 1:
-        return Placement(None, f"{_KEPT}: {_file_time_fits(boots[0], last_ns, written_ns)}")
+        return Placement(None, f"{_KEPT}: {_file_time_rules_out(boots[0], last_ns, written_ns)}")
     return Placement(None, f"{_KEPT}: its file's time fits none of the {len(boots)} boots known of {trace.host}")
 
 
@@ -183,15 +207,16 @@ def _boots(host: str, last_ns: int, clock: BootClock, recorded: list[RecordedBoo
     boots: list[_Boot] = []
     this_host = host.lower() == clock.hostname.lower()
     if this_host and last_ns <= clock.uptime_ns:
-        boots.append(_Boot(clock.origin_ns, clock.boot_id, "this boot", None))
+        boots.append(_Boot(clock.origin_ns, True, "this boot"))
     for boot, after in zip(recorded, [*recorded[1:], None]):
         if this_host and clock.boot_id is not None and boot.boot_id == clock.boot_id:
             continue  # this boot, known first hand
+        origin_ns = boot.origin_at(last_ns)
         ends_before = after.origin_ns if after is not None else None
-        if ends_before is not None and boot.origin_ns + last_ns >= ends_before:
+        if ends_before is not None and origin_ns + last_ns >= ends_before:
             continue  # the trace's last event would fall after the next boot began
-        when = dt.datetime.fromtimestamp(boot.origin_ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        boots.append(_Boot(boot.origin_ns, boot.boot_id, f"booted {when}", ends_before))
+        when = dt.datetime.fromtimestamp(origin_ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        boots.append(_Boot(origin_ns, False, f"booted {when}"))
     if boots:
         return boots, ""
     if this_host:
@@ -202,10 +227,10 @@ def _boots(host: str, last_ns: int, clock: BootClock, recorded: list[RecordedBoo
     return [], f"recorded on {host}, ingested on {clock.hostname}, and the dataset holds no boot record of {host}'s collector"
 
 
-def _file_time_fits(boot: _Boot, last_ns: int, written_ns: int) -> str | None:
+def _file_time_rules_out(boot: _Boot, last_ns: int, written_ns: int) -> str | None:
     """Why the file's write time rules out `boot` (None: it fits)."""
     placed_end_ns = boot.origin_ns + last_ns
-    where = "in this boot" if boot.name == "this boot" else f"in the boot {boot.name}"
+    where = "in this boot" if boot.current else f"in the boot {boot.name}"
     if written_ns < placed_end_ns - FILE_TIME_SLACK_NS:
         return f"the file was written before its last event would have happened {where}, so it was recorded in an earlier boot"
     if written_ns > placed_end_ns + MAX_WRITE_DELAY_NS:

@@ -208,11 +208,27 @@ def test_a_recorded_boot_that_ended_before_the_trace_would_is_not_a_candidate(tm
 
 def test_repeated_records_of_one_boot_are_one_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _machine(monkeypatch, hostname="login-01")
-    # A collector restart in the same boot records it again, a few µs off.
-    _record_boots(tmp_path / "data", HOST, (BOOTED_AT_NS, "b-1"), (BOOTED_AT_NS + 3000, "b-1"))
-    assert boot_clock.recorded_boots(tmp_path / "data", HOST) == [
-        boot_clock.RecordedBoot("b-1", BOOTED_AT_NS, BOOTED_AT_NS + 60 * S)]
+    # A collector restart in the same boot records it again, a few µs off, after the trace.
+    writer = DatasetWriter(tmp_path / "data", HOST)
+    writer.add_event(BOOTED_AT_NS + 60 * S, "boot_clock", "boot_id=b-1", value=BOOTED_AT_NS)
+    writer.add_event(BOOTED_AT_NS + 7000 * S, "boot_clock", "boot_id=b-1", value=BOOTED_AT_NS + 3000)
+    writer.flush()
+    assert boot_clock.recorded_boots(tmp_path / "data", HOST) == [boot_clock.RecordedBoot(
+        "b-1", ((BOOTED_AT_NS + 60 * S, BOOTED_AT_NS), (BOOTED_AT_NS + 7000 * S, BOOTED_AT_NS + 3000)))]
     assert _outcome(_placed(_database(tmp_path), tmp_path / "data"))[:2] == ("epoch", BOOTED_AT_NS)
+
+
+def test_a_trace_after_a_clock_step_takes_the_origin_recorded_after_the_step(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    _machine(monkeypatch, hostname="login-01")
+    # NTP stepped the clock by 2 s a few minutes after boot, before the trace.
+    stepped_ns = BOOTED_AT_NS + 2 * S
+    writer = DatasetWriter(tmp_path / "data", HOST)
+    writer.add_event(BOOTED_AT_NS + 60 * S, "boot_clock", "boot_id=b-1", value=BOOTED_AT_NS)
+    writer.add_event(BOOTED_AT_NS + 300 * S, "boot_clock", "boot_id=b-1", value=stepped_ns)
+    writer.flush()
+    path = _database(tmp_path, booted_at_ns=stepped_ns)
+    assert _outcome(_placed(path, tmp_path / "data"))[:2] == ("epoch", stepped_ns)
 
 
 def test_a_file_time_that_fits_two_boots_is_ambiguous(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
