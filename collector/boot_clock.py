@@ -255,7 +255,21 @@ def place(parsed, dataset: Path | None = None, clock: BootClock | None = None) -
         parsed.tables.update(shifted(tables, placed.offset_ns))
     if "runs" in parsed.tables:
         parsed.tables["runs"] = _runs_placed(parsed.tables["runs"], placed)
+    if placed.offset_ns is None and dataset is not None and _has_telemetry(dataset, trace.host):
+        # The join the user would expect is lost: say so beside the file's line.
+        whose = "telemetry" if trace.host is None else f"{trace.host}'s telemetry"
+        parsed.warnings.append(f"no telemetry join: the dataset has {whose}, but "
+                               f"{placed.note.removeprefix(_KEPT + ': ')}; its times stay on the boot clock")
     parsed.boot_clock = None
+
+
+def _has_telemetry(dataset: Path, host: str | None) -> bool:
+    """Whether the dataset holds telemetry of `host` (any host, where None)."""
+    folder = Path(dataset) / "telemetry"
+    if not folder.is_dir():
+        return False
+    wanted = None if host is None else f"host={partition_value(host)}".lower()
+    return any(wanted is None or child.name.lower() == wanted for child in folder.iterdir() if child.name.startswith("host="))
 
 
 def _runs_placed(runs: pa.Table, placed: Placement) -> pa.Table:

@@ -382,3 +382,28 @@ def test_csv_files_in_a_folder_not_named_for_this_machine_have_no_host(tmp_path:
     placed = _csv_placed(_csv_process(tmp_path / "node01"))
     assert _outcome(placed) == ("trace", None, KEPT + "the files name no host, and their folder is not named for this machine")
     assert _run_row(placed)["host"] is None
+
+
+def test_ingest_warns_where_the_hosts_telemetry_is_there_but_the_trace_stays_on_the_boot_clock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _machine(monkeypatch, hostname="login-01")
+    write_telemetry(tmp_path / "data", HOST, [{"ts": (BOOTED_AT_NS + TRACE_AT_NS) // 1000, "gpu_index": 0, "power_w": 300.0}])
+    report = ingest_paths([_database(tmp_path)], tmp_path / "data", run="job", jobs=1)
+    assert report.results[0].warnings == (
+        "no telemetry join: the dataset has mi250-node-07's telemetry, but recorded on mi250-node-07, ingested on "
+        "login-01, and the dataset holds no boot record of mi250-node-07's collector; its times stay on the boot clock",)
+
+
+def test_ingest_says_nothing_of_the_boot_clock_where_the_dataset_has_no_telemetry_to_join(tmp_path: Path,
+                                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    _machine(monkeypatch, hostname="login-01")
+    report = ingest_paths([_database(tmp_path)], tmp_path / "data", run="job", jobs=1)
+    assert report.results[0].warnings == ()
+
+
+def test_csv_files_without_a_host_warn_where_the_dataset_has_any_telemetry(tmp_path: Path, up_for_20_days: None) -> None:
+    write_telemetry(tmp_path / "data", "node01", [{"ts": BOOTED_AT_NS // 1000, "gpu_index": 0, "power_w": 300.0}])
+    report = ingest_paths(_csv_process(tmp_path / "node01"), tmp_path / "data", run="job", jobs=1)
+    assert report.results[0].warnings == (
+        "no telemetry join: the dataset has telemetry, but the files name no host, and their folder is not named for "
+        "this machine; its times stay on the boot clock",)
