@@ -135,25 +135,46 @@ class _Boot:
     name: str  # how the notes name it: "this boot", "booted 2026-01-01 00:00:00 UTC"
 
 
+def record_detail(clock: BootClock) -> str:
+    """The `detail` of a boot_clock event: the boot id, and the machine's own
+    name, which traces carry even where the collector runs as `--host X`."""
+    return f"boot_id={clock.boot_id or ''} hostname={clock.hostname}"
+
+
+def _detail_fields(detail: str | None) -> dict[str, str]:
+    return dict(field.split("=", 1) for field in (detail or "").split() if "=" in field)
+
+
 def recorded_boots(dataset: Path, host: str) -> list[RecordedBoot]:
-    """The boots of `host` its collector recorded in the dataset's `events`,
-    oldest first: one per boot id (per origin where the id is unknown)."""
-    # Only the host's own partition (`events/host=H/`, H as the writer makes
-    # it a folder name), whatever its case: a fleet's other hosts go unread.
+    """The boots of `host` its collector recorded in the dataset's `events`
+    (under that host name, or that machine name where the collector ran as
+    another `--host`), oldest first: one per boot id (per origin where the
+    id is unknown)."""
+    # The host's own partition (`events/host=H/`, H as the writer makes it a
+    # folder name) first, whatever its case; the others only where it has no
+    # record, as a fleet's partitions are many.
     folder = Path(dataset) / "events"
+    partitions = [child for child in folder.iterdir() if child.name.startswith("host=")] if folder.is_dir() else []
     wanted = f"host={partition_value(host)}".lower()
-    host_folders = [child for child in folder.iterdir() if child.name.lower() == wanted] if folder.is_dir() else []
-    files = sorted(path for child in host_folders for path in child.rglob("*.parquet"))
-    # Read once per process while the files stay as they are: ingest asks
-    # for every rocprofv3 file of a run, and a folder of them is one host's.
+    own = [child for child in partitions if child.name.lower() == wanted]
+    boots = _read_boots(host.lower(), _signature(own))
+    if not boots:
+        boots = _read_boots(host.lower(), _signature([child for child in partitions if child not in own]))
+    return list(boots)
+
+
+def _signature(folders: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    """The Parquet files below `folders`, with their times and sizes: read
+    once per process while they stay so (ingest asks for every rocprofv3
+    file of a run, and a folder of them is one host's)."""
     signature = []
-    for path in files:
+    for path in sorted(path for folder in folders for path in folder.rglob("*.parquet")):
         try:
             stat = path.stat()
         except OSError:
             continue  # merged away meanwhile (collector.compact)
         signature.append((str(path), stat.st_mtime_ns, stat.st_size))
-    return list(_read_boots(host.lower(), tuple(signature)))
+    return tuple(signature)
 
 
 @functools.lru_cache(maxsize=16)
@@ -164,13 +185,13 @@ def _read_boots(host: str, files: tuple[tuple[str, int, int], ...]) -> tuple[Rec
             table = pq.read_table(path, columns=["ts", "host", "kind", "detail", "value"])
         except (OSError, pa.ArrowException, KeyError):
             continue  # not this collector's (or half-written elsewhere): its boots are not vouched for
-        mask = pc.and_(pc.equal(table["kind"], EVENT_KIND), pc.equal(pc.utf8_lower(table["host"]), host))
-        rows = table.filter(mask)
-        for ts_us, detail, origin_ns in zip(rows["ts"].cast(pa.int64()).to_pylist(), rows["detail"].to_pylist(),
-                                            rows["value"].to_pylist()):
-            if origin_ns is None or ts_us is None:
+        rows = table.filter(pc.equal(table["kind"], EVENT_KIND))
+        for ts_us, row_host, detail, origin_ns in zip(rows["ts"].cast(pa.int64()).to_pylist(), rows["host"].to_pylist(),
+                                                      rows["detail"].to_pylist(), rows["value"].to_pylist()):
+            fields = _detail_fields(detail)
+            if origin_ns is None or ts_us is None or host not in {(row_host or "").lower(), fields.get("hostname", "").lower()}:
                 continue
-            boot_id = (detail or "").removeprefix("boot_id=") or None
+            boot_id = fields.get("boot_id") or None
             records.setdefault(boot_id if boot_id is not None else origin_ns, []).append((ts_us * 1000, origin_ns))
     boots = [RecordedBoot(key if isinstance(key, str) else None, tuple(sorted(found))) for key, found in records.items()]
     return tuple(sorted(boots, key=lambda boot: boot.origin_ns))

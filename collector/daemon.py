@@ -324,7 +324,7 @@ class Collector:
         if self._boot_origin_ns is not None and abs(clock.origin_ns - self._boot_origin_ns) <= boot_clock.RECORD_DRIFT_NS:
             return
         self._boot_origin_ns = clock.origin_ns
-        self._event(ts_ns, boot_clock.EVENT_KIND, None, f"boot_id={clock.boot_id or ''}", clock.origin_ns)
+        self._event(ts_ns, boot_clock.EVENT_KIND, None, boot_clock.record_detail(clock), clock.origin_ns)
 
     def _event(self, ts_ns: int, kind: str, device: DeviceInfo | None, detail: str, value: int | None = None) -> None:
         self.writer.add_event(

@@ -121,7 +121,8 @@ EVENTS_SCHEMA = _schema(
         # collector_start, collector_stop, gpu_lost, gpu_recovered, xid,
         # ticks_skipped, sample_failed, throttle_start, throttle_stop,
         # gpu_reset, gpu_reset_done, vm_fault (AMD), boot_clock (value: the
-        # epoch ns at which this boot began; detail: boot_id=<kernel boot id>)
+        # epoch ns at which this boot began; detail: boot_id=<kernel boot id>
+        # hostname=<the machine's own name>)
         ("kind", pa.string()),
         ("detail", pa.string()),
         # A count or code that goes with the kind (ticks skipped, XID code).

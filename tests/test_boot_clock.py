@@ -317,13 +317,14 @@ def _collect_with(tmp_path: Path, clocks: list[BootClock]) -> list[tuple]:
 def test_the_collector_records_its_boot_once_while_the_clock_holds(tmp_path: Path) -> None:
     drifted = BootClock(HOST, UPTIME_NS, BOOTED_AT_NS + boot_clock.RECORD_DRIFT_NS, "b-1")  # within the drift allowed
     events = _collect_with(tmp_path, [BootClock(HOST, UPTIME_NS, BOOTED_AT_NS, "b-1"), drifted])
-    assert events == [(HOST, "boot_id=b-1", BOOTED_AT_NS)]
+    assert events == [(HOST, f"boot_id=b-1 hostname={HOST}", BOOTED_AT_NS)]
 
 
 def test_the_collector_records_its_boot_again_after_a_clock_step(tmp_path: Path) -> None:
     stepped = BootClock(HOST, UPTIME_NS, BOOTED_AT_NS + 2 * S, "b-1")  # NTP stepped the clock 2 s
     events = _collect_with(tmp_path, [BootClock(HOST, UPTIME_NS, BOOTED_AT_NS, "b-1"), stepped])
-    assert events == [(HOST, "boot_id=b-1", BOOTED_AT_NS), (HOST, "boot_id=b-1", BOOTED_AT_NS + 2 * S)]
+    assert events == [(HOST, f"boot_id=b-1 hostname={HOST}", BOOTED_AT_NS),
+                      (HOST, f"boot_id=b-1 hostname={HOST}", BOOTED_AT_NS + 2 * S)]
 
 
 def test_this_machines_boot_clock_reads_the_epoch_at_boot(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -407,3 +408,13 @@ def test_csv_files_without_a_host_warn_where_the_dataset_has_any_telemetry(tmp_p
     assert report.results[0].warnings == (
         "no telemetry join: the dataset has telemetry, but the files name no host, and their folder is not named for "
         "this machine; its times stay on the boot clock",)
+
+
+def test_a_collector_run_as_another_host_name_is_found_by_the_machines_own_name(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # `gpulens collect --host gpu07` on the machine that calls itself mi250-node-07.
+    _machine(monkeypatch, hostname="login-01")
+    writer = DatasetWriter(tmp_path / "data", "gpu07")
+    writer.add_event(BOOTED_AT_NS + 60 * S, "boot_clock", f"boot_id=b-1 hostname={HOST}", value=BOOTED_AT_NS)
+    writer.flush()
+    assert _outcome(_placed(_database(tmp_path), tmp_path / "data"))[:2] == ("epoch", BOOTED_AT_NS)
