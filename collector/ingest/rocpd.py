@@ -36,11 +36,13 @@ Times are nanoseconds of the boot-time clock, as in the CSV files: the
 parse leaves them so (`runs.time_base = 'trace'`) and hands the host and
 file to `collector.boot_clock`, which ingest asks to place them on the
 epoch where a boot of that host fits (this machine's, or one its collector
-recorded), the reason in `time_note` either way. Ranks: one process with GPU work takes the
-rank its path states (`rank3_results.db`, or a folder `rank3`), else 0;
-a merged file (`rocpd merge`) of several processes gives each its rank in
-pid order (`sqlite_db`). A file with no kernel dispatch or memory copy is
-an error, as a Kineto trace without GPU events is.
+recorded), the reason in `time_note` either way.
+
+Ranks: one process with GPU work takes the rank its path states
+(`rank3_results.db`, or a folder `rank3`), else 0; a merged file (`rocpd
+merge`) of several processes gives each its rank in pid order
+(`sqlite_db`). A file with no kernel dispatch or memory copy is an error,
+as a Kineto trace without GPU events is.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.errors import TraceError
 from collector.boot_clock import BootClockTrace
+from collector.errors import TraceError
 from collector.ingest.base import ParsedTrace, profiler_step
 from collector.ingest.categories import categorise
 from collector.ingest.rocprof import COPY_NAMES, NO_GPU_EVENTS, rank_from_path

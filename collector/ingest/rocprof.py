@@ -26,11 +26,11 @@ Decisions, each for a stated reason:
   boot-time clock (CLOCK_BOOTTIME), not the epoch, so they are kept as they
   are with `runs.time_base = 'trace'` and a NULL `epoch_offset_ns`, for
   ingest to place on the epoch where a boot of their host fits
-  (`collector.boot_clock`). The files
-  name no host; rocprofv3 writes them into a folder named for it
-  (`%hostname%/%pid%_...` by default), so a folder named exactly like this
-  machine makes it their host (`runs.host`), and any other folder leaves
-  the host unknown: a renamed folder must not pose as a host.
+  (`collector.boot_clock`). The files name no host; rocprofv3 writes them
+  into a folder named for it (`%hostname%/%pid%_...` by default), so a
+  folder named exactly like this machine makes it their host
+  (`runs.host`), and any other folder leaves the host unknown: a renamed
+  folder must not pose as a host.
 - Device: `Agent_Id` is `GPU n` (type-relative: n is the GPU index), or
   `Agent n` / a bare number (the logical node id, CPUs included). The latter
   is turned into a GPU index with the `<pid>_agent_info.csv` written beside
