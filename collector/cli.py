@@ -214,7 +214,8 @@ def display_width(text: str) -> int:
 @click.option("--run", "run_name", default=None, help="Run name (default: the folder or file name).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one). A big Kineto file is read by several at once.")
 @click.option("--quiet", "-q", is_flag=True, help="No line per file ingested: only warnings, errors and the summary (for runs of thousands of ranks).")
-def ingest(paths, out, run_name, jobs, quiet):
+@click.option("--host", default=None, help="The host the traces were recorded on, for those that name none (rocprofv3 CSV outside its host folder, a Kineto trace without one): joins them to that host's telemetry.")
+def ingest(paths, out, run_name, jobs, quiet, host):
     """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 database or CSV, NCCL logs).
 
     PATHS are files, folders or globs; the files of one call form one run,
@@ -232,7 +233,7 @@ def ingest(paths, out, run_name, jobs, quiet):
     prepare_ingest_process()  # this process only ingests
 
     with _terminated_on_sigterm():
-        report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty())
+        report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty(), host=host)
     prefixes = {logging.INFO: "", logging.WARNING: "gpulens: warning: ", logging.ERROR: "gpulens: error: "}
     for level, line in report.notices():
         if level > logging.INFO or not quiet:

@@ -418,3 +418,15 @@ def test_a_collector_run_as_another_host_name_is_found_by_the_machines_own_name(
     writer.add_event(BOOTED_AT_NS + 60 * S, "boot_clock", f"boot_id=b-1 hostname={HOST}", value=BOOTED_AT_NS)
     writer.flush()
     assert _outcome(_placed(_database(tmp_path), tmp_path / "data"))[:2] == ("epoch", BOOTED_AT_NS)
+
+
+def test_csv_files_outside_their_host_folder_are_placed_by_the_host_given(tmp_path: Path, up_for_20_days: None,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Copied off the node into traces/, ingested on a login node with --host.
+    _machine(monkeypatch, hostname="login-01", uptime_ns=20 * 86400 * S)
+    _record_boots(tmp_path / "data", HOST, (BOOTED_AT_NS, "b-1"))
+    files = _csv_process(tmp_path / "traces")
+    report = ingest_paths(files, tmp_path / "data", run="job", jobs=1, host=HOST)
+    assert report.failures == []
+    runs = open_dataset(tmp_path / "data").sql("select host, time_base, epoch_offset_ns from runs").fetchall()
+    assert runs == [(HOST, "epoch", BOOTED_AT_NS)]

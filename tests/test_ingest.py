@@ -849,3 +849,30 @@ def test_gpulens_ingest_writes_parquet_without_arrows_mimalloc(tmp_path: Path) -
                             cwd=Path(__file__).resolve().parents[1])
     assert result.stdout.strip() == "0 0"
     assert list((tmp_path / "out").rglob("*.parquet"))
+
+
+# --- --host: the host of traces that name none ---------------------------------------
+
+
+def _run_hosts(out: Path) -> list[str | None]:
+    return [row["host"] for row in pq.read_table(next(out.glob("traces/run=*/runs/*.parquet"))).to_pylist()]
+
+
+def test_host_option_names_the_host_of_a_trace_that_names_none(tmp_path: Path) -> None:
+    trace = write(tmp_path / "train.json", kineto_json())
+    report = ingest_paths([trace], tmp_path / "out", run="r", host="gpu-017")
+    assert (report.failures, _run_hosts(tmp_path / "out")) == ([], ["gpu-017"])
+
+
+def test_host_option_leaves_the_host_a_trace_names(tmp_path: Path) -> None:
+    trace = write(tmp_path / "train.json", json.dumps({**json.loads(kineto_json()), "hostname": "node-a"}))
+    ingest_paths([trace], tmp_path / "out", run="r", host="gpu-017")
+    assert _run_hosts(tmp_path / "out") == ["node-a"]
+
+
+def test_ingest_command_takes_a_host(tmp_path: Path) -> None:
+    from dashboard import cli
+
+    trace = write(tmp_path / "train.json", kineto_json())
+    assert cli.main(["ingest", str(trace), "--out", str(tmp_path / "out"), "--host", "gpu-017"]) == 0
+    assert _run_hosts(tmp_path / "out") == ["gpu-017"]

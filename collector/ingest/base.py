@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import gzip
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.boot_clock import BootClockTrace
 from collector.ingest.buffer import GZIP_MAGIC
@@ -55,6 +57,23 @@ class ParsedTrace:
 # The timed tables, with what one row and several rows of each are called.
 _TIMED_TABLES = {"kernels": ("GPU activity", "GPU activities"), "api_calls": ("runtime call", "runtime calls"),
                  "cpu_ops": ("CPU op", "CPU ops"), "annotations": ("annotation", "annotations")}
+
+
+def with_host(parsed: ParsedTrace, host: str | None) -> ParsedTrace:
+    """`parsed` with `host` in its runs rows that name none, and as the host
+    of its boot-clock times where they have none (`gpulens ingest --host`);
+    a host the trace names stays."""
+    if not host:
+        return parsed
+    runs = parsed.tables.get("runs")
+    if runs is not None and runs.num_rows:
+        index = runs.schema.get_field_index("host")
+        field_ = runs.schema.field(index)
+        runs = runs.set_column(index, field_, pc.fill_null(runs["host"], pa.scalar(host, field_.type)))
+        parsed.tables["runs"] = runs
+    if parsed.boot_clock is not None and parsed.boot_clock.host is None:
+        parsed.boot_clock = dataclasses.replace(parsed.boot_clock, host=host)
+    return parsed
 
 
 def timing_warnings(tables: dict[str, pa.Table]) -> list[str]:

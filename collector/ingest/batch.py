@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from collector import boot_clock
 from collector.errors import DatasetError, TraceError, one_line
-from collector.ingest.base import timing_warnings
+from collector.ingest.base import timing_warnings, with_host
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, format_modules, module_for
 from collector.ingest.store import (STAGING_DIR, owner_tag, read_runs, remove_abandoned_staging, runs_holding,
@@ -286,6 +286,8 @@ class Source:
     # Small sources parsed by one process and written together
     # (`group_small_sources`); `path` is then the first one's.
     group: tuple[Source, ...] = ()
+    # The host its traces were recorded on, where they name none (`--host`).
+    host: str | None = None
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -335,12 +337,13 @@ class PartOutcome:
 
 
 def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None, jobs: int | None = None,
-                 progress: bool = False) -> IngestReport:
+                 progress: bool = False, host: str | None = None) -> IngestReport:
     """Ingest trace files, directories and globs into the dataset at `out`.
 
     The files of one call are one run (one rank per file, usually), named
     `run` or, by default, after the folder when one folder is given, else
     after the stem the files share (`job_rank0`, `job_rank1` → `job`).
+    `host` is the host of the traces that name none.
     Folders are searched recursively; files in them that are no known
     format are skipped. `jobs` processes parse at once: this one and
     `jobs - 1` workers (default: the CPU count). Files that fail are reported, never raised;
@@ -350,7 +353,7 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     out = Path(out)
     new_dataset = not out.exists()
     check_writable(out)
-    tasks, failures = _expand(list(paths), out, run)
+    tasks, failures = _expand(list(paths), out, run, host)
     report = IngestReport(failures=failures)
     ids = {source_id(member.path) for task in tasks for member in task.members}
     elsewhere = runs_holding(out, ids, tasks[0].run) if tasks else {}
@@ -414,34 +417,36 @@ def check_writable(out: Path) -> None:
 
 
 def ingest_file(path: str, run: str, out: str, explicit: bool = True,
-                parts: tuple[str, ...] = ()) -> FileResult | FileFailure | SkippedFile:
+                parts: tuple[str, ...] = (), host: str | None = None) -> FileResult | FileFailure | SkippedFile:
     """Detect, parse and write one file (the unit a worker runs), or the
     `parts` of one rocprofv3 process together, `path` naming them.
 
     `explicit` is false for files found in a folder: those of no known
-    format come back as SkippedFile rather than FileFailure.
+    format come back as SkippedFile rather than FileFailure. `host`: the
+    host of traces that name none.
     """
     try:
-        return _ingest_file(path, run, out, explicit, parts)
+        return _ingest_file(path, run, out, explicit, parts, host)
     finally:
         release_freed_memory()
 
 
 def _ingest_file(path: str, run: str, out: str, explicit: bool,
-                 parts: tuple[str, ...]) -> FileResult | FileFailure | SkippedFile:
+                 parts: tuple[str, ...], host: str | None) -> FileResult | FileFailure | SkippedFile:
     started = time.perf_counter()
     run = sanitise_run(run)
-    parsed = _parse(path, run, explicit, parts, out)
+    parsed = _parse(path, run, explicit, parts, out, host)
     if isinstance(parsed, (FileFailure, SkippedFile)):
         return parsed
     return _written(path, *parsed, run, out, started)
 
 
-def _parse(path: str, run: str, explicit: bool, parts: tuple[str, ...],
-           out: str) -> tuple[str, ParsedTrace] | FileFailure | SkippedFile:
+def _parse(path: str, run: str, explicit: bool, parts: tuple[str, ...], out: str,
+           host: str | None = None) -> tuple[str, ParsedTrace] | FileFailure | SkippedFile:
     """Detect and parse one source: (its format, what it holds), or why not;
-    boot-clock times placed on the epoch where a boot of their host fits
-    (this machine's, or one its collector recorded in the dataset at `out`)."""
+    `host` given to a trace that names none, and boot-clock times placed on
+    the epoch where a boot of their host fits (this machine's, or one its
+    collector recorded in the dataset at `out`)."""
     try:
         format_name = ROCPROF if parts else detect_format(path)
     except TraceError as error:
@@ -453,6 +458,7 @@ def _parse(path: str, run: str, explicit: bool, parts: tuple[str, ...],
             parsed = module_for(ROCPROF).parse_process([Path(part) for part in parts], run)
         else:
             parsed = module_for(format_name).parse(Path(path), run)
+        with_host(parsed, host)
         boot_clock.place(parsed, Path(out))
         return format_name, parsed
     except TraceError as error:
@@ -491,7 +497,7 @@ def ingest_group(task: Source, out: str) -> list[FileResult | FileFailure | Skip
         parsed: list[tuple[int, str, ParsedTrace, float]] = []  # (its place, format, tables, seconds)
         for source in task.group:
             started = time.perf_counter()
-            got = _parse(source.path, run, source.explicit, source.parts, out)
+            got = _parse(source.path, run, source.explicit, source.parts, out, source.host)
             if isinstance(got, (FileFailure, SkippedFile)):
                 outcomes.append(got)
             else:
@@ -554,7 +560,7 @@ def ingest_task(task: Source, out: str) -> list[FileResult | FileFailure | Skipp
         return ingest_group(task, out)
     if task.part is not None:
         return [_read_part(task, out)]
-    return [ingest_file(task.path, task.run, out, task.explicit, task.parts)]
+    return [ingest_file(task.path, task.run, out, task.explicit, task.parts, task.host)]
 
 
 def _read_part(task: Source, out: str) -> PartOutcome:
@@ -707,7 +713,7 @@ def _assemble(outcomes: Iterable[FileResult | FileFailure | SkippedFile | PartOu
         del pending[outcome.task.path]
         yield _assembled(outcome.task, parts, out)
     for parts in pending.values():  # never all read (cannot happen: every task reports): whole
-        yield ingest_file(parts[0].task.path, parts[0].task.run, out, parts[0].task.explicit)
+        yield ingest_file(parts[0].task.path, parts[0].task.run, out, parts[0].task.explicit, host=parts[0].task.host)
 
 
 def _assembled(task: Source, parts: list[PartOutcome], out: str) -> FileResult | FileFailure | SkippedFile:
@@ -724,7 +730,7 @@ def _assembled(task: Source, parts: list[PartOutcome], out: str) -> FileResult |
         started = time.perf_counter() - sum(part.seconds for part in parts)
         run = sanitise_run(task.run)
         try:
-            parsed = kineto.parse_parts(Path(task.path), run, reads)
+            parsed = with_host(kineto.parse_parts(Path(task.path), run, reads), task.host)
         except TraceError as error:  # a trace with no GPU events
             result = FileFailure(task.path, error.problem)
         except Exception:  # the parts do not meet (NotStreamable), or a parser bug the whole file reports
@@ -733,7 +739,7 @@ def _assembled(task: Source, parts: list[PartOutcome], out: str) -> FileResult |
             del reads
             result = _written(task.path, kineto.FORMAT, parsed, run, out, started)
     if result is None:
-        result = ingest_file(task.path, task.run, out, task.explicit)
+        result = ingest_file(task.path, task.run, out, task.explicit, host=task.host)
     release_freed_memory()
     return result
 
@@ -1006,7 +1012,8 @@ class _Progress:
 # --- turning arguments into files ------------------------------------------------
 
 
-def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[list[Source], list[FileFailure]]:
+def _expand(arguments: list[str | Path], out: Path, run: str | None,
+            host: str | None = None) -> tuple[list[Source], list[FileFailure]]:
     """The files the arguments name, all in one run."""
     found: list[tuple[Path, bool]] = []
     failures: list[FileFailure] = []
@@ -1029,10 +1036,10 @@ def _expand(arguments: list[str | Path], out: Path, run: str | None) -> tuple[li
         else:
             failures.append(FileFailure(str(argument), "no such file or directory"))
     name = sanitise_run(run if run is not None else default_run_name(arguments, [file for file, _ in found]))
-    return sources_of(found, name), failures
+    return sources_of(found, name, host), failures
 
 
-def sources_of(found: list[tuple[Path, bool]], run: str) -> list[Source]:
+def sources_of(found: list[tuple[Path, bool]], run: str, host: str | None = None) -> list[Source]:
     """The sources among `found` (file, named explicitly): a file each, but
     one for all the CSVs of one rocprofv3 process; a file reached twice
     (through a link and by name) once. The watcher groups its files so too."""
@@ -1048,9 +1055,10 @@ def sources_of(found: list[tuple[Path, bool]], run: str) -> list[Source]:
         if process is not None:
             processes.setdefault(process, []).append((file, explicit))
         else:
-            tasks.append(Source(str(file), run, explicit))
+            tasks.append(Source(str(file), run, explicit, host=host))
     for process, files in processes.items():
-        tasks.append(Source(process, run, any(explicit for _, explicit in files), tuple(str(f) for f, _ in files)))
+        tasks.append(Source(process, run, any(explicit for _, explicit in files), tuple(str(f) for f, _ in files),
+                            host=host))
     return tasks
 
 
