@@ -45,16 +45,15 @@ import datetime as dt
 import functools
 import json
 import os
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from collector.writer import partition_value
+# Imported where first needed (socket, pyarrow.parquet, collector.writer):
+# every ingest imports this module, and only rocprofv3 traces use them.
 
 # How long after a trace's last event its file may have been written.
 MAX_WRITE_DELAY_NS = 3600 * 10**9
@@ -81,6 +80,8 @@ class BootClock:
 
     @classmethod
     def now(cls) -> BootClock:
+        import socket
+
         # Read between two epoch reads, so the origin is good to their spread.
         before = time.time_ns()
         uptime = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
@@ -150,6 +151,8 @@ def recorded_boots(dataset: Path, host: str) -> list[RecordedBoot]:
     (under that host name, or that machine name where the collector ran as
     another `--host`), oldest first: one per boot id (per origin where the
     id is unknown)."""
+    from collector.writer import partition_value
+
     # The host's own partition (`events/host=H/`, H as the writer makes it a
     # folder name) first, whatever its case; the others only where it has no
     # record, as a fleet's partitions are many.
@@ -179,6 +182,8 @@ def _signature(folders: list[Path]) -> tuple[tuple[str, int, int], ...]:
 
 @functools.lru_cache(maxsize=16)
 def _read_boots(host: str, files: tuple[tuple[str, int, int], ...]) -> tuple[RecordedBoot, ...]:
+    import pyarrow.parquet as pq
+
     records: dict[str | int, list[tuple[int, int]]] = {}
     for path, _, _ in files:
         try:
@@ -286,6 +291,8 @@ def place(parsed, dataset: Path | None = None, clock: BootClock | None = None) -
 
 def _has_telemetry(dataset: Path, host: str | None) -> bool:
     """Whether the dataset holds telemetry of `host` (any host, where None)."""
+    from collector.writer import partition_value
+
     folder = Path(dataset) / "telemetry"
     if not folder.is_dir():
         return False

@@ -19,14 +19,16 @@ import re
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.boot_clock import BootClockTrace
 from collector.ingest.buffer import GZIP_MAGIC
 from collector.schema import TRACE_SCHEMAS
+
+if TYPE_CHECKING:  # only rocprofv3 traces need it: kept off Kineto's import path
+    from collector.boot_clock import BootClockTrace
 
 
 @dataclass

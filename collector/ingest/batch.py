@@ -43,7 +43,6 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from collector import boot_clock
 from collector.errors import DatasetError, TraceError, one_line
 from collector.ingest.base import timing_warnings, with_host
 from collector.ingest.buffer import content_bytes
@@ -459,7 +458,10 @@ def _parse(path: str, run: str, explicit: bool, parts: tuple[str, ...], out: str
         else:
             parsed = module_for(format_name).parse(Path(path), run)
         with_host(parsed, host)
-        boot_clock.place(parsed, Path(out))
+        if parsed.boot_clock is not None:
+            from collector import boot_clock  # rocprofv3 only: kept off Kineto's import path
+
+            boot_clock.place(parsed, Path(out))
         return format_name, parsed
     except TraceError as error:
         return FileFailure(error.path if parts else path, error.problem)  # a process's part: the file itself
