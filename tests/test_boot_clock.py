@@ -430,3 +430,13 @@ def test_csv_files_outside_their_host_folder_are_placed_by_the_host_given(tmp_pa
     assert report.failures == []
     runs = open_dataset(tmp_path / "data").sql("select host, time_base, epoch_offset_ns from runs").fetchall()
     assert runs == [(HOST, "epoch", BOOTED_AT_NS)]
+
+
+def test_the_telemetry_join_says_why_a_trace_stayed_on_the_boot_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _machine(monkeypatch, hostname="login-01")
+    write_telemetry(tmp_path / "data", HOST, [{"ts": (BOOTED_AT_NS + TRACE_AT_NS) // 1000, "gpu_index": 0, "power_w": 300.0}])
+    ingest_paths([_database(tmp_path)], tmp_path / "data", run="job", jobs=1)
+    matched = power.power_trace_gpus(open_dataset(tmp_path / "data")).row(0, named=True)
+    assert matched["unmatched_reason"] == (
+        "trace times are not on the epoch (runs.time_base): " + KEPT + "recorded on mi250-node-07, ingested on "
+        "login-01, and the dataset holds no boot record of mi250-node-07's collector")

@@ -13,7 +13,8 @@
 --   telemetry_first_ns, telemetry_last_ns: the span of power telemetry of
 --     that host and GPU; telemetry_covers: it covers the whole window;
 --   unmatched_reason: why the rank cannot be joined to telemetry, NULL when
---     it can. Trace times must be on the epoch (runs.time_base = 'epoch').
+--     it can. Trace times must be on the epoch (runs.time_base = 'epoch');
+--     where they are not, the runs row's time_note says why.
 -- requires: step_windows, rank_summary
 with telemetry_gpus as (
     select
@@ -30,7 +31,12 @@ single_host as (
     from telemetry_gpus
 ),
 rank_runs as (
-    select run, rank, any_value(host) as host, any_value(time_base) as time_base
+    select
+        run,
+        rank,
+        any_value(host) as host,
+        any_value(time_base) as time_base,
+        any_value(json_extract_string(metadata_json, '$.time_note')) as time_note
     from runs
     group by run, rank
 ),
@@ -58,6 +64,7 @@ matched as (
         rank_runs.run,
         rank_runs.rank,
         rank_runs.time_base,
+        rank_runs.time_note,
         coalesce(rank_runs.host, single_host.host) as host,
         rank_runs.host is null and single_host.host is not null as host_inferred,
         rank_devices.gpu_index,
@@ -84,6 +91,7 @@ select
     ) as telemetry_covers,
     case
         when matched.time_base is distinct from 'epoch' then 'trace times are not on the epoch (runs.time_base)'
+            || coalesce(': ' || matched.time_note, '')
         when matched.host is null then 'no host: runs.host is empty and telemetry has no single host'
         when matched.gpu_index is null then 'no kernels with a device index'
         when telemetry_gpus.host is null then 'no power telemetry for this host and GPU'
