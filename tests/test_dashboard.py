@@ -24,7 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import communication, power, timeline
 from analysis.dataset import open_dataset
-from conftest import write_telemetry
+from conftest import write_telemetry, write_trace_table
 from dashboard import charts, data
 from dashboard.pages.common import default_hosts
 
@@ -37,7 +37,7 @@ PAGE_CHARTS: dict[str, list[str]] = {
     "pages/telemetry.py": ["Board power per GPU", "GPU utilisation per GPU", "SM clock per GPU", "GPU temperature per GPU",
                            "Memory used per GPU", "Throttling: share of samples"],
     "pages/power.py": ["Power percentiles per GPU", "Power distribution per GPU", "Node coincident power",
-                       "Power-cap what-if"],
+                       "Power-cap what-if", "Energy per step", "Energy by phase per rank"],
     "pages/interconnect.py": ["NVLink throughput per GPU", "NVLink throughput over time", "PCIe throughput per GPU",
                               "PCIe throughput over time"],
     "pages/kernels.py": ["GPU time breakdown per rank", "Kernel launch and queuing time (TKLQT) per step",
@@ -735,3 +735,25 @@ def test_kernels_page_offers_only_runs_with_kernels(monkeypatch):
 def test_compare_page_opens_on_the_first_two_runs_with_kernels(monkeypatch):
     at = _run(monkeypatch, H100_SAMPLE, "pages/compare.py")
     assert (at.selectbox(key="compare_a").value, at.selectbox(key="compare_b").value) == ("h100-small-batch", "h100-train")
+
+
+def test_power_page_says_why_a_run_cannot_be_joined_to_the_telemetry(monkeypatch, three_nodes):
+    # A rocprofv3 run kept on the boot clock beside node-a's telemetry.
+    note = "ts on the boot clock (CLOCK_BOOTTIME): the trace names no host"
+    write_trace_table(three_nodes, "amd", "runs", {"run": ["amd"], "rank": [0], "host": ["node-a"], "time_base": ["trace"],
+                                                  "metadata_json": [json.dumps({"time_note": note})]})
+    write_trace_table(three_nodes, "amd", "kernels", {
+        "run": ["amd"], "rank": [0], "device": [0], "stream": [1], "name": ["gemm"], "category": ["compute"],
+        "start_ns": [5_000], "end_ns": [9_000], "dur_ns": [4_000]})
+    at = _run(monkeypatch, three_nodes, "pages/power.py")
+    assert at.info[-1].value == (f"`amd` cannot be joined to the telemetry: trace times are not on the epoch "
+                                 f"(runs.time_base): {note}.")
+    assert "Energy per step" not in _titles(at)
+
+
+def test_power_page_prices_each_step_and_phase_of_a_run_under_the_telemetry(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/power.py")
+    steps = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"] == "Energy per step")
+    phases = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"] == "Energy by phase per rank")
+    assert steps["data"] and all(trace["mode"] == "lines+markers" for trace in steps["data"])
+    assert [trace["name"] for trace in phases["data"]] == ["compute", "communication", "memory", "idle"]

@@ -397,12 +397,13 @@ def test_report_baseline_dataset_runs_each_analysis_once(small: Path, analysis_r
 
 
 def test_report_step_charts_of_two_runs_on_one_gpu_give_each_run_its_colour():
+    from dashboard import charts
     from dashboard.report import figures
 
     steps = pl.DataFrame({"run": ["train", "train", "small", "small"], "rank": [0] * 4, "step": [10, 11, 100, 101],
                           "gpu_idle_share": [0.02, 0.03, 0.8, 0.7], "energy_j": [39.0, 40.0, 9.0, 8.0],
                           "gpu_index": [0] * 4})
-    for fig in (figures.launch_figure(steps), figures.step_energy_figure(steps)):
+    for fig in (figures.launch_figure(steps), charts.step_energy_figure(steps)):
         assert len({trace.line.color for trace in fig.data}) == 2
 
 

@@ -1,5 +1,6 @@
 """Power headroom: per-GPU power against limits, node power against its budget,
-and what a power cap would buy (oversubscription what-if)."""
+what a power cap would buy (oversubscription what-if), and, where kernel
+traces ran under the telemetry, the energy of each profiler step and phase."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from analysis import power, timeline
 from dashboard import charts
 from dashboard.pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, fmt_share, frame,
-    host_scope, hosts_of, naive, require_dataset, require_tables,
+    host_scope, hosts_of, naive, require_dataset, require_tables, run_picker, with_kernels,
 )
 
 CURVE_POINTS = 8
@@ -116,4 +117,31 @@ with st.expander(f"Per GPU under a {cap_w} W cap"):
         st.dataframe(whatif.select("host", "gpu_index", "cap_w", "limit_w", "samples_above_cap",
                                    (pl.col("above_cap_share") * 100).round(1).alias("above_cap_pct"),
                                    pl.col("energy_above_cap_j").round(0), "cap_above_limit"),
+                     hide_index=True, width="stretch")
+
+# --- the traces' steps and phases, priced in energy ------------------------------------------
+# Telemetry joined to kernel traces: what each profiler step and each phase
+# (computing, communicating alone, copying alone, idle) cost in joules.
+runs = with_kernels(frame(ds, timeline.trace_runs))
+if runs.height:
+    st.header("Energy per step and phase")
+    run = run_picker(runs, key="power_run")
+    matched = frame(ds, power.power_trace_gpus).filter(pl.col("run") == run)
+    unmatched = matched.filter(pl.col("unmatched_reason").is_not_null())
+    if unmatched.height == matched.height:
+        reasons = sorted(set(unmatched["unmatched_reason"].to_list()))
+        st.info(f"`{run}` cannot be joined to the telemetry: " + "; ".join(reasons) + ".", icon=":material/info:")
+    else:
+        steps = frame(ds, power.step_energy).filter(pl.col("run") == run)
+        phases = frame(ds, power.phase_energy).filter(pl.col("run") == run)
+        left, right = st.columns(2)
+        with left:
+            chart(charts.step_energy_figure(steps), key="power_step_energy")
+        with right:
+            chart(charts.phase_energy_figure(phases), key="power_phase_energy")
+        if unmatched.height:
+            st.caption("Not joined: " + "; ".join(f"rank {row['rank']}: {row['unmatched_reason']}"
+                                                 for row in unmatched.iter_rows(named=True)))
+    with st.expander("Which GPU each rank ran on"):
+        st.dataframe(matched.select("rank", "host", "gpu_index", "host_inferred", "telemetry_covers", "unmatched_reason"),
                      hide_index=True, width="stretch")

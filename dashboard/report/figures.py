@@ -59,20 +59,6 @@ def typical_step_figure(kernel_runs: pl.DataFrame, queue: pl.DataFrame | None) -
     return fig
 
 
-def step_energy_figure(steps: pl.DataFrame) -> go.Figure:
-    """Energy of each profiler step, one line per rank's GPU."""
-    fig = charts.new_figure()
-    runs = steps["run"].n_unique()
-    groups = steps.sort("run", "rank", "step").group_by("run", "rank", maintain_order=True)
-    for i, ((run, rank), group) in enumerate(groups):
-        gpu = group["gpu_index"][0]
-        colour = i if runs > 1 else gpu if gpu is not None else rank  # two runs on GPU 0 would share a colour
-        fig.add_scatter(x=group["step"].to_list(), y=group["energy_j"].to_list(), mode="lines+markers",
-                        name=_rank_label({"run": run, "rank": rank}, runs) + f" (GPU {gpu})",
-                        line_color=theme.gpu_colour(colour))
-    return _layout(fig, "Energy per step", "profiler step", "energy (J)")
-
-
 def _usable(frame: pl.DataFrame | None, *columns: str) -> bool:
     return frame is not None and not frame.is_empty() and all(c in frame.columns for c in columns)
 
@@ -123,5 +109,5 @@ def section_figures(report: Any, section: Any) -> list[tuple[str, Callable[[], g
     elif section.id == "energy":
         steps = t("step_energy")
         usable = _usable(steps, "energy_j") and steps["energy_j"].drop_nulls().len() > 0
-        plans.append(("steps", lambda: step_energy_figure(steps), usable))
+        plans.append(("steps", lambda: charts.step_energy_figure(steps), usable))
     return [(name, build) for name, build, usable in plans if usable]
