@@ -420,3 +420,12 @@ def test_report_draws_each_runs_median_step_with_its_launch_queue() -> None:
     titles = [build().layout.title.text for _, build in figures.section_figures(report, report.section("launch"))]
     assert titles[2:] == ["Kernels per stream: h100-small-batch, rank 0, step 102 (its median step)",
                           "Kernels per stream: h100-train, rank 0, step 12 (its median step)"]
+
+
+def test_report_draws_energy_per_step_and_per_phase_as_the_dashboard_does() -> None:
+    from dashboard.report import figures
+    from dashboard.report.build import build_report
+
+    report = build_report(Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training")
+    titles = [build().layout.title.text for _, build in figures.section_figures(report, report.section("energy"))]
+    assert titles == ["Energy per step", "Energy by phase per rank"]

@@ -110,4 +110,7 @@ def section_figures(report: Any, section: Any) -> list[tuple[str, Callable[[], g
         steps = t("step_energy")
         usable = _usable(steps, "energy_j") and steps["energy_j"].drop_nulls().len() > 0
         plans.append(("steps", lambda: charts.step_energy_figure(steps), usable))
+        phases = t("phase_energy")
+        plans.append(("phases", lambda: charts.phase_energy_figure(phases),
+                      _usable(phases, "energy_j", "phase") and phases["energy_j"].drop_nulls().len() > 0))
     return [(name, build) for name, build, usable in plans if usable]
