@@ -74,17 +74,20 @@ class BootClock:
     """This machine's name and boot, read once."""
 
     hostname: str
-    uptime_ns: int  # CLOCK_BOOTTIME now
-    origin_ns: int  # the epoch time at which CLOCK_BOOTTIME read 0
+    uptime_ns: int | None  # CLOCK_BOOTTIME now; None where there is none (not Linux)
+    origin_ns: int | None  # the epoch time at which CLOCK_BOOTTIME read 0
     boot_id: str | None = None  # the kernel's id of this boot (Linux)
 
     @classmethod
     def now(cls) -> BootClock:
         import socket
 
+        boot_clock = getattr(time, "CLOCK_BOOTTIME", None)
+        if boot_clock is None:  # macOS, Windows: no boot-time clock to place traces by
+            return cls(socket.gethostname(), None, None)
         # Read between two epoch reads, so the origin is good to their spread.
         before = time.time_ns()
-        uptime = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        uptime = time.clock_gettime_ns(boot_clock)
         after = time.time_ns()
         try:
             boot_id = _BOOT_ID_FILE.read_text().strip() or None
@@ -231,7 +234,7 @@ def placement(trace: BootClockTrace, last_ns: int | None, clock: BootClock,
 def _boots(host: str, last_ns: int, clock: BootClock, recorded: list[RecordedBoot]) -> tuple[list[_Boot], str]:
     """The boots the trace could be from, and, where there are none, why."""
     boots: list[_Boot] = []
-    this_host = host.lower() == clock.hostname.lower()
+    this_host = host.lower() == clock.hostname.lower() and clock.uptime_ns is not None and clock.origin_ns is not None
     if this_host and last_ns <= clock.uptime_ns:
         boots.append(_Boot(clock.origin_ns, True, "this boot"))
     for boot, after in zip(recorded, [*recorded[1:], None]):

@@ -321,6 +321,8 @@ class Collector:
         placed on the epoch where they are ingested (collector.boot_clock):
         at start, and again once a clock step has moved it."""
         clock = self._boot_clock_now()
+        if clock.origin_ns is None:  # no boot-time clock here (not Linux): nothing to place traces by
+            return
         if self._boot_origin_ns is not None and abs(clock.origin_ns - self._boot_origin_ns) <= boot_clock.RECORD_DRIFT_NS:
             return
         self._boot_origin_ns = clock.origin_ns

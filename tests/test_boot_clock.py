@@ -440,3 +440,17 @@ def test_the_telemetry_join_says_why_a_trace_stayed_on_the_boot_clock(tmp_path: 
     assert matched["unmatched_reason"] == (
         "trace times are not on the epoch (runs.time_base): " + KEPT + "recorded on mi250-node-07, ingested on "
         "login-01, and the dataset holds no boot record of mi250-node-07's collector")
+
+
+def test_a_machine_without_a_boot_time_clock_places_by_records_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # macOS has no CLOCK_BOOTTIME: a laptop reading a node's traces.
+    monkeypatch.undo()
+    monkeypatch.delattr(time, "CLOCK_BOOTTIME", raising=False)
+    assert (BootClock.now().uptime_ns, BootClock.now().origin_ns) == (None, None)
+    monkeypatch.setattr(socket, "gethostname", lambda: HOST)  # even named like the node
+    _record_boots(tmp_path / "data", HOST, (BOOTED_AT_NS, "b-1"))
+    assert _outcome(_placed(_database(tmp_path), tmp_path / "data"))[:2] == ("epoch", BOOTED_AT_NS)
+
+
+def test_a_collector_without_a_boot_time_clock_records_no_boot(tmp_path: Path) -> None:
+    assert _collect_with(tmp_path, [BootClock(HOST, None, None)]) == []
