@@ -357,3 +357,53 @@ def test_text_agent_index_names_the_agent_table(tmp_path: Path) -> None:
         rocpd.parse(path, "job")
     assert (error.value.path, error.value.problem) == (
         str(path), "rocpd_info_agent.type_index holds text where a number belongs")
+
+
+# --- extdata stored as SQLite's binary JSON (jsonb) --------------------------------
+# Blobs as SQLite 3.54 writes them (`select jsonb(?)`), with the JSON text given.
+JSONB_BLOBS = [
+    ('{"message":"ProfilerStep#3"}', "cc18776d657373616765c70e50726f66696c6572537465702333"),
+    ('{"message":"a \\"quoted\\" name \\u00e9"}',
+     "cc22776d657373616765c81861205c2271756f7465645c22206e616d65205c7530306539"),
+    # a 2-byte size, an int, a JSON5 hex int, a float, true, null and nested arrays
+    ('{"message":"' + "x" * 300 + '","n":12,"h":31,"f":1.5,"t":true,"z":null,"a":[1,[2]]}',
+     "dc0157776d657373616765d7012c" + "78" * 300 + "176e23313217684430783146176635312e35177401177a0017615b13312b1332"),
+    ("{}", "0c"),
+]
+
+
+@pytest.mark.parametrize(("text", "blob"), JSONB_BLOBS, ids=["short", "escapes", "long and every type", "empty"])
+def test_sqlite_jsonb_blobs_decode_to_their_json(text: str, blob: str) -> None:
+    from collector.ingest.sqlite_db import jsonb_loads
+
+    assert jsonb_loads(bytes.fromhex(blob)) == json.loads(text)
+
+
+@pytest.mark.parametrize("blob", ["cc18776d657373616765c70e5072", "2c1761", "0d", "0c00"],
+                         ids=["truncated", "key without value", "reserved type", "bytes after"])
+def test_malformed_jsonb_is_refused(blob: str) -> None:
+    from collector.ingest.sqlite_db import NotJsonb, jsonb_loads
+
+    with pytest.raises(NotJsonb):
+        jsonb_loads(bytes.fromhex(blob))
+
+
+def test_a_roctx_message_stored_as_jsonb_names_its_range(tmp_path: Path) -> None:
+    path = write_rocpd(tmp_path / "4242_results.db")
+    step_blob = bytes.fromhex(JSONB_BLOBS[0][1])
+    conn = sqlite3.connect(path)
+    conn.execute(f'update "rocpd_event{UUID}" set extdata = ? where extdata like \'%ProfilerStep%\'', (step_blob,))
+    conn.commit()
+    conn.close()
+    annotations = rocpd.parse(path, "job").tables["annotations"].to_pylist()
+    assert [(a["name"], a["kind"], a["step"]) for a in annotations] == [("ProfilerStep#3", "profiler_step", 3)]
+
+
+def test_an_unreadable_extdata_blob_leaves_the_range_its_name(tmp_path: Path) -> None:
+    path = write_rocpd(tmp_path / "4242_results.db")
+    conn = sqlite3.connect(path)
+    conn.execute(f'update "rocpd_event{UUID}" set extdata = x\'0d\' where extdata like \'%ProfilerStep%\'')
+    conn.commit()
+    conn.close()
+    annotations = rocpd.parse(path, "job").tables["annotations"].to_pylist()
+    assert [(a["name"], a["kind"]) for a in annotations] == [("roctxRangePushA", "nvtx")]

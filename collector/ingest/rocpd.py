@@ -17,10 +17,11 @@ else through the suffixed table itself):
   (the destination of a host-to-device copy, else the source).
 - `rocpd_region` whose event category is `HIP_*`, `HSA_*` or `RCCL_*` →
   `api_calls`; `MARKER_*` (roctx ranges) → `annotations` kind `nvtx`, named
-  by the range's message (`ProfilerStep#N` → kind `profiler_step`). Regions
-  of other categories are counted in `runs.metadata_json`
-  `skipped_regions`; instant samples (`rocpd_sample`, roctxMark) are not
-  ranges and are not read.
+  by the range's message (`ProfilerStep#N` → kind `profiler_step`), read
+  from its event's `extdata` whether stored as JSON text or as SQLite's
+  binary JSONB (`sqlite_db.jsonb_loads`). Regions of other categories are
+  counted in `runs.metadata_json` `skipped_regions`; instant samples
+  (`rocpd_sample`, roctxMark) are not ranges and are not read.
 - Correlation ids are the events' `stack_id` (rocprofiler's internal
   correlation id, which `rocpd convert` writes as the CSV's
   Correlation_Id), shared by a kernel and the HIP call that launched it.
@@ -60,8 +61,8 @@ from collector.ingest.base import ParsedTrace, profiler_step
 from collector.ingest.categories import categorise
 from collector.ingest.rocprof import COPY_NAMES, NO_GPU_EVENTS, rank_from_path
 from collector.ingest.sqlite_db import (
-    SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
-    rank_notes, runs_table, schema_has, table_names, whole_number,
+    SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, jsonb_loads, mapped, parse_file, processes_of,
+    query_columns, rank_notes, runs_table, schema_has, table_names, whole_number,
 )
 
 FORMAT = "rocpd"
@@ -334,13 +335,20 @@ def _rows(columns: Columns, rows: list[int]) -> Columns:
 
 
 def _message(extdata: Any) -> str | None:
-    """A roctx range's message, from its event's extdata JSON (`{"message": ...}`)."""
-    if not isinstance(extdata, str) or "message" not in extdata:
-        return None  # no JSON text (binary JSONB is not read: the name stands in)
+    """A roctx range's message, from its event's extdata (`{"message": ...}`):
+    JSON text, or SQLite's binary JSONB where it was stored through jsonb()."""
     try:
-        message = json.loads(extdata).get("message")
-    except (ValueError, AttributeError):
-        return None
+        if isinstance(extdata, str):
+            if "message" not in extdata:
+                return None
+            value = json.loads(extdata)
+        elif isinstance(extdata, bytes):
+            value = jsonb_loads(extdata)
+        else:
+            return None
+        message = value.get("message")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return None  # unreadable: the range's name stands in
     return message if isinstance(message, str) and message else None
 
 

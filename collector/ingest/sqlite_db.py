@@ -18,6 +18,7 @@ without a pid cannot be split: then every row gets the one rank.
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import shutil
 import sqlite3
@@ -275,3 +276,70 @@ def plain_sqlite(path: Path) -> Iterator[Path]:
         except (EOFError, gzip.BadGzipFile, OSError) as error:
             raise TraceError(str(path), f"truncated or corrupt gzip ({error})") from error
         yield plain
+
+
+# --- SQLite's binary JSON ------------------------------------------------------------
+# SQLite 3.45+ stores JSON passed through `jsonb()` in a binary form
+# (sqlite.org/jsonb.html). A column declared JSONB (rocpd's `extdata`) may
+# hold it; this module's SQLite (Python's) may be too old to read it with
+# json(), so it is decoded here. Each element is a header byte (low four
+# bits its type, high four its payload size, or 12-15 for a size in the
+# next 1, 2, 4 or 8 bytes, big-endian) and its payload: scalars as their
+# JSON text, arrays and objects as their elements (an object's alternate
+# key, value).
+
+_JSONB_NULL, _JSONB_TRUE, _JSONB_FALSE = 0, 1, 2
+_JSONB_INT, _JSONB_INT5, _JSONB_FLOAT, _JSONB_FLOAT5 = 3, 4, 5, 6
+_JSONB_TEXT, _JSONB_TEXTJ, _JSONB_TEXT5, _JSONB_TEXTRAW = 7, 8, 9, 10
+_JSONB_ARRAY, _JSONB_OBJECT = 11, 12
+
+
+class NotJsonb(ValueError):
+    """Bytes that are not a well-formed SQLite JSONB element."""
+
+
+def jsonb_loads(data: bytes) -> Any:
+    """The value of a SQLite JSONB blob, as json.loads gives it."""
+    value, end = _jsonb_element(memoryview(data), 0)
+    if end != len(data):
+        raise NotJsonb(f"{len(data) - end} bytes after the value")
+    return value
+
+
+def _jsonb_element(data: memoryview, at: int) -> tuple[Any, int]:
+    if at >= len(data):
+        raise NotJsonb("truncated")
+    header = data[at]
+    kind, size = header & 0x0F, header >> 4
+    at += 1
+    if size >= 12:
+        width = 1 << (size - 12)  # 12, 13, 14, 15: a 1-, 2-, 4- or 8-byte size
+        size = int.from_bytes(data[at:at + width], "big")
+        at += width
+    end = at + size
+    if end > len(data):
+        raise NotJsonb("truncated")
+    payload = bytes(data[at:end])
+    if kind == _JSONB_NULL:
+        return None, end
+    if kind in (_JSONB_TRUE, _JSONB_FALSE):
+        return kind == _JSONB_TRUE, end
+    if kind in (_JSONB_INT, _JSONB_INT5):
+        return int(payload.decode(), 0 if kind == _JSONB_INT5 else 10), end
+    if kind in (_JSONB_FLOAT, _JSONB_FLOAT5):
+        return float(payload.decode()), end
+    if kind in (_JSONB_TEXT, _JSONB_TEXTRAW):
+        return payload.decode(), end
+    if kind in (_JSONB_TEXTJ, _JSONB_TEXT5):
+        return json.loads(b'"' + payload + b'"'), end
+    if kind in (_JSONB_ARRAY, _JSONB_OBJECT):
+        items = []
+        while at < end:
+            item, at = _jsonb_element(data[:end], at)
+            items.append(item)
+        if kind == _JSONB_ARRAY:
+            return items, end
+        if len(items) % 2:
+            raise NotJsonb("an object with a key and no value")
+        return dict(zip(items[::2], items[1::2])), end
+    raise NotJsonb(f"element type {kind}")
