@@ -232,6 +232,38 @@ def no_power_findings(headroom: pl.DataFrame) -> list[Finding]:
     return findings
 
 
+def unjoined_trace_findings(matched: pl.DataFrame, headroom: pl.DataFrame) -> list[Finding]:
+    """`trace_not_joined`: a trace run with kernels on known GPUs, none of
+    whose ranks could be joined to the telemetry, in a dataset that has
+    power telemetry (elsewhere no join is expected, and none is missed)."""
+    if headroom.is_empty() or headroom["power_samples"].sum() == 0 or matched.is_empty():
+        return []
+    findings = []
+    runs = matched.filter(pl.col("gpu_index").is_not_null())
+    for (run,), group in runs.group_by("run", maintain_order=True):
+        reasons = group["unmatched_reason"]
+        if reasons.null_count():
+            continue  # some rank is joined: its steps have energy
+        first = sorted(set(reasons.to_list()))
+        findings.append(
+            Finding(
+                id="trace_not_joined",
+                severity="info",
+                title=f"Run {run} cannot be joined to the telemetry, so its steps have no energy: {first[0]}",
+                detail=(
+                    "Energy per step and per phase need the trace's times on the epoch, the host it ran on, and "
+                    "power telemetry of its GPU over the trace. rocprofv3 traces are placed on the epoch when "
+                    "ingested on their node, or into the dataset its collector writes; `gpulens ingest --host` "
+                    "names the host of a trace that names none."
+                ),
+                subject={"run": run},
+                evidence={"ranks": group["rank"].to_list(), "reasons": first},
+                page=POWER_PAGE,
+            )
+        )
+    return findings
+
+
 def headroom_findings(nodes: pl.DataFrame, min_extra_nodes: float = 0.2) -> list[Finding]:
     """`power_headroom`: a node whose budget would carry `min_extra_nodes` more such nodes at p99."""
     findings = []
@@ -332,6 +364,7 @@ def power_findings(
         capped_findings(headroom, capped_min_share)
         + thermal_findings(headroom, thermal_min_share)
         + no_power_findings(headroom)
+        + unjoined_trace_findings(power_trace_gpus(con), headroom)
         + headroom_findings(node_power(con), headroom_min_extra_nodes)
         + untapped_findings(interconnect_usage(con), untapped_max_p95_utilisation)
     )

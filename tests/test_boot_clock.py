@@ -454,3 +454,21 @@ def test_a_machine_without_a_boot_time_clock_places_by_records_alone(tmp_path: P
 
 def test_a_collector_without_a_boot_time_clock_records_no_boot(tmp_path: Path) -> None:
     assert _collect_with(tmp_path, [BootClock(HOST, None, None)]) == []
+
+
+def test_a_run_left_on_the_boot_clock_beside_telemetry_is_a_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _machine(monkeypatch, hostname="login-01")
+    write_telemetry(tmp_path / "data", HOST, [{"ts": (BOOTED_AT_NS + TRACE_AT_NS) // 1000, "gpu_index": 0, "power_w": 300.0}])
+    ingest_paths([_database(tmp_path)], tmp_path / "data", run="job", jobs=1)
+    found = [f for f in power.power_findings(open_dataset(tmp_path / "data")) if f.id == "trace_not_joined"]
+    assert [(f.severity, f.subject, f.evidence["ranks"]) for f in found] == [("info", {"run": "job"}, [0])]
+    assert found[0].title == ("Run job cannot be joined to the telemetry, so its steps have no energy: trace times are "
+                              "not on the epoch (runs.time_base): " + KEPT + "recorded on mi250-node-07, ingested on "
+                              "login-01, and the dataset holds no boot record of mi250-node-07's collector")
+
+
+def test_a_placed_run_is_no_finding(tmp_path: Path) -> None:
+    write_telemetry(tmp_path / "data", HOST, [{"ts": (BOOTED_AT_NS + TRACE_AT_NS) // 1000 + s * 1_000_000, "gpu_index": 0,
+                                               "power_w": 300.0} for s in (-1, 0, 1)])
+    ingest_paths([_database(tmp_path)], tmp_path / "data", run="job", jobs=1)
+    assert [f for f in power.power_findings(open_dataset(tmp_path / "data")) if f.id == "trace_not_joined"] == []
