@@ -472,3 +472,17 @@ def test_a_placed_run_is_no_finding(tmp_path: Path) -> None:
                                                "power_w": 300.0} for s in (-1, 0, 1)])
     ingest_paths([_database(tmp_path)], tmp_path / "data", run="job", jobs=1)
     assert [f for f in power.power_findings(open_dataset(tmp_path / "data")) if f.id == "trace_not_joined"] == []
+
+
+def test_the_collectors_trace_watcher_places_a_rocprofv3_database_of_its_node(tmp_path: Path) -> None:
+    from collector.ingest.watch import TraceWatcher
+    from test_watch import FakeClock
+
+    folder = tmp_path / "rocprof"
+    path = _database(folder)
+    clock = FakeClock()
+    watcher = TraceWatcher(folder, tmp_path / "data", run="job", give_up_after_s=60.0, clock=clock)
+    reports = [watcher.poll(), watcher.poll()]  # seen, then stable: ingested
+    assert reports[0] is None and [Path(r.path) for r in reports[1].results] == [path]
+    runs = open_dataset(tmp_path / "data").sql("select time_base, epoch_offset_ns from runs").fetchall()
+    assert runs == [("epoch", BOOTED_AT_NS)]
