@@ -87,7 +87,8 @@ def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watc
     source = _open(backend, sim_gpus, sim_profile, seed)
     collector = Collector(source, options)
     collector.install_signal_handlers()
-    watcher_thread = _start_trace_watcher(watch_dir, out, run_name) if watch_dir else None
+    # Traces in the node's own folder that name no host are this node's.
+    watcher_thread = _start_trace_watcher(watch_dir, out, run_name, host=options.host) if watch_dir else None
     summary = collector.run()
     if watcher_thread is not None:
         watcher_thread.stop.set()
@@ -120,10 +121,11 @@ class _WatcherThread(threading.Thread):
             log.warning("%s", line)
 
 
-def _start_trace_watcher(directory: Path, out: Path, run: str | None, period_s: float = 2.0) -> _WatcherThread:
+def _start_trace_watcher(directory: Path, out: Path, run: str | None, period_s: float = 2.0,
+                         host: str | None = None) -> _WatcherThread:
     from collector.ingest.watch import TraceWatcher
 
-    watcher = TraceWatcher(directory, out, run)
+    watcher = TraceWatcher(directory, out, run, host=host)
     logging.getLogger("gpulens.watch").info("watching %s for traces (run %s) into %s%s", directory, watcher.run, out,
                                             "" if directory.is_dir() else " (the folder does not exist yet)")
     thread = _WatcherThread(watcher, period_s)

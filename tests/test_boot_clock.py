@@ -486,3 +486,19 @@ def test_the_collectors_trace_watcher_places_a_rocprofv3_database_of_its_node(tm
     assert reports[0] is None and [Path(r.path) for r in reports[1].results] == [path]
     runs = open_dataset(tmp_path / "data").sql("select time_base, epoch_offset_ns from runs").fetchall()
     assert runs == [("epoch", BOOTED_AT_NS)]
+
+
+def test_a_node_watcher_gives_its_host_to_rocprofv3_csv_files_that_name_none(tmp_path: Path, up_for_20_days: None) -> None:
+    from collector.ingest.watch import TraceWatcher
+    from test_watch import FakeClock
+
+    # Written into traces/, not rocprofv3's %hostname% folder; the node's collector
+    # (its --host the machine's name) watches it.
+    files = _csv_process(tmp_path / "traces")
+    watcher = TraceWatcher(tmp_path / "traces", tmp_path / "data", run="job", clock=FakeClock(), host=HOST)
+    watcher.poll()
+    report = watcher.poll()
+    assert [Path(r.path).name for r in report.results] == ["4242_*"]
+    runs = open_dataset(tmp_path / "data").sql("select host, time_base, epoch_offset_ns from runs").fetchall()
+    assert runs == [(HOST, "epoch", BOOTED_AT_NS)]
+    assert len(files) == 2

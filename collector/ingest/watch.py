@@ -92,9 +92,13 @@ class _Ingested:
 
 class TraceWatcher:
     def __init__(self, directory: Path, out: Path, run: str | None = None, *, give_up_after_s: float = 60.0,
-                 reingest_after_s: float = REINGEST_AFTER_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 reingest_after_s: float = REINGEST_AFTER_S, clock: Callable[[], float] = time.monotonic,
+                 host: str | None = None) -> None:
         self.directory = Path(directory)
         self.out = Path(out)
+        # The host of traces that name none: the node's collector watching its
+        # own jobs' folder knows it; a watcher alone (a login node) does not.
+        self.host = host
         # A handler folder is one run: its files are the ranks.
         self.run = sanitise_run(run if run is not None else Path(os.path.abspath(self.directory)).name)
         self.give_up_after_s = give_up_after_s
@@ -160,7 +164,7 @@ class TraceWatcher:
             files[str(path)] = (status.st_size, status.st_mtime_ns)
         found = [(Path(path), path.lower().endswith(_HANDLER_SUFFIXES)) for path in files]
         return {source.path: (source, tuple((part, *files[part]) for part in sorted(source.files)))
-                for source in sources_of(found, self.run)}
+                for source in sources_of(found, self.run, self.host)}
 
     def _due(self, key: str) -> bool:
         """Whether a source ingested before may be ingested again yet."""
