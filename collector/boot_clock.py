@@ -11,8 +11,8 @@ time at which a boot began, `time.time_ns() - CLOCK_BOOTTIME` (its
   in the boot that recorded it (`gpulens collect --watch-traces` on the
   node, or `gpulens ingest` there after the job);
 - the collector, which records each boot's origin in `events` (kind
-  `boot_clock`, `value` the origin in ns, `detail` the kernel's boot id)
-  when it starts and whenever the origin moves by more than
+  `boot_clock`, `value` the origin in ns, `detail` the kernel's boot id
+  and the machine's own name, `record_detail`) when it starts and whenever the origin moves by more than
   `RECORD_DRIFT_NS` (a clock step): a trace ingested elsewhere into the
   dataset the node's collector writes (a login node watching a shared
   folder with `--no-telemetry`) is placed with the boot of its host that
@@ -304,6 +304,7 @@ def _has_telemetry(dataset: Path, host: str | None) -> bool:
 
 
 def _runs_placed(runs: pa.Table, placed: Placement) -> pa.Table:
+    """The runs rows with the placement's time base, offset and note."""
     rows = runs.num_rows
     time_base = pa.array(["trace" if placed.offset_ns is None else "epoch"] * rows, runs.schema.field("time_base").type)
     offset = pa.array([placed.offset_ns] * rows, runs.schema.field("epoch_offset_ns").type)
