@@ -46,11 +46,14 @@ import functools
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from collector.ingest.base import replace_column
 
 # Imported where first needed (socket, pyarrow.parquet, collector.writer):
 # every ingest imports this module, and only rocprofv3 traces use them.
@@ -154,19 +157,27 @@ def recorded_boots(dataset: Path, host: str) -> list[RecordedBoot]:
     (under that host name, or that machine name where the collector ran as
     another `--host`), oldest first: one per boot id (per origin where the
     id is unknown)."""
-    from collector.writer import partition_value
-
-    # The host's own partition (`events/host=H/`, H as the writer makes it a
-    # folder name) first, whatever its case; the others only where it has no
+    # The host's own partition first; the others only where it has no
     # record, as a fleet's partitions are many.
-    folder = Path(dataset) / "events"
-    partitions = [child for child in folder.iterdir() if child.name.startswith("host=")] if folder.is_dir() else []
-    wanted = f"host={partition_value(host)}".lower()
-    own = [child for child in partitions if child.name.lower() == wanted]
+    events = Path(dataset) / "events"
+    own = _host_partitions(events, host)
     boots = _read_boots(host.lower(), _signature(own))
     if not boots:
-        boots = _read_boots(host.lower(), _signature([child for child in partitions if child not in own]))
+        boots = _read_boots(host.lower(), _signature([child for child in _host_partitions(events) if child not in own]))
     return list(boots)
+
+
+def _host_partitions(folder: Path, host: str | None = None) -> list[Path]:
+    """A node table's `host=H` folders below `folder` (H as the writer makes
+    a host name a folder name): `host`'s, whatever its case, or every
+    host's where it is None."""
+    from collector.writer import partition_value
+
+    if not folder.is_dir():
+        return []
+    wanted = None if host is None else f"host={partition_value(host)}".lower()
+    return [child for child in folder.iterdir()
+            if child.name.startswith("host=") and (wanted is None or child.name.lower() == wanted)]
 
 
 def _signature(folders: list[Path]) -> tuple[tuple[str, int, int], ...]:
@@ -206,7 +217,7 @@ def _read_boots(host: str, files: tuple[tuple[str, int, int], ...]) -> tuple[Rec
 
 
 def placement(trace: BootClockTrace, last_ns: int | None, clock: BootClock,
-              recorded: list[RecordedBoot] = ()) -> Placement:
+              recorded: Sequence[RecordedBoot] = ()) -> Placement:
     """Where the boot-clock times of `trace`, its last event at boot time
     `last_ns`, lie on the epoch, if the boots known can say (see the module
     docstring)."""
@@ -231,7 +242,7 @@ def placement(trace: BootClockTrace, last_ns: int | None, clock: BootClock,
     return Placement(None, f"{_KEPT}: its file's time fits none of the {len(boots)} boots known of {trace.host}")
 
 
-def _boots(host: str, last_ns: int, clock: BootClock, recorded: list[RecordedBoot]) -> tuple[list[_Boot], str]:
+def _boots(host: str, last_ns: int, clock: BootClock, recorded: Sequence[RecordedBoot]) -> tuple[list[_Boot], str]:
     """The boots the trace could be from, and, where there are none, why."""
     boots: list[_Boot] = []
     this_host = host.lower() == clock.hostname.lower() and clock.uptime_ns is not None and clock.origin_ns is not None
@@ -294,26 +305,18 @@ def place(parsed, dataset: Path | None = None, clock: BootClock | None = None) -
 
 def _has_telemetry(dataset: Path, host: str | None) -> bool:
     """Whether the dataset holds telemetry of `host` (any host, where None)."""
-    from collector.writer import partition_value
-
-    folder = Path(dataset) / "telemetry"
-    if not folder.is_dir():
-        return False
-    wanted = None if host is None else f"host={partition_value(host)}".lower()
-    return any(wanted is None or child.name.lower() == wanted for child in folder.iterdir() if child.name.startswith("host="))
+    return bool(_host_partitions(Path(dataset) / "telemetry", host))
 
 
 def _runs_placed(runs: pa.Table, placed: Placement) -> pa.Table:
     """The runs rows with the placement's time base, offset and note."""
     rows = runs.num_rows
-    time_base = pa.array(["trace" if placed.offset_ns is None else "epoch"] * rows, runs.schema.field("time_base").type)
-    offset = pa.array([placed.offset_ns] * rows, runs.schema.field("epoch_offset_ns").type)
     notes = [json.dumps({**json.loads(text or "{}"), "time_note": placed.note}, sort_keys=True)
              for text in runs["metadata_json"].to_pylist()]
-    for name, values in (("time_base", time_base), ("epoch_offset_ns", offset),
-                         ("metadata_json", pa.array(notes, runs.schema.field("metadata_json").type))):
-        index = runs.schema.get_field_index(name)
-        runs = runs.set_column(index, runs.schema.field(index), values)
+    columns = {"time_base": ["trace" if placed.offset_ns is None else "epoch"] * rows,
+               "epoch_offset_ns": [placed.offset_ns] * rows, "metadata_json": notes}
+    for name, values in columns.items():
+        runs = replace_column(runs, name, pa.array(values, runs.schema.field(name).type))
     return runs
 
 
@@ -338,8 +341,7 @@ def shifted(tables: dict[str, pa.Table], offset_ns: int) -> dict[str, pa.Table]:
     for name, table in tables.items():
         for column in INSTANT_COLUMNS:
             if column in table.column_names:
-                index = table.schema.get_field_index(column)
-                moved = pc.add(table[column], pa.scalar(offset_ns, table.schema.field(index).type))
-                table = table.set_column(index, table.schema.field(index), moved)
+                moved = pc.add(table[column], pa.scalar(offset_ns, table.schema.field(column).type))
+                table = replace_column(table, column, moved)
         out[name] = table
     return out

@@ -14,9 +14,9 @@ writes nothing for that file.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import re
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -61,6 +61,13 @@ _TIMED_TABLES = {"kernels": ("GPU activity", "GPU activities"), "api_calls": ("r
                  "cpu_ops": ("CPU op", "CPU ops"), "annotations": ("annotation", "annotations")}
 
 
+def replace_column(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """`table` with column `name` holding `values`, its field (type,
+    nullability, metadata) kept."""
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, table.schema.field(index), values)
+
+
 def with_host(parsed: ParsedTrace, host: str | None) -> ParsedTrace:
     """`parsed` with `host` in its runs rows that name none, and as the host
     of its boot-clock times where they have none (`gpulens ingest --host`);
@@ -69,10 +76,8 @@ def with_host(parsed: ParsedTrace, host: str | None) -> ParsedTrace:
         return parsed
     runs = parsed.tables.get("runs")
     if runs is not None and runs.num_rows:
-        index = runs.schema.get_field_index("host")
-        field_ = runs.schema.field(index)
-        runs = runs.set_column(index, field_, pc.fill_null(runs["host"], pa.scalar(host, field_.type)))
-        parsed.tables["runs"] = runs
+        filled = pc.fill_null(runs["host"], pa.scalar(host, runs.schema.field("host").type))
+        parsed.tables["runs"] = replace_column(runs, "host", filled)
     if parsed.boot_clock is not None and parsed.boot_clock.host is None:
         parsed.boot_clock = dataclasses.replace(parsed.boot_clock, host=host)
     return parsed
