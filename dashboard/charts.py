@@ -1036,15 +1036,16 @@ def time_breakdown_figure(breakdown: pl.DataFrame) -> go.Figure:
 # --- telemetry joined to traces ------------------------------------------------------------
 
 
-def _rank_label(run: str, rank: int, runs: int) -> str:
+def rank_label(run: str, rank: int, runs: int) -> str:
+    """`rank 3`, or `train rank 3` where several runs share a chart."""
     return f"rank {rank}" if runs <= 1 else f"{run} rank {rank}"
 
 
 def step_energy_figure(steps: pl.DataFrame) -> go.Figure:
-    """Energy of each profiler step, one line per rank's GPU."""
+    """Energy of each profiler step, one line per rank's GPU; a step the
+    telemetry does not cover is a gap in its line."""
     title = "Energy per step"
-    steps = steps.filter(pl.col("energy_j").is_not_null()) if steps.height else steps
-    if steps.is_empty():
+    if steps.is_empty() or steps["energy_j"].drop_nulls().is_empty():
         return empty_figure(title, "No profiler step is covered by power telemetry.")
     fig = new_figure()
     runs = steps["run"].n_unique()
@@ -1053,7 +1054,7 @@ def step_energy_figure(steps: pl.DataFrame) -> go.Figure:
         gpu = group["gpu_index"][0]
         colour = i if runs > 1 else gpu if gpu is not None else rank  # two runs on GPU 0 would share a colour
         fig.add_scatter(x=group["step"].to_list(), y=group["energy_j"].to_list(), mode="lines+markers",
-                        name=_rank_label(run, rank, runs) + f" (GPU {gpu})", line_color=theme.gpu_colour(colour))
+                        name=rank_label(run, rank, runs) + f" (GPU {gpu})", line_color=theme.gpu_colour(colour))
     return _layout(fig, title, "profiler step", "energy (J)")
 
 
@@ -1067,7 +1068,7 @@ def phase_energy_figure(phases: pl.DataFrame) -> go.Figure:
     frame = phases.sort("run", "rank")
     runs = frame["run"].n_unique()
     ranks = frame.select("run", "rank").unique(maintain_order=True)
-    labels = [_rank_label(run, rank, runs) for run, rank in ranks.iter_rows()]
+    labels = [rank_label(run, rank, runs) for run, rank in ranks.iter_rows()]
     fig = new_figure()
     for phase in ("compute", "communication", "memory", "idle"):
         rows = ranks.join(frame.filter(pl.col("phase") == phase), on=["run", "rank"], how="left", maintain_order="left")

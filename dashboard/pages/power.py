@@ -128,7 +128,7 @@ if runs.height:
     run = run_picker(runs, key="power_run")
     matched = frame(ds, power.power_trace_gpus).filter(pl.col("run") == run)
     unmatched = matched.filter(pl.col("unmatched_reason").is_not_null())
-    if unmatched.height == matched.height:
+    if matched.height and unmatched.height == matched.height:
         reasons = sorted(set(unmatched["unmatched_reason"].to_list()))
         st.info(f"`{run}` cannot be joined to the telemetry: " + "; ".join(reasons) + ".", icon=":material/info:")
     else:

@@ -32,10 +32,6 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, **extra: Any) -> go.Figu
     return fig
 
 
-def _rank_label(row: dict[str, Any], runs: int) -> str:
-    return f"rank {row['rank']}" if runs <= 1 else f"{row['run']} rank {row['rank']}"
-
-
 def launch_figure(steps: pl.DataFrame) -> go.Figure:
     """GPU idle share per profiler step, one line per rank."""
     fig = charts.new_figure()
@@ -44,7 +40,7 @@ def launch_figure(steps: pl.DataFrame) -> go.Figure:
     for i, ((run, rank), group) in enumerate(groups):
         # several runs: a colour per line, as their ranks 0 would otherwise share one
         fig.add_scatter(x=group["step"].to_list(), y=group["gpu_idle_share"].to_list(), mode="lines+markers",
-                        name=_rank_label({"run": run, "rank": rank}, runs), line_color=theme.gpu_colour(i if runs > 1 else rank))
+                        name=charts.rank_label(run, rank, runs), line_color=theme.gpu_colour(i if runs > 1 else rank))
     # "~%" keeps the digits a tick needs: a GPU-bound run idles well under
     # 1 % a step, where ".0%" wrote every tick of the axis as "0%".
     fig.update_layout(yaxis_tickformat="~%")
