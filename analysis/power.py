@@ -244,12 +244,12 @@ def unjoined_trace_findings(matched: pl.DataFrame, headroom: pl.DataFrame) -> li
         reasons = group["unmatched_reason"]
         if reasons.null_count():
             continue  # some rank is joined: its steps have energy
-        first = sorted(set(reasons.to_list()))
+        distinct = sorted(set(reasons.to_list()))
         findings.append(
             Finding(
                 id="trace_not_joined",
                 severity="info",
-                title=f"Run {run} cannot be joined to the telemetry, so its steps have no energy: {first[0]}",
+                title=f"Run {run} cannot be joined to the telemetry, so its steps have no energy: {distinct[0]}",
                 detail=(
                     "Energy per step and per phase need the trace's times on the epoch, the host it ran on, and "
                     "power telemetry of its GPU over the trace. rocprofv3 traces are placed on the epoch when "
@@ -257,7 +257,7 @@ def unjoined_trace_findings(matched: pl.DataFrame, headroom: pl.DataFrame) -> li
                     "names the host of a trace that names none."
                 ),
                 subject={"run": run},
-                evidence={"ranks": group["rank"].to_list(), "reasons": first},
+                evidence={"ranks": group["rank"].to_list(), "reasons": distinct},
                 page=POWER_PAGE,
             )
         )

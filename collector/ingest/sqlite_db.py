@@ -319,7 +319,17 @@ def _jsonb_element(data: memoryview, at: int) -> tuple[Any, int]:
     end = at + size
     if end > len(data):
         raise NotJsonb("truncated")
-    payload = bytes(data[at:end])
+    if kind in (_JSONB_ARRAY, _JSONB_OBJECT):
+        items = []
+        while at < end:
+            item, at = _jsonb_element(data[:end], at)
+            items.append(item)
+        if kind == _JSONB_ARRAY:
+            return items, end
+        if len(items) % 2:
+            raise NotJsonb("an object with a key and no value")
+        return dict(zip(items[::2], items[1::2])), end
+    payload = bytes(data[at:end])  # a scalar's JSON text
     if kind == _JSONB_NULL:
         return None, end
     if kind in (_JSONB_TRUE, _JSONB_FALSE):
@@ -332,14 +342,4 @@ def _jsonb_element(data: memoryview, at: int) -> tuple[Any, int]:
         return payload.decode(), end
     if kind in (_JSONB_TEXTJ, _JSONB_TEXT5):
         return json.loads(b'"' + payload + b'"'), end
-    if kind in (_JSONB_ARRAY, _JSONB_OBJECT):
-        items = []
-        while at < end:
-            item, at = _jsonb_element(data[:end], at)
-            items.append(item)
-        if kind == _JSONB_ARRAY:
-            return items, end
-        if len(items) % 2:
-            raise NotJsonb("an object with a key and no value")
-        return dict(zip(items[::2], items[1::2])), end
     raise NotJsonb(f"element type {kind}")
