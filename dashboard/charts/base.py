@@ -1,0 +1,273 @@
+"""What every chart shares: gpulens' Plotly template (made Plotly's
+default on import and by `new_figure`), the empty and the new figure, one
+layout for titles, axes and legends, the switch to WebGL at
+`WEBGL_MIN_POINTS` points, times as epoch milliseconds and on a regular
+grid of buckets, the labels of GPUs, message sizes and kernel names, and
+many GPUs or nodes drawn at once as their spread and the two of lowest and
+highest mean. The telemetry metrics, interconnect names and CUDA's launch
+queue limit that pages and charts both use are here too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+import polars as pl
+
+from dashboard import theme
+
+# Plotly's "plotly_white", less its defaults for the trace types gpulens
+# never draws (the whole one cost about 19 ms a figure and 4 KB of its JSON).
+TEMPLATE_TRACE_TYPES = ("scatter", "scattergl", "bar", "heatmap")
+TEMPLATE = go.layout.Template(
+    layout=pio.templates["plotly_white"].layout,
+    data={kind: getattr(pio.templates["plotly_white"].data, kind) for kind in TEMPLATE_TRACE_TYPES},
+)
+# Plotly's default template while gpulens makes a figure (`new_figure`), so
+# that every figure starts with it already validated: handing it to each
+# figure's layout validated a copy every time (about 15 ms a figure, 90 ms
+# for the telemetry page).
+TEMPLATE_NAME = "gpulens"
+pio.templates[TEMPLATE_NAME] = TEMPLATE
+GB = 1e9
+_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+WEBGL_MIN_POINTS = 2000
+
+# Telemetry metrics a page can draw: column stem -> (title, axis label, scale).
+TELEMETRY_METRICS: dict[str, tuple[str, str, float]] = {
+    "power_w": ("Board power", "Power (W)", 1.0),
+    "gpu_util_pct": ("GPU utilisation", "Utilisation (%)", 1.0),
+    "mem_util_pct": ("Memory bandwidth utilisation", "Utilisation (%)", 1.0),
+    "sm_active_pct": ("SM activity", "SMs busy (%)", 1.0),
+    "sm_clock_mhz": ("SM clock", "Clock (MHz)", 1.0),
+    "mem_clock_mhz": ("Memory clock", "Clock (MHz)", 1.0),
+    "temp_c": ("GPU temperature", "Temperature (°C)", 1.0),
+    "mem_used_bytes": ("Memory used", "Memory used (GiB)", 1 / 2**30),
+}
+
+
+def empty_figure(title: str, message: str) -> go.Figure:
+    """A titled figure saying there is nothing to draw."""
+    fig = new_figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font={"size": 14, "color": theme.OTHER_COLOUR})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title)
+
+
+def new_figure(*args: Any, **kwargs: Any) -> go.Figure:
+    """`go.Figure(...)` starting with gpulens' template. Plotly gives a new
+    figure its default template; Streamlit makes its own the default when
+    it is imported, so gpulens' is put back first (once per import order,
+    a string comparison after that)."""
+    if pio.templates.default != TEMPLATE_NAME:
+        pio.templates.default = TEMPLATE_NAME
+    return go.Figure(*args, **kwargs)
+
+
+TIME_AXIS = "Time (UTC)"
+
+
+def _layout(fig: go.Figure, title: str, x: str | None = None, y: str | None = None, height: int = 380,
+            legend_title: str | None = None) -> go.Figure:
+    # One update: each `update_layout` walks the whole figure again.
+    layout: dict[str, Any] = {
+        "title": {"text": title, "x": 0.01, "xanchor": "left"},
+        "height": height,
+        "margin": {"l": 60, "r": 20, "t": 60, "b": 50},
+        "legend": {"title": {"text": legend_title} if legend_title else None},
+        "hovermode": "closest",
+    }
+    if x is not None:
+        layout["xaxis"] = {"title": {"text": x}}
+    if x == TIME_AXIS:
+        layout["xaxis"]["type"] = "date"  # numbers are epoch ms (`_x_times`), not a linear axis
+    if y is not None:
+        layout["yaxis"] = {"title": {"text": y}}
+    if sum(1 for trace in fig.data if trace.showlegend is not False and trace.name) > 8:
+        # many series: the legend goes under the plot rather than scrolling beside it, at the
+        # figure's foot (a date axis's two-line ticks push its title down to where y=-0.22 was)
+        layout["legend"].update({"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.005,
+                                 "x": 0, "xanchor": "left"})
+        layout["height"] = height + 60
+        layout["margin"]["b"] = 110
+    fig.update_layout(layout)
+    return fig
+
+
+def _scatter(n_points: int) -> type[go.Scatter] | type[go.Scattergl]:
+    return go.Scattergl if n_points >= WEBGL_MIN_POINTS else go.Scatter
+
+
+def gpu_label(host: str, gpu_index: int, hosts: int) -> str:
+    return f"GPU {gpu_index}" if hosts <= 1 else f"{host} GPU {gpu_index}"
+
+
+def _hosts(frame: pl.DataFrame) -> list[str]:
+    return sorted(frame["host"].unique().to_list()) if "host" in frame.columns and frame.height else []
+
+
+def _x_times(column: pl.Series) -> np.ndarray:
+    """Times as UTC epoch milliseconds, for an x axis of type "date" (see
+    `_layout`). Plotly sends numbers to the browser as binary and plotly.js
+    reads them as they are; datetimes go as text that it parses one by one
+    (a fifth of the telemetry page's drawing time at a day of 8 GPUs)."""
+    return (column.dt.epoch("us").cast(pl.Float64) / 1000).to_numpy()
+
+
+class _BucketGrid:
+    """One GPU's time buckets laid on a regular grid from its first bucket.
+
+    A series then goes as `x0` and `dx` (epoch ms on the date axis) and its
+    values as float32 with NaN where a bucket has no sample: no x values to
+    send or for plotly.js to read as dates (a tenth of the telemetry page's
+    drawing time at a day of 8 GPUs), half the bytes, and a gap in the
+    samples stays a gap instead of a straight line across it.
+    """
+
+    def __init__(self, bucket_start: pl.Series, bucket_s: float) -> None:
+        start_ms = _x_times(bucket_start)
+        step_ms = bucket_s * 1000
+        self.index = np.rint((start_ms - start_ms[0]) / step_ms).astype(np.int64) if len(start_ms) else start_ms
+        self.size = int(self.index.max()) + 1 if len(start_ms) else 0
+        self.x = {"x0": float(start_ms[0]) if len(start_ms) else 0.0, "dx": step_ms}
+
+    def place(self, column: pl.Series, scale: float = 1.0) -> np.ndarray:
+        values = np.full(self.size, np.nan, np.float32)
+        values[self.index] = _np(column, scale)
+        return values
+
+
+def _np(column: pl.Series, scale: float = 1.0) -> np.ndarray:
+    values = column.cast(pl.Float64).to_numpy()
+    return values * scale if scale != 1.0 else values
+
+
+def _naive(value: Any) -> Any:
+    return value.replace(tzinfo=None) if hasattr(value, "tzinfo") and value.tzinfo is not None else value
+
+
+# GPUs drawn one line each up to this many; past it, their spread (telemetry_figure).
+_GPU_LINES_MAX = 16
+_SPREAD_BAND = {"color": "rgba(127, 127, 127, 0.25)", "width": 0}
+
+
+def _spread(fig: go.Figure, frame: pl.DataFrame, value: str, scale: float, bucket_s: float | None, noun: str,
+            median: str, number: str = ".4g", what: str = "", unit: str = "") -> None:
+    """Many series of `frame` at once: each bucket's lowest to highest
+    `value` as a grey band (`noun` names the series, `what` the value in
+    the band's name), and their median."""
+    spread = frame.group_by("bucket_start").agg(
+        low=pl.col(value).min(), median=pl.col(value).median(), high=pl.col(value).max(),
+    ).sort("bucket_start")
+    if bucket_s:
+        grid = _BucketGrid(spread["bucket_start"], bucket_s)
+        xs, place, points = grid.x, grid.place, grid.size
+    else:
+        xs, place, points = {"x": _x_times(spread["bucket_start"])}, _np, spread.height
+    trace = _scatter(points)
+    fig.add_trace(trace(**xs, y=place(spread["high"], scale), mode="lines", line=_SPREAD_BAND,
+                        name=f"all {noun}: highest{what}", showlegend=False,
+                        hovertemplate=f"%{{x}}<br>highest{what} %{{y:{number}}}{unit}<extra></extra>"))
+    fig.add_trace(trace(**xs, y=place(spread["low"], scale), mode="lines", line=_SPREAD_BAND, fill="tonexty",
+                        fillcolor=_SPREAD_BAND["color"], name=f"all {noun}: lowest to highest{what}",
+                        hovertemplate=f"%{{x}}<br>lowest{what} %{{y:{number}}}{unit}<extra></extra>"))
+    fig.add_trace(trace(**xs, y=place(spread["median"], scale), mode="lines", name=median,
+                        line={"color": theme.OTHER_COLOUR, "width": 2},
+                        hovertemplate=f"%{{x}}<br>{median} %{{y:{number}}}{unit}<extra></extra>"))
+
+
+def _extremes(frame: pl.DataFrame, keys: list[str], value: str) -> tuple[tuple, tuple]:
+    """The keys of the series (by `keys`) of lowest and of highest mean
+    `value`; ties go to the first by `keys`."""
+    means = frame.group_by(keys).agg(pl.col(value).mean().alias("mean")).drop_nulls("mean").sort(keys)
+    lowest = means.sort("mean", maintain_order=True).row(0)
+    highest = means.sort("mean", descending=True, maintain_order=True).row(0)
+    return tuple(lowest[:len(keys)]), tuple(highest[:len(keys)])
+
+
+def _extreme_names(frame: pl.DataFrame, keys: list[str], value: str) -> dict[tuple, str]:
+    """`_extremes`, with the words their lines' names end in."""
+    lowest, highest = _extremes(frame, keys, value)
+    return {lowest: " (lowest mean)", highest: " (highest mean)"}
+
+
+def _alpha(hex_colour: str, alpha: float) -> str:
+    value = hex_colour.lstrip("#")
+    r, g, b = (int(value[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def _categories(fig: go.Figure, labels: list[str], fleet: bool) -> None:
+    """Keep the GPUs in the order given; a fleet's names only in the hover."""
+    fig.update_xaxes(categoryorder="array", categoryarray=labels, showticklabels=not fleet)
+
+
+LINK_NAMES = {"nvlink": "NVLink", "xgmi": "XGMI", "pcie": "PCIe"}
+
+
+# A tick per profiler step up to this many steps.
+_STEP_TICKS_MAX = 30
+
+
+def _step_ticks(fig: go.Figure, one_per_step: bool) -> None:
+    """Profiler steps on x: a tick at each where asked, else Plotly's own
+    spacing (never fractional: steps are whole numbers)."""
+    if one_per_step:
+        fig.update_xaxes(dtick=1)
+    else:
+        fig.update_xaxes(tickformat="d")
+
+
+def _short_unique(names: list[str], limit: int = 60) -> list[str]:
+    """Short labels, made unique (two kernels whose names start alike would share a bar)."""
+    seen: dict[str, int] = {}
+    labels = []
+    for name in names:
+        label = _short(name, limit)
+        seen[label] = seen.get(label, 0) + 1
+        labels.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
+    return labels
+
+
+def _short(name: str, limit: int = 60) -> str:
+    """A kernel name for an axis: no parameter list, template arguments or
+    `void `, cut at `limit` characters (the full name is in the hover)."""
+    base = name.strip()
+    if len(base) <= limit:
+        return base
+    if base.endswith(")"):
+        depth = 0
+        for i in range(len(base) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(base[i], 0)
+            if depth == 0:
+                base = base[:i] if i > 0 else base
+                break
+    if len(base) > limit:
+        kept, depth = [], 0
+        for char in base:
+            depth += {"<": 1, ">": -1}.get(char, 0) if char in "<>" else 0
+            if depth == 0 and char != ">":
+                kept.append(char)
+        base = "".join(kept)
+    base = base.removeprefix("void ").replace("(anonymous namespace)::", "").strip()
+    return base if len(base) <= limit else base[: limit - 1] + "…"
+
+
+# Pending launches on one stream at which a CUDA launch call blocks until the GPU drains the queue.
+CUDA_LAUNCH_QUEUE_LIMIT = 1024
+
+
+def size_label(size_bytes: int | float | None) -> str:
+    if size_bytes is None:
+        return "unknown"
+    size = float(size_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}"
+        size /= 1024
+    return f"{size:.0f} TiB"
