@@ -18,7 +18,8 @@ import pytest
 
 from collector.errors import DatasetError, TraceError
 from collector.ingest import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules, ingest_paths, source_id
-from collector.ingest.batch import FileResult, SharedRank, common_stem, rank_ranges
+from collector.ingest.results import FileResult, SharedRank, rank_ranges
+from collector.ingest.sources import common_stem
 from collector.ingest.store import STAGING_DIR
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
@@ -513,16 +514,21 @@ def test_common_stem_strips_rank_suffix() -> None:
     assert common_stem([Path("sampled_128rank_rank0.json.gz"), Path("sampled_128rank_rank1.json.gz")]) == "sampled_128rank"
 
 
+def set_parallel_min(monkeypatch: pytest.MonkeyPatch, content_bytes: int) -> None:
+    """Set PARALLEL_MIN_CONTENT_BYTES, which the split plan and the pool both read."""
+    from collector.ingest import plan
+
+    monkeypatch.setattr(plan, "PARALLEL_MIN_CONTENT_BYTES", content_bytes)
+
+
 @pytest.fixture
 def pool_for_small_files(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parallel ingest even of the small files these tests write."""
-    from collector.ingest import batch
-
-    monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", 0)
+    set_parallel_min(monkeypatch, 0)
 
 
 class _CountingPool:
-    """Records the worker count of each pool `batch` starts."""
+    """Records the worker count of each process pool ingest starts (`pool._run`)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import concurrent.futures
@@ -536,7 +542,7 @@ class _CountingPool:
                 sizes.append(max_workers)
                 super().__init__(max_workers=max_workers, **kwargs)
 
-        # batch imports the pool from here when it starts one.
+        # `pool` imports the pool class from here when it starts one.
         monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Pool)
 
 
@@ -549,23 +555,19 @@ def test_ingest_parses_small_inputs_in_this_process_alone(tmp_path: Path, monkey
 
 
 def test_ingest_starts_workers_once_the_traces_reach_the_threshold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.ingest import batch
-
     pools = _CountingPool(monkeypatch)
     files = [write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank)) for rank in range(2)]
-    monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", sum(f.stat().st_size for f in files))
+    set_parallel_min(monkeypatch, sum(f.stat().st_size for f in files))
     ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
     assert pools.sizes == [1]
 
 
 def test_ingest_counts_a_gzip_file_at_its_decompressed_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.ingest import batch
-
     pools = _CountingPool(monkeypatch)
     text = kineto_json(rank=0)
     files = [write(tmp_path / "in" / "rank0.json", text), tmp_path / "in" / "rank1.json.gz"]
     files[1].write_bytes(gzip.compress(kineto_json(rank=1).encode()))
-    monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", len(text.encode()) + len(kineto_json(rank=1).encode()))
+    set_parallel_min(monkeypatch, len(text.encode()) + len(kineto_json(rank=1).encode()))
     ingest_paths([tmp_path / "in"], tmp_path / "out", jobs=2)
     assert pools.sizes == [1]
 
@@ -673,12 +675,12 @@ def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, mo
 def small_parts(monkeypatch: pytest.MonkeyPatch) -> list:
     """Split files of these tests' size, into parts of several batches;
     the plans `ingest_paths` made."""
-    from collector.ingest import batch, kineto_stream
+    from collector.ingest import batch, kineto_stream, plan
 
-    monkeypatch.setattr(batch, "PARALLEL_MIN_CONTENT_BYTES", 0)
-    monkeypatch.setattr(batch, "SPLIT_MIN_PART_BYTES", 64 << 10)
+    set_parallel_min(monkeypatch, 0)
+    monkeypatch.setattr(plan, "SPLIT_MIN_PART_BYTES", 64 << 10)
     monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 16 << 10)
-    monkeypatch.setattr(batch, "_usable_cores", lambda: 64)  # --jobs decides, whatever runs the tests
+    monkeypatch.setattr(plan, "_usable_cores", lambda: 64)  # --jobs decides, whatever runs the tests
     plans: list = []
     real_split = batch._split_big_files
 
@@ -686,7 +688,7 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> list:
         plans.append(real_split(tasks, jobs, file_sizes))
         return plans[-1]
 
-    monkeypatch.setattr(batch, "_split_big_files", recording)
+    monkeypatch.setattr(batch, "_split_big_files", recording)  # where ingest_paths looks it up
     return plans
 
 
@@ -742,12 +744,12 @@ def test_ingest_split_file_without_gpu_events_fails_as_a_whole_one_does(tmp_path
 
 
 def test_progress_counts_files_whatever_their_parts(tmp_path: Path) -> None:
-    from collector.ingest import batch
+    from collector.ingest import pool, sources
 
-    whole = batch.Source(str(tmp_path / "rank1.json"), "r", True)
-    parts = [dataclasses.replace(whole, path=str(tmp_path / "rank0.json"), part=batch.FilePart(i, 6, i, i + 1))
+    whole = sources.Source(str(tmp_path / "rank1.json"), "r", True)
+    parts = [dataclasses.replace(whole, path=str(tmp_path / "rank0.json"), part=sources.FilePart(i, 6, i, i + 1))
              for i in range(6)]
-    progress = batch._Progress(batch._files_of([*parts, whole]), enabled=True)
+    progress = pool._Progress(pool._files_of([*parts, whole]), enabled=True)
     for task in [*parts, whole]:
         progress.advance(task)
     shown = progress._bar.tasks[0]
@@ -755,11 +757,11 @@ def test_progress_counts_files_whatever_their_parts(tmp_path: Path) -> None:
 
 
 def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, small_parts: list) -> None:
-    from collector.ingest import batch
+    from collector.ingest import plan, sources
     from collector.ingest.buffer import content_bytes
 
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
-    tasks = batch._split_big_files(batch.sources_of([(trace, True)], "r"), jobs=3)
+    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=3)
     bounds = [(t.part.start, t.part.end) for t in tasks]
     assert (len(tasks), bounds[0][0], bounds[-1][1]) == (6, 0, None)
     assert all(before[1] == after[0] for before, after in zip(bounds, bounds[1:]))
@@ -768,38 +770,38 @@ def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, 
 
 def test_split_plan_gives_no_more_parts_than_the_cores_can_take(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
-    from collector.ingest import batch
+    from collector.ingest import plan, sources
 
-    monkeypatch.setattr(batch, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(plan, "_usable_cores", lambda: 2)
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
-    tasks = batch._split_big_files(batch.sources_of([(trace, True)], "r"), jobs=8)
+    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=8)
     assert [t.part.count for t in tasks] == [4] * 4
 
 
 def test_split_plan_leaves_like_sized_ranks_whole(tmp_path: Path, small_parts: list) -> None:
-    from collector.ingest import batch
+    from collector.ingest import plan, sources
 
     files = [(write(tmp_path / f"rank{r}.json", kineto_json(rank=r, kernels=4000)), True) for r in range(8)]
-    tasks = batch._split_big_files(batch.sources_of(files, "r"), jobs=2)
+    tasks = plan._split_big_files(sources.sources_of(files, "r"), jobs=2)
     assert [t.part for t in tasks] == [None] * 8
 
 
 def test_split_plan_cuts_only_the_rank_bigger_than_its_share(tmp_path: Path, small_parts: list) -> None:
-    from collector.ingest import batch
+    from collector.ingest import plan, sources
 
     files = [(write(tmp_path / f"rank{r}.json", kineto_json(rank=r, kernels=8000 if r == 0 else 500)), True)
              for r in range(3)]
-    tasks = batch._split_big_files(batch.sources_of(files, "r"), jobs=2)
+    tasks = plan._split_big_files(sources.sources_of(files, "r"), jobs=2)
     assert [(Path(t.path).name, t.part.count if t.part else 1) for t in tasks] == [
         *[("rank0.json", 4)] * 4, ("rank1.json", 1), ("rank2.json", 1)]
 
 
 def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list) -> None:
-    from collector.ingest import batch
+    from collector.ingest import plan, sources
 
     line = "node1:100:200 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x1 recvbuff 0x2 count 262144 datatype 9 op 0 root 0 comm 0xabc [nranks=8] stream 0x5\n"
     log = write(tmp_path / "nccl.log", line * 4000)
-    assert [t.part for t in batch._split_big_files(batch.sources_of([(log, True)], "r"), jobs=2)] == [None]
+    assert [t.part for t in plan._split_big_files(sources.sources_of([(log, True)], "r"), jobs=2)] == [None]
 
 
 def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:

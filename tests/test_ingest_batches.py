@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.ingest import batch, ingest_paths, merge, store
+from collector.ingest import batch, ingest_paths, merge, plan, store
 from collector.ingest.merge import BATCH_SOURCES, MERGED_DIR, MERGED_PREFIX
+from collector.ingest.results import FileResult
+from collector.ingest.sources import Source, _expand
 from tests.test_ingest import kineto_json, rows_in, write
 from tests.test_merge import job, kernels_per_rank, run_path, table_files, table_rows
 
@@ -51,7 +53,7 @@ def without_rank(tables: dict[str, list[tuple]], rank: int) -> dict[str, list[tu
 def test_a_command_of_many_small_sources_writes_a_file_per_table_per_group_with_every_row(tmp_path, monkeypatch):
     folder, out = batched(tmp_path)
     assert len(merged_files(out)) == 4 and len(table_files(out, "kernels")) == 4
-    monkeypatch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+    monkeypatch.setattr(plan, "GROUP_MIN_SOURCES", 1 << 30)
     alone = tmp_path / "alone"
     ingest_paths([folder], alone, run="r", jobs=1)
     assert len(table_files(alone, "kernels")) == RANKS
@@ -160,9 +162,9 @@ def test_a_source_whose_tables_cannot_be_derived_fails_alone_and_its_group_is_wr
 def test_a_source_bigger_than_a_group_takes_is_ingested_on_its_own(tmp_path, monkeypatch):
     folder = job(tmp_path)
     write(folder / "rank16.pt.trace.json", kineto_json(rank=16, kernels=200))
-    monkeypatch.setattr(batch, "GROUP_SOURCE_MAX_BYTES", len(kineto_json(rank=16, kernels=100)))
-    tasks, _ = batch._expand([folder], tmp_path / "out", "r")
-    planned = batch.group_small_sources(tasks, jobs=1)
+    monkeypatch.setattr(plan, "GROUP_SOURCE_MAX_BYTES", len(kineto_json(rank=16, kernels=100)))
+    tasks, _ = _expand([folder], tmp_path / "out", "r")
+    planned = plan.group_small_sources(tasks, jobs=1)
     assert [[Path(member.path).name for member in task.members] for task in planned] == [
         ["rank16.pt.trace.json"],
         ["rank0.pt.trace.json", "rank1.pt.trace.json", "rank10.pt.trace.json", "rank11.pt.trace.json"],
@@ -224,7 +226,7 @@ def test_a_batch_cut_short_while_placed_is_undone_and_the_earlier_ingest_kept(tm
     folder = job(tmp_path)
     out = tmp_path / "out"
     with monkeypatch.context() as patch:
-        patch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+        patch.setattr(plan, "GROUP_MIN_SOURCES", 1 << 30)
         ingest_paths([folder], out, run="r", jobs=1)  # a file per source
     before = all_tables(out)
     write(folder / "rank0.pt.trace.json", kineto_json(rank=0, kernels=30))
@@ -261,7 +263,7 @@ def test_a_group_of_several_formats_holds_the_rows_each_gives_written_alone(tmp_
     grouped = ingest_paths([folder], tmp_path / "grouped", run="r", jobs=1)
     assert grouped.ok and len(grouped.results) == 16
     assert len(merged_files(tmp_path / "grouped", "runs")) == 4
-    monkeypatch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+    monkeypatch.setattr(plan, "GROUP_MIN_SOURCES", 1 << 30)
     ingest_paths([folder], tmp_path / "alone", run="r", jobs=1)
     for table in TRACE_SCHEMAS:
         assert as_read(tmp_path / "grouped", table) == as_read(tmp_path / "alone", table), table
@@ -285,9 +287,9 @@ def test_a_merge_of_a_batched_run_leaves_one_file_per_table_with_every_row(tmp_p
 
 def test_a_run_of_one_batch_is_left_as_it_is(tmp_path):
     folder, out = job(tmp_path), tmp_path / "out"
-    sources = tuple(batch.Source(str(path), "r", True) for path in sorted(folder.iterdir()))
-    assert all(isinstance(outcome, batch.FileResult)
-               for outcome in batch.ingest_group(batch.Source(sources[0].path, "r", True, group=sources), str(out)))
+    sources = tuple(Source(str(path), "r", True) for path in sorted(folder.iterdir()))
+    assert all(isinstance(outcome, FileResult)
+               for outcome in batch.ingest_group(Source(sources[0].path, "r", True, group=sources), str(out)))
     assert len(merged_files(out)) == 1
     assert merge.merge_run(out, run_path(out)) == (6, 6)
 

@@ -22,9 +22,9 @@ def one_file_per_source(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ingest writes each source on its own here, as the trace watcher and
     commands of a few files do: the runs `gpulens compact` merges. (A
     command of many small files writes them in batches: test_ingest_batches.)"""
-    from collector.ingest import batch
+    from collector.ingest import plan
 
-    monkeypatch.setattr(batch, "GROUP_MIN_SOURCES", 1 << 30)
+    monkeypatch.setattr(plan, "GROUP_MIN_SOURCES", 1 << 30)
 
 
 def job(tmp_path: Path, ranks: int = RANKS) -> Path:

@@ -12,16 +12,10 @@ land in `OUT/traces/run=<R>/<table>/<source-id>.parquet` (see `store`).
 
 from __future__ import annotations
 
-from collector.ingest.batch import (
-    FileFailure,
-    FileResult,
-    IngestReport,
-    SkippedFile,
-    find_traces,
-    ingest_file,
-    ingest_paths,
-)
+from collector.ingest.batch import ingest_file, ingest_paths
 from collector.ingest.formats import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules
+from collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
+from collector.ingest.sources import find_traces
 from collector.ingest.store import source_id
 
 __all__ = [

@@ -11,7 +11,7 @@ once it is complete:
   fails is retried silently at the next polls, and reported as failed only
   once it has stayed unchanged and unparseable for `give_up_after_s`.
 
-The unit is a source, as for `gpulens ingest` (`batch.sources_of`): a
+The unit is a source, as for `gpulens ingest` (`sources.sources_of`): a
 file, or all the CSVs of one rocprofv3 process (its kernels link to the
 HIP calls in its other file, so they are parsed together; a process whose
 second file appears later is ingested again with it). A source is ready
@@ -53,8 +53,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from collector.ingest.batch import (FileFailure, FileResult, IngestReport, SkippedFile, Source, find_traces,
-                                    group_small_sources, ingest_task, sources_in_runs, sources_of)
+from collector.ingest.batch import ingest_task, sources_in_runs
+from collector.ingest.plan import group_small_sources
+from collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
+from collector.ingest.sources import Source, find_traces, sources_of
 from collector.ingest.store import read_runs, sanitise_run
 
 # Size in bytes and mtime in ns of each of a source's files, by path.

@@ -1,0 +1,198 @@
+"""Turning the arguments of an ingest into sources: the files to parse.
+
+Folders are searched, globs expanded, a rocprofv3 process's CSVs made one
+source and the run named; `Source` (and `FilePart`, a part of a big file)
+is the unit of work the other ingest modules plan, run and report on.
+Separate from them since the watcher uses it alone too.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from collector.ingest.formats import module_for
+from collector.ingest.results import FileFailure
+from collector.ingest.store import sanitise_run
+
+# File names a directory is searched for (the watcher looks for the same).
+# Files found this way whose content is no known format are skipped, not
+# failed, so a broad net (.txt, .out: NCCL logs under job-log names) is safe.
+TRACE_SUFFIXES: tuple[str, ...] = (
+    ".json", ".json.gz", ".sqlite", ".sqlite.gz", ".db", ".db.gz", ".csv", ".csv.gz", ".log", ".txt", ".out",
+)
+ROCPROF = "rocprof"
+_ROCPROF_ENDINGS = ("_trace.csv", "_trace.csv.gz")
+# Where a shared stem may end in each name: at its end, a separator or a number.
+_STEM_END = re.compile(r"$|[-_.\s\d]")
+_STEM_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".csv", ".log", ".gz")
+
+
+@dataclass(frozen=True)
+class Source:
+    """What one process parses and writes as one source: a file, or the
+    CSVs of one rocprofv3 process."""
+
+    # The file; for a source of several files, what names them together.
+    path: str
+    run: str
+    # Named on the command line (an unknown format is then an error) rather
+    # than found in a directory (then it is skipped: READMEs, stats CSVs).
+    explicit: bool
+    # The files of a source that spans several (rocprofv3 writes a CSV per
+    # trace kind per process), parsed and written together; else empty.
+    parts: tuple[str, ...] = ()
+    # One part of a big Kineto file's content, read by one process; the
+    # parts of a file are assembled and written by this process (`_assemble`).
+    part: FilePart | None = None
+    # Small sources parsed by one process and written together
+    # (`group_small_sources`); `path` is then the first one's.
+    group: tuple[Source, ...] = ()
+    # The host its traces were recorded on, where they name none (`--host`).
+    host: str | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        if self.group:
+            return tuple(file for member in self.group for file in member.files)
+        return self.parts or (self.path,)
+
+    @property
+    def members(self) -> tuple[Source, ...]:
+        """The sources this task ingests: its group's, or itself."""
+        return self.group or (self,)
+
+
+@dataclass(frozen=True)
+class FilePart:
+    """Content offsets [start, end) of part `index` of `count`; end None: to the end."""
+
+    index: int
+    count: int
+    start: int
+    end: int | None
+
+
+# --- turning arguments into files ------------------------------------------------
+
+
+def _expand(arguments: list[str | Path], out: Path, run: str | None,
+            host: str | None = None) -> tuple[list[Source], list[FileFailure]]:
+    """The files the arguments name, all in one run."""
+    found: list[tuple[Path, bool]] = []
+    failures: list[FileFailure] = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir():
+            found.extend((file, False) for file in find_traces(path, out))
+        elif path.exists():
+            found.append((path, True))
+        elif glob.has_magic(str(argument)):
+            # A pattern that names folders (`job/node*`) means what the shell's
+            # expansion of it would: the traces in them.
+            matches = sorted(Path(p) for p in glob.glob(str(argument), recursive=True))
+            files = [(match, True) for match in matches if match.is_file()]
+            for folder in (match for match in matches if match.is_dir()):
+                files.extend((file, False) for file in find_traces(folder, out))
+            found.extend(files)
+            if not files:
+                failures.append(FileFailure(str(argument), "no files match"))
+        else:
+            failures.append(FileFailure(str(argument), "no such file or directory"))
+    name = sanitise_run(run if run is not None else default_run_name(arguments, [file for file, _ in found]))
+    return sources_of(found, name, host), failures
+
+
+def sources_of(found: list[tuple[Path, bool]], run: str, host: str | None = None) -> list[Source]:
+    """The sources among `found` (file, named explicitly): a file each, but
+    one for all the CSVs of one rocprofv3 process; a file reached twice
+    (through a link and by name) once. The watcher groups its files so too."""
+    tasks: list[Source] = []
+    seen: set[str] = set()
+    processes: dict[str, list[tuple[Path, bool]]] = {}
+    for file, explicit in found:
+        key = os.path.realpath(file)  # one file through a link and by name is one file
+        if key in seen:
+            continue
+        seen.add(key)
+        process = _rocprof_process(file)
+        if process is not None:
+            processes.setdefault(process, []).append((file, explicit))
+        else:
+            tasks.append(Source(str(file), run, explicit, host=host))
+    for process, files in processes.items():
+        tasks.append(Source(process, run, any(explicit for _, explicit in files), tuple(str(f) for f, _ in files),
+                            host=host))
+    return tasks
+
+
+def _rocprof_process(file: Path) -> str | None:
+    """The process a rocprofv3 trace CSV belongs to (all its CSVs are one
+    source: kernels link to the HIP calls in the process's other file), or
+    None. The name is checked before the module is imported."""
+    if not file.name.lower().endswith(_ROCPROF_ENDINGS):
+        return None
+    return module_for(ROCPROF).process_key(file)
+
+
+def default_run_name(arguments: list[str | Path], files: list[Path]) -> str:
+    """One folder: its name; else the stem its files share; else the folder
+    that holds them all (never a glob's own text, such as `**`)."""
+    if len(arguments) == 1 and Path(arguments[0]).is_dir():
+        return _dir_name(Path(arguments[0]))
+    stem = common_stem(files) if files else ""
+    if stem:
+        return stem
+    if files:
+        return _dir_name(Path(os.path.commonpath([os.path.abspath(f.parent) for f in files])))
+    first = Path(arguments[0]) if arguments else Path(".")
+    return _dir_name(first if first.is_dir() else first.parent)
+
+
+def find_traces(directory: Path, out: Path | None = None) -> list[Path]:
+    """Trace-like files under `directory`, recursively, skipping hidden ones
+    and the dataset's own folder."""
+    out_abs = os.path.abspath(out) if out is not None else None
+    found: list[Path] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not _inside(os.path.join(root, d), out_abs))
+        for name in sorted(files):
+            if not name.startswith(".") and name.lower().endswith(TRACE_SUFFIXES):
+                found.append(Path(root) / name)
+    return found
+
+
+def _inside(path: str, directory: str | None) -> bool:
+    if directory is None:
+        return False
+    absolute = os.path.abspath(path)
+    return absolute == directory or absolute.startswith(directory + os.sep)
+
+
+def _dir_name(path: Path) -> str:
+    return Path(os.path.abspath(path)).name or "run"
+
+
+def trace_stem(name: str) -> str:
+    """`rank0.pt.trace.json.gz` → `rank0`."""
+    lowered = name.lower()
+    for suffix in _STEM_SUFFIXES:
+        if lowered.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def common_stem(files: list[Path]) -> str:
+    """The name the files share: `job_rank0`, `job_rank1` → `job`; empty
+    where they share only part of a word (`base`, `big` share no `b`)."""
+    stems = [trace_stem(f.name) for f in files]
+    if len(stems) == 1:
+        return stems[0]
+    prefix = os.path.commonprefix(stems)
+    prefix = re.sub(r"(?i)[-_.\s]*(?:rank)?[-_.\s]*\d*$", "", prefix)
+    if not all(_STEM_END.match(stem, len(prefix)) for stem in stems):
+        return ""
+    return prefix
