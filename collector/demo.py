@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 from collector.errors import DatasetError, TraceError, UsageError
 from collector.sim import PROFILES, SimBackend
 from collector.throttle import LIMITING_REASONS
-from collector.writer import STAGING_DIR, DatasetWriter, new_temporary_file
+from collector.writer import DatasetWriter, new_temporary_file
 
 # 2026-01-01T00:00:00Z: where the demo's clock starts.
 DEMO_START_NS = 1_767_225_600_000_000_000

@@ -150,7 +150,6 @@ def build_sample_dataset(
     writer = DatasetWriter(out, SAMPLE_HOST)
     start_ns = SAMPLE_TRACE_START_NS - int(telemetry_s / 2 * 1e9)
     dense_from = SAMPLE_TRACE_START_NS - int(dense_s / 2 * 1e9)
-    dense_to = SAMPLE_TRACE_START_NS + int(dense_s / 2 * 1e9)
     ticks = sorted(
         {start_ns + int(k * interval_s * 1e9) for k in range(int(telemetry_s / interval_s))}
         | {dense_from + int(k * dense_interval_s * 1e9) for k in range(int(dense_s / dense_interval_s))}

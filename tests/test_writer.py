@@ -1,6 +1,5 @@
 import datetime as dt
 import os
-from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq

@@ -35,11 +35,9 @@ import pyarrow.compute as pc
 
 from collector.ingest.arrays import to_int
 from collector.ingest.base import dtype_bytes, normalise_op
-from collector.ingest.categories import COMMUNICATION
 from collector.ingest.kineto_schema import (
     COLLECTIVE_ANNOTATION_PREFIX,
     NO_ARGS,
-    PARAM_COMMS_OP,
     KinetoArgs,
     KinetoEvent,
 )

@@ -44,8 +44,8 @@ chart(charts.kernel_delta_figure(kernels, run_a, run_b), key="compare_kernels")
 if kernels.height:
     a_total, b_total = kernels["per_step_ns_a"].sum(), kernels["per_step_ns_b"].sum()
     m = st.columns(3)
-    m[0].metric(f"Kernel time per rank-step, A", f"{a_total / 1e6:.3f} ms")
-    m[1].metric(f"Kernel time per rank-step, B", f"{b_total / 1e6:.3f} ms",
+    m[0].metric("Kernel time per rank-step, A", f"{a_total / 1e6:.3f} ms")
+    m[1].metric("Kernel time per rank-step, B", f"{b_total / 1e6:.3f} ms",
                 delta=f"{(b_total - a_total) / 1e6:+.3f} ms", delta_color="inverse")
     m[2].metric("Kernel names in one run only", kernels.filter(pl.col("per_step_ns_a").is_null() | pl.col("per_step_ns_b").is_null()).height)
     st.dataframe(
