@@ -297,7 +297,7 @@ def _random_kernels(seed: int, n: int = 5000):
 def test_kernel_names_are_what_duckdbs_group_by_gives():
     import duckdb
 
-    from collector.derive import _kernel_names
+    from collector.derive.group_stats import _kernel_names
 
     kernels = _random_kernels(seed=7)
     con = duckdb.connect()
@@ -327,7 +327,8 @@ def test_step_launches_are_what_duckdbs_group_by_gives():
     import numpy as np
     import pyarrow as pa
 
-    from collector.derive import _MIN, _step_launches
+    from collector.derive.inputs import _MIN
+    from collector.derive.group_stats import _step_launches
 
     rng = np.random.default_rng(11)
     n = 4000
@@ -357,7 +358,7 @@ def test_quantile_interpolation_rounds_the_exact_value_once():
     exact sum: what a fused multiply-add gives, checked against Fractions."""
     from fractions import Fraction
 
-    from collector.derive import _interpolate
+    from collector.derive.group_stats import _interpolate
 
     cases = [
         (1000.0, 2000.0, 0.95 * 8 - 7),  # 0.95 of 9 values: 1599.9999999999998
