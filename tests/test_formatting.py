@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analysis.findings import format_duration_ns
-from dashboard.report.format import format_value
+from dashboard.report.format import format_subjects, format_value
 
 
 @pytest.mark.parametrize(("ns", "text"), [
@@ -45,3 +45,18 @@ def test_report_keeps_trace_relative_instants_as_read() -> None:
 ])
 def test_report_formats_extra_nodes_as_signed_two_decimals_like_the_dashboard(column: str, value: float, text: str) -> None:
     assert format_value(column, value) == text
+
+
+def test_subjects_that_differ_in_rank_read_as_rank_ranges() -> None:
+    subjects = [{"run": "train", "rank": rank} for rank in (7, 2, 3, 4, 6)]
+    assert format_subjects(subjects) == "run train, ranks 2-4, 6-7"
+
+
+def test_gpus_of_one_host_read_as_index_ranges() -> None:
+    subjects = [{"host": "node-07", "gpu_index": index} for index in (0, 1, 5)]
+    assert format_subjects(subjects) == "host node-07, GPUs 0-1, 5"
+
+
+def test_subjects_that_differ_in_more_than_one_key_are_listed_in_turn() -> None:
+    subjects = [{"host": "node-01", "gpu_index": 3}, {"host": "node-02", "gpu_index": 0}]
+    assert format_subjects(subjects) == "host node-01, gpu index 3; host node-02, gpu index 0"

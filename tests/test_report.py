@@ -128,6 +128,15 @@ def test_report_markdown_lists_the_findings_and_key_tables(training_report) -> N
     assert "## Metrics" in text
 
 
+def test_report_markdown_shows_two_findings_of_a_kind_and_names_the_rest(training_report) -> None:
+    from dashboard.report.markdown import render_markdown
+
+    text = render_markdown(training_report)
+    exposed = [line for line in text.splitlines() if "`exposed_communication`" in line]
+    assert len(exposed) == 3  # ranks 0 and 1 in full, then one line for the six others
+    assert exposed[-1] == "- 🟠 6 more `exposed_communication` (warning): _run demo-training, ranks 2-7_"
+
+
 def test_report_html_is_self_contained_with_plotly_inlined_once(training_report) -> None:
     from dashboard.report.html import render_html
 

@@ -81,3 +81,26 @@ def size(nbytes: float) -> str:
 def format_subject(subject: dict[str, Any]) -> str:
     """`{"run": "r1", "rank": 5}` → `run r1, rank 5`."""
     return ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in subject.items())
+
+
+# How a key reads when several of its values are named at once.
+_PLURALS = {"rank": "ranks", "gpu_index": "GPUs"}
+
+
+def format_subjects(subjects: list[dict[str, Any]]) -> str:
+    """Many subjects in one phrase: those that differ only in a rank or a
+    GPU index as that key's ranges (`run r1, ranks 2-7`), else each in
+    turn (`host a, gpu index 1; host b, gpu index 0`)."""
+    from collector.ingest.results import rank_ranges
+
+    keys = list(subjects[0]) if subjects else []
+    if subjects and all(list(subject) == keys for subject in subjects):
+        varying = [key for key in keys if len({str(subject[key]) for subject in subjects}) > 1]
+        if len(varying) == 1 and varying[0] in _PLURALS:
+            key = varying[0]
+            values = [subject[key] for subject in subjects]
+            if all(isinstance(value, int) for value in values):
+                common = {k: v for k, v in subjects[0].items() if k != key}
+                return ", ".join([*filter(None, [format_subject(common)]),
+                                  f"{_PLURALS[key]} {rank_ranges(sorted(set(values)))}"])
+    return "; ".join(format_subject(subject) for subject in subjects)

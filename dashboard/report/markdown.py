@@ -1,8 +1,9 @@
 """The report as GitHub-flavoured Markdown: findings and the key tables.
 
-Short enough to paste into an issue or a pull request: every finding
-(title, subject, detail), the comparison with the baseline if any, and
-the tables marked `key` in `sections`, each cut to `MAX_MD_ROWS` rows.
+Short enough to paste into an issue or a pull request: the findings
+(title, subject, detail; past two of a kind, the others by subject), the
+comparison with the baseline if any, and the tables marked `key` in
+`sections`, each cut to `MAX_MD_ROWS` rows.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from typing import Any
 
 from collector.errors import one_line
 from dashboard.report.build import Report
-from dashboard.report.format import format_subject, format_value
+from dashboard.report.format import format_subject, format_subjects, format_value
 
 MAX_MD_ROWS = 20
+# Findings of one id and severity shown in full; the rest are listed by subject.
+SHOWN_PER_KIND = 2
 _ICONS = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
 
 
@@ -49,12 +52,25 @@ def _made_from(report: Report) -> str:
 
 
 def _findings(report: Report) -> list[str]:
+    """Every finding, except that past `SHOWN_PER_KIND` of one id and
+    severity (one per rank of a 128-rank job, say) the rest are one line
+    naming their subjects, as the html report folds them away."""
     lines = ["## Findings", ""]
     if not report.findings:
         return lines + ["No findings: nothing stood out.", ""]
     explained: set[str] = set()
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for finding in report.findings:
-        lines += _finding_lines(finding.to_dict(), explained)
+        data = finding.to_dict()
+        groups.setdefault((data["severity"], data["id"]), []).append(data)
+    for (severity, finding_id), members in groups.items():
+        for data in members[:SHOWN_PER_KIND]:
+            lines += _finding_lines(data, explained)
+        rest = members[SHOWN_PER_KIND:]
+        if rest:
+            subjects = format_subjects([data.get("subject") or {} for data in rest])
+            lines.append(f"- {_ICONS.get(severity, '')} {len(rest)} more `{finding_id}` ({severity})"
+                         + (f": _{_cell(subjects)}_" if subjects else ""))
     return lines + [""]
 
 
