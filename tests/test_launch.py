@@ -58,6 +58,33 @@ def _write_rank(root: Path, run: str, rank: int, launches: list[tuple], steps: l
         }, source=source)
 
 
+def _write_graph_rank(root: Path, run: str, graph_api: str = "cudaGraphLaunch") -> None:
+    """One CUDA-graph replay beside ordinary launches, as CUPTI records it:
+    a 20 µs `graph_api` call (correlation 1) whose 50 "node" kernels of 2 µs
+    run back to back from 25 µs, all with its correlation id (delays 5, 7,
+    ... 103 µs; each shorter than the call), then three "eager" kernels of
+    1 µs, each launched by its own 5 µs cudaLaunchKernel, the last starting
+    150 µs after its call returned."""
+    nodes = [(1, 25 * US + i * 2 * US, 2 * US, "node") for i in range(50)]
+    eager = [(2, 200 * US, US, "eager"), (3, 210 * US, US, "eager"), (4, 375 * US, US, "eager")]
+    kernels = nodes + eager
+    n = len(kernels)
+    write_trace_table(root, run, "kernels", {
+        "run": [run] * n, "rank": [0] * n, "device": [0] * n, "stream": [7] * n,
+        "name": [k[3] for k in kernels], "category": ["compute"] * n, "kind": ["kernel"] * n,
+        "start_ns": [T0 + k[1] for k in kernels], "end_ns": [T0 + k[1] + k[2] for k in kernels],
+        "dur_ns": [k[2] for k in kernels], "correlation_id": [k[0] for k in kernels],
+    }, source="rank0")
+    calls = [(1, graph_api, 0, 20 * US), (2, "cudaLaunchKernel", 190 * US, 5 * US),
+             (3, "cudaLaunchKernel", 200 * US, 5 * US), (4, "cudaLaunchKernel", 220 * US, 5 * US)]
+    m = len(calls)
+    write_trace_table(root, run, "api_calls", {
+        "run": [run] * m, "rank": [0] * m, "pid": [1] * m, "tid": [1] * m, "name": [c[1] for c in calls],
+        "start_ns": [T0 + c[2] for c in calls], "end_ns": [T0 + c[2] + c[3] for c in calls],
+        "dur_ns": [c[3] for c in calls], "correlation_id": [c[0] for c in calls],
+    }, source="rank0")
+
+
 # Step patterns, each at an offset `t` (ns after T0):
 def _cpu_bound_step(t: int) -> list[tuple]:
     """A 100 µs step: ten 2 µs launches every 10 µs, each 2 µs kernel starting
@@ -131,6 +158,8 @@ def hand(tmp_path_factory: pytest.TempPathFactory):
                                       (2_000 * US, US, 2_101 * US, US, "b"),  # 100 µs: at the cutoff, not over
                                       (3_000 * US, US, 3_121 * US, US, "b"),  # 120 µs
                                       (4_000 * US, 60 * US, 4_060 * US, US, "c")])  # a 60 µs call
+    _write_graph_rank(root, "graph")
+    _write_graph_rank(root, "hip_graph", graph_api="hipGraphLaunch")
     _write_rank(root, "findings_cpu", 3, _cpu_bound_step(0) + _cpu_bound_step(200 * US),
                 [(1, 0, 100 * US), (2, 200 * US, 300 * US), (3, 400 * US, 500 * US)])
     for run, kind in FLIP_RUNS.items():
@@ -261,6 +290,37 @@ def test_launch_outliers_delay_over_cutoff_and_slow_calls(hand) -> None:
         ("launch_call", "c", 1, 1, 60 * US, 60 * US, 1),
         ("launch_delay", "a", 1, 2, 350 * US, 200 * US, 3),
         ("launch_delay", "b", 2, 1, 120 * US, 120 * US, 3)]
+
+
+def test_kernel_launches_mark_the_kernels_a_graph_replay_launched(hand) -> None:
+    frame = _of(launch.kernel_launches(hand), "graph")
+    assert frame.group_by("name", "graph_launch").len().sort("name").rows() == [("eager", False, 3), ("node", True, 50)]
+    assert _of(launch.kernel_launches(hand), "hip_graph").filter(pl.col("name") == "node")["graph_launch"].all()
+
+
+def test_kernel_launches_keep_a_graph_kernels_queue_time_from_the_replay_call(hand) -> None:
+    nodes = _of(launch.kernel_launches(hand), "graph").filter(pl.col("name") == "node").sort("start_ns")
+    assert nodes["launch_queue_ns"].to_list()[:3] == [25 * US, 27 * US, 29 * US]
+
+
+@pytest.mark.parametrize("run", ["graph", "hip_graph"])
+def test_short_kernels_leave_out_kernels_replayed_from_a_graph(hand, run: str) -> None:
+    frame = _of(launch.short_kernels(hand), run)
+    assert _rows(frame, "name", "kernel_count", "rank_short_kernel_count") == [("eager", 3, 3)]
+    assert frame["kernel_share"].to_list() == [pytest.approx(3 / 53)]  # of every launched kernel, nodes included
+
+
+def test_launch_outliers_leave_out_kernels_replayed_from_a_graph(hand) -> None:
+    frame = _of(launch.launch_outliers(hand), "graph")
+    assert _rows(frame, "outlier_kind", "name", "kernel_count", "total_ns") == [("launch_delay", "eager", 1, 150 * US)]
+
+
+def test_launch_histogram_counts_only_the_kernels_launched_one_by_one(hand) -> None:
+    from analysis.timeline import launch_histogram
+
+    frame = _of(launch_histogram(hand), "graph")
+    assert frame.group_by("metric").agg(pl.col("kernels").sum()).sort("metric").rows() == [
+        ("launch_call_ns", 3), ("launch_delay_ns", 3)]
 
 
 # --- launch_flip ----------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 --
 -- One row per (run, metric, bin) with at least one kernel:
 --   metric: 'launch_delay_ns' (call return to kernel start) or
---     'launch_call_ns' (the launch call's CPU time), from kernel_launches;
+--     'launch_call_ns' (the launch call's CPU time), from kernel_launches,
+--     leaving out kernels replayed from a graph (graph_launch);
 --   bin_low_ns, bin_high_ns: the bin [low, high): ten bins per decade on a
 --     log scale from 1 ns; values below 1 ns (a zero delay) fall in the bin
 --     [0, 1);
@@ -19,6 +20,7 @@ with joint as (
         case when launch_call_ns < 1 then -1 else floor(log10(launch_call_ns) * 10)::int end as call_bin,
         count(*) as kernels
     from kernel_launches
+    where not graph_launch
     group by all
 ),
 binned as (

@@ -13,6 +13,16 @@
 --                    sum over a step is the TKLQT (step_launch_summary)
 --   step             the profiler step whose window contains the call's
 --                    start; NULL outside every step or without steps
+--   graph_launch     the call replays a CUDA or HIP graph (cudaGraphLaunch,
+--                    cuGraphLaunch, hipGraphLaunch and their suffixed
+--                    forms): every kernel of the replay carries the one
+--                    call's correlation id, so a kernel's delay is mostly
+--                    the graph's earlier kernels running, and the call's
+--                    time is shared by all of them. The per-kernel launch
+--                    analyses (short_kernels, launch_outliers, the launch
+--                    histogram, their step counts) leave these kernels out;
+--                    the queue time (TKLQT) keeps them, since each did wait
+--                    from the call to its start.
 -- Full nanosecond precision; nothing is rounded. For the kernel's other
 -- columns (end_ns, device, external_id) join kernels on (run, rank,
 -- correlation_id); this view keeps to what launch analyses read, as it has
@@ -34,6 +44,9 @@ select
     start_ns,
     dur_ns,
     launch_call_name,
+    launch_call_name like 'cudaGraphLaunch%'
+        or launch_call_name like 'cuGraphLaunch%'
+        or launch_call_name like 'hipGraphLaunch%' as graph_launch,
     launch_call_start_ns,
     launch_call_ns,
     launch_delay_ns,

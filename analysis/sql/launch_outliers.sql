@@ -9,6 +9,9 @@
 --                 waited (behind other work on the GPU, or for a dependency)
 --   launch_call   launch_call_ns > launch_call_outlier_ns: the runtime call
 --                 itself was slow (allocation, lazy module loading, a lock)
+-- Kernels replayed from a CUDA or HIP graph are left out of both
+-- (kernel_launches.graph_launch): one call launched them all, and each
+-- waited for the graph's earlier kernels rather than for the CPU.
 -- One row per (run, rank, name, outlier_kind) with outliers, ordered by
 -- name_rank within the kind (1 = most outliers):
 --   kernel_count           outliers of that name
@@ -28,8 +31,9 @@ with outlier_counts as (
         sum(launch_call_ns) filter (where launch_call_ns > getvariable('launch_call_outlier_ns')) as call_ns,
         max(launch_call_ns) filter (where launch_call_ns > getvariable('launch_call_outlier_ns')) as call_max_ns
     from kernel_launches
-    where launch_delay_ns > getvariable('launch_delay_outlier_ns')
-        or launch_call_ns > getvariable('launch_call_outlier_ns')
+    where (launch_delay_ns > getvariable('launch_delay_outlier_ns')
+        or launch_call_ns > getvariable('launch_call_outlier_ns'))
+        and not graph_launch
     group by run, rank, name
 ),
 

@@ -6,7 +6,10 @@
 -- A short kernel runs for less time on the GPU (dur_ns) than its launch call
 -- takes on the CPU (launch_call_ns), and that call takes at most
 -- short_kernel_max_call_ns (longer calls are launch-call outliers, see
--- launch_outliers; HTA's runtime_cutoff). One row per (run, rank, name) with
+-- launch_outliers; HTA's runtime_cutoff). Kernels replayed from a CUDA or
+-- HIP graph have no launch call of their own (kernel_launches.graph_launch)
+-- and are left out: they are launched together already. One row per
+-- (run, rank, name) with
 -- short kernels, ordered by name_rank (1 = most short kernels):
 --   kernel_count, gpu_ns, launch_call_total_ns   of that name's short kernels
 --   kernel_share       its short kernels / all launched kernels of the rank
@@ -25,6 +28,7 @@ with short_counts as (
     from kernel_launches
     where dur_ns < launch_call_ns
         and launch_call_ns <= getvariable('short_kernel_max_call_ns')
+        and not graph_launch
     group by run, rank, name
 ),
 

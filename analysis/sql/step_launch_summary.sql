@@ -19,7 +19,9 @@
 --                       step window
 --   gpu_idle_ns         step_ns - gpu_busy_ns; gpu_idle_share = idle / step
 --   short kernels       GPU time shorter than the launch call, and the call
---                       at most short_kernel_max_call_ns
+--                       at most short_kernel_max_call_ns (kernels replayed
+--                       from a graph left out, as in short_kernels and the
+--                       launch-delay outliers)
 --   verdict             cpu_bound: idle share >= launch_cpu_bound_min_idle_share
 --                         and median launch delay <= launch_cpu_bound_max_delay_ns
 --                       gpu_bound: idle share <= launch_gpu_bound_max_idle_share
@@ -66,8 +68,9 @@ threshold_counts as (
             where launch_delay_ns > getvariable('launch_delay_outlier_ns')
         ) as launch_delay_outlier_count
     from kernel_launches
-    where (dur_ns < launch_call_ns and launch_call_ns <= getvariable('short_kernel_max_call_ns'))
-        or launch_delay_ns > getvariable('launch_delay_outlier_ns')
+    where ((dur_ns < launch_call_ns and launch_call_ns <= getvariable('short_kernel_max_call_ns'))
+        or launch_delay_ns > getvariable('launch_delay_outlier_ns'))
+        and not graph_launch
     group by run, rank, step
 ),
 
