@@ -315,6 +315,41 @@ def test_launch_outliers_leave_out_kernels_replayed_from_a_graph(hand) -> None:
     assert _rows(frame, "outlier_kind", "name", "kernel_count", "total_ns") == [("launch_delay", "eager", 1, 150 * US)]
 
 
+def test_step_launch_summary_median_delay_leaves_out_a_graph_replays_kernels(hand) -> None:
+    row = _of(launch.step_launch_summary(hand), "graph").row(0, named=True)
+    assert (row["kernel_count"], row["launch_delay_p50_ns"]) == (53, 5 * US)  # the eager kernels' 5, 5 and 150 µs
+
+
+def test_kernel_launches_and_ingest_know_graph_launches_by_the_same_names() -> None:
+    import re
+
+    from collector.derive import GRAPH_LAUNCH_PREFIXES
+
+    sql = (Path(launch.__file__).parent / "sql" / "kernel_launches.sql").read_text()
+    assert tuple(re.findall(r"launch_call_name like '(\w+)%'", sql)) == GRAPH_LAUNCH_PREFIXES
+
+
+def test_a_kineto_graph_replay_is_ingested_as_one_launch_of_many_kernels(tmp_path: Path) -> None:
+    import json
+
+    from collector.ingest import ingest_paths
+
+    # As the PyTorch profiler records a CUDA-graph replay: one cudaGraphLaunch
+    # (correlation 9) and its kernels, each with that correlation id.
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 100.0,
+               "dur": 20.0, "args": {"correlation": 9, "External id": 4}}]
+    events += [{"ph": "X", "cat": "kernel", "name": f"node_{i}", "pid": 0, "tid": 7, "ts": 125.0 + 3 * i, "dur": 2.0,
+                "args": {"device": 0, "stream": 7, "correlation": 9, "External id": 4}} for i in range(40)]
+    trace = {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+             "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"}}
+    (tmp_path / "graph.json").write_text(json.dumps(trace))
+    ingest_paths([tmp_path / "graph.json"], tmp_path / "data", run="graph")
+    con = open_dataset(tmp_path / "data")
+    launches = launch.kernel_launches(con)
+    assert (launches.height, launches["graph_launch"].all()) == (40, True)
+    assert launch.short_kernels(con).is_empty() and launch.launch_outliers(con).is_empty()
+
+
 def test_launch_histogram_counts_only_the_kernels_launched_one_by_one(hand) -> None:
     from analysis.timeline import launch_histogram
 

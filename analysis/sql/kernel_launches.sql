@@ -20,9 +20,11 @@
 --                    the graph's earlier kernels running, and the call's
 --                    time is shared by all of them. The per-kernel launch
 --                    analyses (short_kernels, launch_outliers, the launch
---                    histogram, their step counts) leave these kernels out;
---                    the queue time (TKLQT) keeps them, since each did wait
---                    from the call to its start.
+--                    histogram, their step counts) leave these kernels out,
+--                    as ingest leaves them out of each step's delay
+--                    statistics (collector.derive.GRAPH_LAUNCH_PREFIXES, the
+--                    same names); the queue time (TKLQT) keeps them, since
+--                    each did wait from the call to its start.
 -- Full nanosecond precision; nothing is rounded. For the kernel's other
 -- columns (end_ns, device, external_id) join kernels on (run, rank,
 -- correlation_id); this view keeps to what launch analyses read, as it has

@@ -67,6 +67,7 @@ import pyarrow.compute as pc
 
 from collector.derive.inputs import (
     COMMUNICATION,
+    GRAPH_LAUNCH_PREFIXES,
     COMPUTE,
     MEMORY,
     PHASE_NAMES,
@@ -79,6 +80,7 @@ from collector.derive.inputs import (
     _RankKernels,
     _step_windows,
     _StepWindows,
+    graph_launch_calls,
 )
 from collector.derive.phases import PHASE_BUCKET_BITS, PHASE_BUCKET_NS, PHASE_MAX_BUCKETS, _phases, bucket_bits
 from collector.derive.group_stats import _kernel_names, _step_launches
@@ -126,6 +128,7 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     kernel_cols = _Columns(kernels, ("start_ns", "end_ns", "correlation_id", "stream", "device"))
     categories = _category_codes(kernels)
     call_cols = _Columns(api_calls, ("start_ns", "dur_ns", "correlation_id"))
+    graph_calls = graph_launch_calls(api_calls.column("name"))
     step_table = annotations.take(step_rows) if len(step_rows) else None
     step_cols = _Columns(step_table, ("start_ns", "end_ns", "step")) if step_table is not None else None
 
@@ -138,7 +141,7 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
         steps = _step_windows(step_cols, s_idx) if step_cols is not None else _StepWindows.none()
         rank = _RankKernels(kernel_cols, categories, k_idx)
         if len(k_idx):
-            summary = _derive_rank(rank, call_cols, api_calls, c_idx, steps, out)
+            summary = _derive_rank(rank, call_cols, api_calls, graph_calls, c_idx, steps, out)
             summaries.append({"run": key[0], "rank": key[1], **summary})
             launches = out.step_launches.pop()
             if launches:
@@ -233,8 +236,8 @@ def _set_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return table.append_column(name, values)
 
 
-def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, call_rows: np.ndarray,
-                 steps: _StepWindows, out: _KernelColumns) -> dict:
+def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, graph_calls: np.ndarray,
+                 call_rows: np.ndarray, steps: _StepWindows, out: _KernelColumns) -> dict:
     """Fill the rank's kernel columns in `out`; its rank_summary values."""
     rows = rank.rows
     n = len(rows)
@@ -276,8 +279,12 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, c
     step, in_step = steps.step_at(call_start)
     out.step[rows] = step
     out.step_valid[rows] = has_call & in_step
+    # A graph replay's kernels share its call: their delays are the graph's
+    # earlier kernels running, so the step's delay statistics leave them out.
+    graph = has_call & graph_calls[safe_call] if len(graph_calls) else np.zeros(n, dtype=bool)
     out.step_launches.append(_step_launches(
-        np.where(in_step, step, _MIN), queue, queue_valid, call_dur, call_dur_valid, out.delay[rows]))
+        np.where(in_step, step, _MIN), queue, queue_valid, call_dur, call_dur_valid, out.delay[rows],
+        call_dur_valid & ~graph))
 
     # Scope: the complete profiler steps.
     if steps.count >= 2:
@@ -392,6 +399,6 @@ def _reach_before(ends: np.ndarray) -> np.ndarray:
 # Besides this module's own: what callers import from `inputs` and `phases`
 # through the package.
 __all__ = [
-    "COMMUNICATION", "COMPUTE", "DERIVED_TABLES", "KERNEL_DERIVED_COLUMNS", "MEMORY", "PHASE_BUCKET_BITS",
-    "PHASE_BUCKET_NS", "PHASE_MAX_BUCKETS", "PHASE_NAMES", "bucket_bits", "derive_trace_tables",
+    "COMMUNICATION", "COMPUTE", "DERIVED_TABLES", "GRAPH_LAUNCH_PREFIXES", "KERNEL_DERIVED_COLUMNS", "MEMORY",
+    "PHASE_BUCKET_BITS", "PHASE_BUCKET_NS", "PHASE_MAX_BUCKETS", "PHASE_NAMES", "bucket_bits", "derive_trace_tables",
 ]

@@ -75,12 +75,13 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
 
 
 def _step_launches(step_key: np.ndarray, queue_ns: np.ndarray, launched: np.ndarray, call_ns: np.ndarray,
-                   call_ns_valid: np.ndarray, delay_ns: np.ndarray) -> dict[str, list]:
+                   call_ns_valid: np.ndarray, delay_ns: np.ndarray, delay_counted: np.ndarray) -> dict[str, list]:
     """Per step in order (step_key _MIN: outside every step, last), over the
     launched kernels whose launch call it holds: what step_launch_summary
     reports that no threshold changes. The quantiles are exactly DuckDB's
-    `quantile_cont` (see `_group_quantiles`). The delay is known where the
-    call's duration is."""
+    `quantile_cont` (see `_group_quantiles`). The delay statistics count the
+    kernels of `delay_counted` (those whose call's duration is known, less
+    a graph replay's kernels)."""
     if not launched.any():
         return {}
     steps = step_key[launched]
@@ -88,10 +89,11 @@ def _step_launches(step_key: np.ndarray, queue_ns: np.ndarray, launched: np.ndar
     step_values, group = np.unique(np.where(steps == _MIN, _MAX, steps), return_inverse=True)
     groups = len(step_values)
     known = call_ns_valid[launched]
+    counted = delay_counted[launched]
     delay = delay_ns[launched]
-    delay_sums = _group_sum(group, delay, known, groups)
+    delay_sums = _group_sum(group, delay, counted, groups)
     call_sums = _group_sum(group, call_ns[launched], known, groups)
-    quantiles = _group_quantiles(group, delay, known, groups, (0.5, 0.95))
+    quantiles = _group_quantiles(group, delay, counted, groups, (0.5, 0.95))
     return {
         "step": [None if value == _MAX else int(value) for value in step_values],
         "kernel_count": np.bincount(group, minlength=groups).tolist(),

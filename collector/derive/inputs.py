@@ -18,6 +18,20 @@ _MIN = np.iinfo(np.int64).min
 _MAX = np.iinfo(np.int64).max
 COMPUTE, COMMUNICATION, MEMORY = 0, 1, 2
 PHASE_NAMES = ("compute", "communication", "memory")
+# Runtime calls that replay a CUDA or HIP graph (and their suffixed forms,
+# `cudaGraphLaunch_v10000`): every kernel of the replay carries the call's
+# correlation id, so none has a launch delay of its own. The view
+# kernel_launches (`graph_launch`) applies the same prefixes; a test checks
+# they match.
+GRAPH_LAUNCH_PREFIXES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+
+
+def graph_launch_calls(names: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Which of these runtime call names replay a graph (GRAPH_LAUNCH_PREFIXES)."""
+    found = np.zeros(len(names), dtype=bool)
+    for prefix in GRAPH_LAUNCH_PREFIXES:
+        found |= pc.fill_null(pc.starts_with(names, prefix), False).to_numpy(zero_copy_only=False)
+    return found
 
 
 # --- reading columns -----------------------------------------------------------
