@@ -315,6 +315,12 @@ def test_launch_outliers_leave_out_kernels_replayed_from_a_graph(hand) -> None:
     assert _rows(frame, "outlier_kind", "name", "kernel_count", "total_ns") == [("launch_delay", "eager", 1, 150 * US)]
 
 
+def test_a_graph_replays_call_time_counts_once_with_its_first_kernel(hand) -> None:
+    nodes = _of(launch.kernel_launches(hand), "graph").filter(pl.col("name") == "node").sort("start_ns")
+    assert nodes["launch_call_ns"].to_list() == [20 * US] + [None] * 49
+    assert _of(launch.step_launch_summary(hand), "graph")["launch_call_total_ns"].to_list() == [20 * US + 3 * 5 * US]
+
+
 def test_step_launch_summary_median_delay_leaves_out_a_graph_replays_kernels(hand) -> None:
     row = _of(launch.step_launch_summary(hand), "graph").row(0, named=True)
     assert (row["kernel_count"], row["launch_delay_p50_ns"]) == (53, 5 * US)  # the eager kernels' 5, 5 and 150 µs

@@ -5,7 +5,9 @@
 -- A GPU activity links to the runtime call that launched it (cudaLaunchKernel,
 -- cudaMemcpyAsync, hipLaunchKernel, ...) by (run, rank, correlation_id);
 -- activities without such a call are left out.
---   launch_call_ns   the launch call's duration (CPU time spent launching)
+--   launch_call_ns   the launch call's duration (CPU time spent launching);
+--                    for a graph replay (graph_launch) on its first kernel
+--                    only, NULL on the others: the one call counts once
 --   launch_delay_ns  kernel start - (call start + call duration), clipped at
 --                    0: the time from the call's return to the kernel's start
 --                    (HTA's "launch delay")

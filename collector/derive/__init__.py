@@ -14,7 +14,9 @@ unit ingest writes atomically) and returns them with:
 kernels, new columns (per (run, rank) of the file):
   launch_call_name, launch_call_start_ns, launch_call_ns
       the runtime call with the kernel's correlation id (the earliest, in
-      the rare trace where several share one); NULL without one
+      the rare trace where several share one); NULL without one. A CUDA or
+      HIP graph replay's kernels all have its call (GRAPH_LAUNCH_PREFIXES),
+      whose time counts once: launch_call_ns is NULL on all but the first
   launch_delay_ns   kernel start - call end, clipped at 0 (HTA's launch delay)
   launch_queue_ns   kernel start - call start (launch plus queuing)
   step            the profiler step whose window holds the launch call's
@@ -280,10 +282,21 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, g
     out.step[rows] = step
     out.step_valid[rows] = has_call & in_step
     # A graph replay's kernels share its call: their delays are the graph's
-    # earlier kernels running, so the step's delay statistics leave them out.
+    # earlier kernels running, so the step's delay statistics leave them out,
+    # and the call's time counts once, with the replay's first kernel (its
+    # later kernels' launch_call_ns is NULL), so that launch-call totals are
+    # the CPU's time and their mean per kernel what the graph saves.
     graph = has_call & graph_calls[safe_call] if len(graph_calls) else np.zeros(n, dtype=bool)
+    call_counted = call_dur_valid.copy()
+    if graph.any():
+        replayed = np.flatnonzero(graph)
+        replayed = replayed[_order_by(call_index[replayed], rank.start[replayed])]
+        later = np.zeros(len(replayed), dtype=bool)
+        later[1:] = call_index[replayed][1:] == call_index[replayed][:-1]
+        call_counted[replayed[later]] = False
+        out.call_dur_valid[rows] = call_counted
     out.step_launches.append(_step_launches(
-        np.where(in_step, step, _MIN), queue, queue_valid, call_dur, call_dur_valid, out.delay[rows],
+        np.where(in_step, step, _MIN), queue, queue_valid, call_dur, call_counted, out.delay[rows],
         call_dur_valid & ~graph))
 
     # Scope: the complete profiler steps.
