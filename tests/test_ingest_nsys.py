@@ -379,6 +379,60 @@ def test_gpu_rows_without_global_pid_make_one_rank(tmp_path: Path) -> None:
     assert _rows(parsed.tables["runs"], ["rank", "pid"]) == [{"rank": 0, "pid": None}]
 
 
+# A CUDA graph launched twice and traced as a whole (nsys's default
+# --cuda-graph-trace=graph): CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows, and no
+# kernel rows for the nodes it ran. Each launch is a cudaGraphLaunch call.
+GRAPH_TRACE_SCHEMA = (
+    "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+    "streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, graphId INTEGER NOT NULL"
+)
+GRAPH_LAUNCHES = {"StringIds": [(20, "cudaGraphLaunch_v10000")],
+                  "CUPTI_ACTIVITY_KIND_RUNTIME": [(1_130_000, 1_140_000, 1, GLOBAL_PID + MAIN_TID, 30, 20, 0, None),
+                                                  (1_150_000, 1_158_000, 1, GLOBAL_PID + MAIN_TID, 31, 20, 0, None)]}
+GRAPH_EXECUTIONS = [(1_142_000, 1_300_000, 0, 1, 7, 30, GLOBAL_PID, 109), (1_300_000, 1_450_000, 0, 1, 7, 31, GLOBAL_PID, 109)]
+
+
+def _with_graph_trace(path: Path) -> Path:
+    build_export(path, extra_rows=GRAPH_LAUNCHES)
+    update_sqlite(path, f"CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE ({GRAPH_TRACE_SCHEMA})")
+    for row in GRAPH_EXECUTIONS:
+        update_sqlite(path, f"INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES {row}")
+    return path
+
+
+def test_graphs_traced_whole_become_one_kernel_row_per_execution(tmp_path: Path) -> None:
+    parsed = nsys.parse(_with_graph_trace(tmp_path / "report.sqlite"), "r1")
+    e = EPOCH_NS
+    graphs = [row for row in _rows(parsed.tables["kernels"], KERNEL_COLUMNS) if row["kind"] == "graph"]
+    assert graphs == [
+        {"run": "r1", "rank": 0, "device": 0, "stream": 7, "name": "CUDA graph 109", "category": "compute", "kind": "graph", "start_ns": e + 1_142_000, "end_ns": e + 1_300_000, "dur_ns": 158_000, "correlation_id": 30, "external_id": None, "grid": None, "block": None, "bytes": None},
+        {"run": "r1", "rank": 0, "device": 0, "stream": 7, "name": "CUDA graph 109", "category": "compute", "kind": "graph", "start_ns": e + 1_300_000, "end_ns": e + 1_450_000, "dur_ns": 150_000, "correlation_id": 31, "external_id": None, "grid": None, "block": None, "bytes": None},
+    ]
+
+
+def test_graphs_traced_whole_are_warned_of_and_counted_in_runs(tmp_path: Path) -> None:
+    parsed = nsys.parse(_with_graph_trace(tmp_path / "report.sqlite"), "r1")
+    assert parsed.warnings == [
+        "2 CUDA graph execution(s) traced whole (nsys --cuda-graph-trace=graph, the default): each is one kernels "
+        "row (kind graph), since the kernels it ran are not in the export; profile with --cuda-graph-trace=node to see them"]
+    assert json.loads(parsed.tables["runs"].column("metadata_json")[0].as_py())["graph_executions_traced_whole"] == 2
+
+
+def test_graph_executions_link_to_their_launch_calls(tmp_path: Path) -> None:
+    parsed = nsys.parse(_with_graph_trace(tmp_path / "report.sqlite"), "r1")
+    kernels = derive_trace_tables(parsed.tables)["kernels"]
+    graphs = [row for row in kernels.to_pylist() if row["kind"] == "graph"]
+    assert [(row["launch_call_name"], row["launch_delay_ns"]) for row in graphs] == [("cudaGraphLaunch", 2_000), ("cudaGraphLaunch", 142_000)]
+
+
+def test_an_export_of_graphs_traced_whole_alone_is_ingested(tmp_path: Path) -> None:
+    path = _with_graph_trace(tmp_path / "report.sqlite")
+    update_sqlite(path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    update_sqlite(path, "DELETE FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+    update_sqlite(path, "DELETE FROM CUPTI_ACTIVITY_KIND_MEMSET")
+    assert nsys.parse(path, "r1").tables["kernels"].column("kind").to_pylist() == ["graph", "graph"]
+
+
 def test_export_without_gpu_tables_raises(tmp_path: Path) -> None:
     path = build_export(tmp_path / "report.sqlite", leave_out=GPU_TABLES)
     with pytest.raises(TraceError, match=r"no GPU events \(kernels, memcpy or memset\)"):

@@ -9,6 +9,13 @@ What is read, and from where (the nsys SQLite schema reference):
   `memset`), named the way Kineto names them (`Memcpy HtoD (Pageable ->
   Device)`, `Memset (Device)`) so the same activity has the same name in
   every format.
+- `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` (a CUDA graph launch traced as a whole,
+  nsys's default `--cuda-graph-trace=graph`) → `kernels` kind `graph`, one
+  row per execution named `CUDA graph <graphId>`, category compute: the
+  kernels it ran are not in the export at all, and without these rows its
+  GPU time would read as idle. A warning after the file's line, and
+  `graph_executions_traced_whole` in `runs.metadata_json`, say so and how
+  to see each kernel (`--cuda-graph-trace=node`).
 - `CUPTI_ACTIVITY_KIND_RUNTIME` → `api_calls`; nsys stores names with the
   API version (`cudaLaunchKernel_v7000`); the suffix is dropped, as nsys's
   own reports do.
@@ -108,6 +115,17 @@ left join StringIds as demangled on demangled.id = k.demangledName
 left join StringIds as short on short.id = k.shortName
 """
 
+_GRAPH_SQL = f"""
+select
+    {{pid}} as pid,
+    {{deviceId}} as device,
+    {{streamId}} as stream,
+    g.graphId as graph_id,
+    {_times('g')},
+    g.correlationId as correlation_id
+from CUPTI_ACTIVITY_KIND_GRAPH_TRACE as g
+"""
+
 _MEMCPY_SQL = f"""
 select
     {{pid}} as pid,
@@ -187,24 +205,32 @@ def parse(path: Path, run: str) -> ParsedTrace:
 
 def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedTrace:
     tables = table_names(conn)
-    activity = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS"}
+    activity = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "NVTX_EVENTS"}
     if "StringIds" not in tables or not tables & activity:
         raise TraceError(str(path), "no StringIds or CUDA/NVTX activity tables: not an nsys SQLite export")
     epoch_ns = _session_start_epoch_ns(conn, tables)
     params = {"epoch_ns": epoch_ns or 0}
 
-    gpu = [_kernels(conn, tables, params), _memcpys(conn, tables, params), _memsets(conn, tables, params)]
+    graphs = _graph_executions(conn, tables, params)
+    gpu = [_kernels(conn, tables, params), _memcpys(conn, tables, params), _memsets(conn, tables, params), graphs]
     gpu = [columns for columns in gpu if columns.get("start_ns")]
     if not gpu:
         raise TraceError(str(path), NO_GPU_EVENTS)
+    graphs_whole = len(graphs.get("start_ns", ()))
     processes = _processes(gpu, path)
     cpu = {"api_calls": _runtime_calls(conn, tables, params), "annotations": _nvtx_ranges(conn, tables, params)}
 
     parsed = ParsedTrace(format=FORMAT)
     parsed.tables = gpu_and_cpu_tables(gpu, cpu, run, processes)
     without_gpu = processes.left_out({pid for columns in cpu.values() for pid in columns.get("pid", ())})
-    parsed.tables["runs"] = _runs_table(conn, tables, path, run, processes, without_gpu, epoch_ns)
+    parsed.tables["runs"] = _runs_table(conn, tables, path, run, processes, without_gpu, epoch_ns, graphs_whole)
     parsed.events = sum(table.num_rows for name, table in parsed.tables.items() if name != "runs")
+    if graphs_whole:
+        parsed.warnings.append(
+            f"{graphs_whole:,} CUDA graph execution(s) traced whole (nsys --cuda-graph-trace=graph, the default): "
+            "each is one kernels row (kind graph), since the kernels it ran are not in the export; "
+            "profile with --cuda-graph-trace=node to see them")
     return parsed
 
 
@@ -255,6 +281,18 @@ def _memsets(conn: sqlite3.Connection, tables: set[str], params: dict[str, int])
     return columns
 
 
+def _graph_executions(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
+    table = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+    if table not in tables:
+        return {}
+    sql = _GRAPH_SQL.format(**_global_pid(conn, table, "g"), **_optional_columns(conn, table, "g", ["deviceId", "streamId"]))
+    columns = query_columns(conn, sql, params)
+    columns["name"] = [f"CUDA graph {graph_id}" if graph_id is not None else "CUDA graph" for graph_id in columns.pop("graph_id")]
+    columns["kind"] = ["graph"] * len(columns["name"])
+    columns["category"] = mapped(columns["name"], lambda name: categorise(name, "graph"))
+    return columns
+
+
 def _runtime_calls(conn: sqlite3.Connection, tables: set[str], params: dict[str, int]) -> Columns:
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
         return {}
@@ -279,7 +317,7 @@ def _nvtx_ranges(conn: sqlite3.Connection, tables: set[str], params: dict[str, i
 
 
 def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str, processes: Processes,
-                without_gpu: list[int], epoch_ns: int | None) -> pa.Table:
+                without_gpu: list[int], epoch_ns: int | None, graphs_whole: int = 0) -> pa.Table:
     """One row per rank: per process with GPU work, or one for the whole export."""
     gpus = _gpus(conn, tables)
     names = {gpu["name"] for gpu in gpus if gpu.get("name")}
@@ -291,6 +329,8 @@ def _runs_table(conn: sqlite3.Connection, tables: set[str], path: Path, run: str
             "ts from the session start, placed on the epoch by TARGET_INFO_SESSION_START_TIME" if epoch_ns is not None
             else "ts from the session start: the export has no TARGET_INFO_SESSION_START_TIME")}
         metadata |= rank_notes(processes, without_gpu)
+        if graphs_whole:
+            metadata["graph_executions_traced_whole"] = graphs_whole
         rows.append({
             "run": run,
             "rank": rank,
