@@ -69,8 +69,8 @@ import pyarrow.compute as pc
 
 from collector.derive.inputs import (
     COMMUNICATION,
-    GRAPH_LAUNCH_PREFIXES,
     COMPUTE,
+    GRAPH_LAUNCH_PREFIXES,
     MEMORY,
     PHASE_NAMES,
     _MAX,
