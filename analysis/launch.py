@@ -15,7 +15,10 @@ with the SQL's defaults:
 - `short_kernels`, `launch_outliers`: per kernel name, the kernels shorter
   than their launch call, and launch-delay or launch-call outliers;
 - `launch_flip`: across runs named by batch size (`bs8`, `batch16`, ...),
-  the batch size where the verdict flips from cpu_bound to gpu_bound.
+  the batch size where the verdict flips from cpu_bound to gpu_bound;
+- `graph_launches`: per rank, the share of its launched kernels and GPU
+  time that CUDA or HIP graph replays ran (the per-kernel launch analyses
+  leave those kernels out: one call launched them all).
 
 `launch_findings` turns them into findings: `cpu_bound_launches`,
 `short_kernels`, `launch_delay_outliers`.
@@ -87,6 +90,10 @@ def launch_flip(
     launch_gpu_bound_min_delay_ns: int = 100_000,
 ) -> pl.DataFrame:
     return run_analysis(con, "launch_flip", **_params(locals()))
+
+
+def graph_launches(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    return run_analysis(con, "graph_launches")
 
 
 def _params(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -285,6 +285,25 @@ def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sampl
     assert "Kernels per stream: balanced, rank 5, step 4" in _titles(at)
 
 
+def test_kernels_page_says_how_many_kernels_graph_replays_ran(monkeypatch, tmp_path):
+    from collector.ingest import ingest_paths
+
+    # A CUDA-graph replay as the PyTorch profiler records it: one
+    # cudaGraphLaunch and its 40 kernels, all with its correlation id.
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 100.0,
+               "dur": 20.0, "args": {"correlation": 9}}]
+    events += [{"ph": "X", "cat": "kernel", "name": f"node_{i}", "pid": 0, "tid": 7, "ts": 125.0 + 3 * i, "dur": 2.0,
+                "args": {"device": 0, "stream": 7, "correlation": 9}} for i in range(40)]
+    (tmp_path / "graph.json").write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000}))
+    ingest_paths([tmp_path / "graph.json"], tmp_path / "data", run="graph")
+    at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
+    assert "40 GPU activities (100% of those launched) ran from 1 CUDA or HIP graph replays" in _captions(at)
+
+
+def test_kernels_page_of_a_job_without_graphs_says_nothing_of_them(monkeypatch, sample):
+    assert "graph replays" not in _captions(_run(monkeypatch, sample, "pages/kernels.py"))
+
+
 def test_kernels_page_draws_the_steps_launch_queue_under_its_kernels(monkeypatch, sample):
     at = _run(monkeypatch, sample, "pages/kernels.py")
     at.selectbox(key="kernels_rank").set_value(5).run()

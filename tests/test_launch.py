@@ -356,6 +356,20 @@ def test_a_kineto_graph_replay_is_ingested_as_one_launch_of_many_kernels(tmp_pat
     assert launch.short_kernels(con).is_empty() and launch.launch_outliers(con).is_empty()
 
 
+def test_graph_launches_give_the_share_of_a_ranks_work_that_graphs_replayed(hand) -> None:
+    row = _of(launch.graph_launches(hand), "graph").row(0, named=True)
+    assert {key: row[key] for key in ("replays", "graph_kernels", "graph_gpu_ns", "replay_call_ns",
+                                      "launched_kernels", "launched_gpu_ns")} == {
+        "replays": 1, "graph_kernels": 50, "graph_gpu_ns": 100 * US, "replay_call_ns": 20 * US,
+        "launched_kernels": 53, "launched_gpu_ns": 103 * US}
+    assert (row["kernel_share"], row["gpu_time_share"]) == (pytest.approx(50 / 53), pytest.approx(100 / 103))
+
+
+def test_graph_launches_of_a_rank_without_graphs_count_no_replays(hand) -> None:
+    row = _of(launch.graph_launches(hand), "delay").row(0, named=True)
+    assert (row["replays"], row["graph_kernels"], row["graph_gpu_ns"], row["kernel_share"]) == (0, 0, None, 0.0)
+
+
 def test_launch_histogram_counts_only_the_kernels_launched_one_by_one(hand) -> None:
     from analysis.timeline import launch_histogram
 

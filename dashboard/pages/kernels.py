@@ -82,6 +82,13 @@ st.header("Launches")
 steps = _of_run(frame(ds, launch.step_launch_summary))
 chart(charts.tklqt_figure(steps), key="kernels_tklqt")
 histogram = _of_run(frame(ds, timeline.launch_histogram))
+graphs = _of_run(frame(ds, launch.graph_launches)).filter(pl.col("replays") > 0)
+if graphs.height:
+    kernels, replays = graphs["graph_kernels"].sum(), graphs["replays"].sum()
+    share = kernels / graphs["launched_kernels"].sum()
+    st.caption(f"{kernels:,} GPU activities ({share:.0%} of those launched) ran from {replays:,} CUDA or HIP graph "
+               "replays: one call launched each replay's kernels, so they are left out of the launch delays, "
+               "launch-call times and short kernels below (`graph_launches` has them per rank).")
 left, right = st.columns(2)
 with left:
     chart(charts.launch_histogram_figure(histogram, "launch_delay_ns"), key="kernels_delay")
