@@ -73,3 +73,20 @@ def update_sqlite(path: Path, sql: str) -> None:
         connection.commit()
     finally:
         connection.close()
+
+
+def write_graph_replay_trace(path: Path, kernels: int = 40) -> Path:
+    """A Kineto trace of one CUDA-graph replay as the PyTorch profiler
+    records it: a 20 µs cudaGraphLaunch (correlation 9) and its `kernels`
+    kernels of 2 µs, 3 µs apart from 25 µs after the call's start, each
+    with the call's correlation id."""
+    import json
+
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 100.0,
+               "dur": 20.0, "args": {"correlation": 9, "External id": 4}}]
+    events += [{"ph": "X", "cat": "kernel", "name": f"node_{i}", "pid": 0, "tid": 7, "ts": 125.0 + 3 * i, "dur": 2.0,
+                "args": {"device": 0, "stream": 7, "correlation": 9, "External id": 4}} for i in range(kernels)]
+    trace = {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+             "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"}}
+    path.write_text(json.dumps(trace))
+    return path

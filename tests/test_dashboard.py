@@ -24,7 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import communication, power, timeline
 from analysis.dataset import open_dataset
-from conftest import write_telemetry, write_trace_table
+from conftest import write_graph_replay_trace, write_telemetry, write_trace_table
 from dashboard import charts, data
 from dashboard.pages.common import default_hosts
 
@@ -288,14 +288,7 @@ def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sampl
 def test_kernels_page_says_how_many_kernels_graph_replays_ran(monkeypatch, tmp_path):
     from collector.ingest import ingest_paths
 
-    # A CUDA-graph replay as the PyTorch profiler records it: one
-    # cudaGraphLaunch and its 40 kernels, all with its correlation id.
-    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 100.0,
-               "dur": 20.0, "args": {"correlation": 9}}]
-    events += [{"ph": "X", "cat": "kernel", "name": f"node_{i}", "pid": 0, "tid": 7, "ts": 125.0 + 3 * i, "dur": 2.0,
-                "args": {"device": 0, "stream": 7, "correlation": 9}} for i in range(40)]
-    (tmp_path / "graph.json").write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000}))
-    ingest_paths([tmp_path / "graph.json"], tmp_path / "data", run="graph")
+    ingest_paths([write_graph_replay_trace(tmp_path / "graph.json", kernels=40)], tmp_path / "data", run="graph")
     at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
     assert "40 GPU activities (100% of those launched) ran from 1 CUDA or HIP graph replays" in _captions(at)
 

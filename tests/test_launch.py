@@ -19,7 +19,7 @@ import pytest
 from analysis import launch
 from analysis.dataset import open_dataset
 from analysis.registry import all_params
-from conftest import write_trace_table
+from conftest import write_graph_replay_trace, write_trace_table
 
 T0 = 1_700_000_000_000_000_123  # epoch ns with odd last digits: any rounding to µs would show
 US = 1_000
@@ -336,20 +336,9 @@ def test_kernel_launches_and_ingest_know_graph_launches_by_the_same_names() -> N
 
 
 def test_a_kineto_graph_replay_is_ingested_as_one_launch_of_many_kernels(tmp_path: Path) -> None:
-    import json
-
     from collector.ingest import ingest_paths
 
-    # As the PyTorch profiler records a CUDA-graph replay: one cudaGraphLaunch
-    # (correlation 9) and its kernels, each with that correlation id.
-    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 100.0,
-               "dur": 20.0, "args": {"correlation": 9, "External id": 4}}]
-    events += [{"ph": "X", "cat": "kernel", "name": f"node_{i}", "pid": 0, "tid": 7, "ts": 125.0 + 3 * i, "dur": 2.0,
-                "args": {"device": 0, "stream": 7, "correlation": 9, "External id": 4}} for i in range(40)]
-    trace = {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000,
-             "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"}}
-    (tmp_path / "graph.json").write_text(json.dumps(trace))
-    ingest_paths([tmp_path / "graph.json"], tmp_path / "data", run="graph")
+    ingest_paths([write_graph_replay_trace(tmp_path / "graph.json", kernels=40)], tmp_path / "data", run="graph")
     con = open_dataset(tmp_path / "data")
     launches = launch.kernel_launches(con)
     assert (launches.height, launches["graph_launch"].all()) == (40, True)
