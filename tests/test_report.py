@@ -331,6 +331,24 @@ def test_report_on_a_corrupt_trace_fails_with_one_line(tmp_path: Path, capsys: p
     assert not (tmp_path / "r.html").exists()
 
 
+def test_report_on_a_trace_without_profiler_steps_is_written_without_step_charts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # No ProfilerStep ranges: its one window per rank has no step to draw.
+    from conftest import write_graph_replay_trace
+
+    trace = write_graph_replay_trace(tmp_path / "graph.json")
+    code, _, err = gpulens("report", str(trace), "-o", str(tmp_path / "r.html"), capsys=capsys)
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "CUDA and HIP graph replays per rank" in page and "Kernels per stream" not in page
+
+
+def test_report_of_a_job_without_graphs_leaves_the_graph_table_out(training_report) -> None:
+    from dashboard.report.html import render_html
+
+    assert "graph replays per rank" not in render_html(training_report)
+
+
 def test_report_on_an_empty_file_fails_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "trace.json"
     empty.write_bytes(b"")

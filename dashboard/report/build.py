@@ -266,6 +266,8 @@ def _typical_steps(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame]:
     from analysis import timeline
 
     steps = run_analysis(con, "step_launch_summary")  # the launch section's, kept on the connection
+    # A rank without profiler steps has one window of step NULL: no step to draw.
+    steps = steps.filter(pl.col("step").is_not_null())
     if steps.is_empty():
         return {}
     series: dict[str, pl.DataFrame] = {}

@@ -29,6 +29,9 @@ class TableSpec:
     key: bool = False
     # Rows the HTML shows before folding the rest away.
     html_rows: int = 50
+    # Left out of the HTML and Markdown when it has no rows (after `where`):
+    # a table about something most jobs do not have. The JSON keeps it.
+    omit_if_empty: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,14 @@ SECTIONS: tuple[SectionSpec, ...] = (
                 ("run", "rank", "step", "step_ns", "is_last", "kernel_count", "tklqt_ns", "gpu_idle_share",
                  "launch_delay_p50_ns", "launch_delay_p95_ns", "short_kernel_count", "verdict"),
                 sort=("run", "rank", "step"), html_rows=40,
+            ),
+            TableSpec(
+                "graph_launches", "CUDA and HIP graph replays per rank",
+                ("run", "rank", "replays", "graph_kernels", "graph_gpu_ns", "replay_call_ns", "kernel_share",
+                 "gpu_time_share"),
+                where=pl.col("replays") > 0, sort=("run", "rank"), omit_if_empty=True,
+                note="ranks whose kernels CUDA or HIP graph replays ran; the launch delays and short kernels "
+                     "leave those kernels out",
             ),
             TableSpec(
                 "kernel_stats", "Kernels taking the most GPU time (top 5 per rank)",
