@@ -102,9 +102,32 @@ _IDLE_CAUSES = {
 }
 
 
+# The same causes where most of the rank's kernels already run from CUDA or
+# HIP graph replays (analysis.launch.graph_launches): advice to capture a
+# graph would be advice to do what the job does.
+_GRAPH_IDLE_ADVICE = {
+    "host_wait": (
+        "Most of its kernels already run from CUDA graphs, so these gaps lie between graph replays: the CPU "
+        "prepares the next replay (its inputs, the Python between steps) slower than the GPU runs one. Capture "
+        "more of the step in each graph, and keep synchronising calls (.item(), .cpu()) out of the loop."
+    ),
+    "kernel_wait": (
+        "Most of its kernels already run from CUDA graphs, so these gaps lie between a graph's own nodes, not "
+        "between CPU launches: each short node still pays its start-up on the GPU. Fewer, larger kernels "
+        "(torch.compile's fusion, fused optimizers) shrink them."
+    ),
+}
+GRAPH_MOSTLY_SHARE = 0.5
+
+
 def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.3) -> list[Finding]:
     """`gpu_idle`: a rank whose GPU idles more than `idle_share_max` of its span."""
     rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
+    if rows.is_empty():
+        return []
+    from analysis.launch import graph_launches
+
+    graph_shares = {(r["run"], r["rank"]): r["kernel_share"] for r in graph_launches(con).iter_rows(named=True)}
     findings = []
     for row in rows.iter_rows(named=True):
         shares = {
@@ -114,6 +137,9 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
         }
         cause = max(shares, key=lambda name: shares[name] or 0.0)
         phrase, advice = _IDLE_CAUSES[cause]
+        graph_share = graph_shares.get((row["run"], row["rank"])) or 0.0
+        if graph_share >= GRAPH_MOSTLY_SHARE:
+            advice = _GRAPH_IDLE_ADVICE.get(cause, advice)
         findings.append(
             Finding(
                 id="gpu_idle",
@@ -138,6 +164,7 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
                     "idle_other_share": row["idle_other_share"],
                     "idle_gap_count": row["idle_gap_count"],
                     "main_cause": cause,
+                    "graph_kernel_share": graph_share,
                 },
                 page="kernels",
             )

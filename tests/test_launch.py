@@ -359,6 +359,15 @@ def test_graph_launches_of_a_rank_without_graphs_count_no_replays(hand) -> None:
     assert (row["replays"], row["graph_kernels"], row["graph_gpu_ns"], row["kernel_share"]) == (0, 0, None, 0.0)
 
 
+def test_gpu_idle_of_a_rank_that_replays_graphs_does_not_advise_capturing_one(hand) -> None:
+    from analysis.time_breakdown import gpu_idle_findings
+
+    finding = next(f for f in gpu_idle_findings(hand) if f.subject["run"] == "graph")
+    assert finding.evidence["main_cause"] == "host_wait"
+    assert finding.evidence["graph_kernel_share"] == pytest.approx(50 / 53)
+    assert "gaps lie between graph replays" in finding.detail and "CUDA graphs, a faster" not in finding.detail
+
+
 def test_launch_histogram_counts_only_the_kernels_launched_one_by_one(hand) -> None:
     from analysis.timeline import launch_histogram
 
