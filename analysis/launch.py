@@ -124,14 +124,31 @@ def launch_findings(
     """
     ranks = launch_rank_summary(con)
     verdicts = {(row["run"], row["rank"]): row["verdict"] for row in ranks.iter_rows(named=True)}
-    findings = [_cpu_bound_finding(row) for row in ranks.iter_rows(named=True) if row["verdict"] == "cpu_bound"]
+    cpu_bound = [row for row in ranks.iter_rows(named=True) if row["verdict"] == "cpu_bound"]
+    graph_shares = ({(r["run"], r["rank"]): r["kernel_share"] for r in graph_launches(con).iter_rows(named=True)}
+                    if cpu_bound else {})
+    findings = [_cpu_bound_finding(row, graph_shares.get((row["run"], row["rank"])) or 0.0) for row in cpu_bound]
     findings += _short_kernel_findings(short_kernels(con), short_kernel_min_count, short_kernel_min_share,
                                        short_kernel_warning_share)
     findings += _outlier_findings(launch_outliers(con), verdicts, outlier_min_count, outlier_min_share)
     return findings
 
 
-def _cpu_bound_finding(row: dict[str, Any]) -> Finding:
+# Above this share of a rank's launched kernels replayed from CUDA or HIP
+# graphs, the advice to capture one would describe what the job does.
+GRAPH_MOSTLY_SHARE = 0.5
+
+
+def _cpu_bound_finding(row: dict[str, Any], graph_share: float) -> Finding:
+    if graph_share >= GRAPH_MOSTLY_SHARE:
+        advice = ("Most of its kernels already run from CUDA graphs, so the GPU waits on what the CPU does between "
+                  "replays and on the kernels still launched one by one: capture more of the step in each graph, "
+                  "fuse the rest, raise the batch size, and keep host synchronisation (.item(), .cpu(), data "
+                  "loading) out of the step.")
+    else:
+        advice = ("Cut launch overhead: capture the step in a CUDA graph (torch.compile mode='reduce-overhead'), "
+                  "fuse small kernels, raise the batch size, and keep host synchronisation (.item(), .cpu(), data "
+                  "loading) out of the step.")
     return Finding(
         id="cpu_bound_launches",
         severity="warning",
@@ -139,9 +156,7 @@ def _cpu_bound_finding(row: dict[str, Any]) -> Finding:
                f"of step time while kernels typically start {row['step_launch_delay_p50_ns'] / 1_000:.1f} µs "
                f"after their launch returns"),
         detail=("The GPU waits for the CPU to launch work: kernels start almost as soon as they are launched, "
-                "and between them the GPU has nothing to do. Cut launch overhead: capture the step in a CUDA "
-                "graph (torch.compile mode='reduce-overhead'), fuse small kernels, raise the batch size, and "
-                "keep host synchronisation (.item(), .cpu(), data loading) out of the step."),
+                "and between them the GPU has nothing to do. " + advice),
         subject={"run": row["run"], "rank": row["rank"]},
         evidence={
             "gpu_idle_share": row["gpu_idle_share"],
@@ -152,6 +167,7 @@ def _cpu_bound_finding(row: dict[str, Any]) -> Finding:
             "cpu_bound_steps": row["cpu_bound_steps"],
             "step_count": row["step_count"],
             "verdict_share": row["verdict_share"],
+            "graph_kernel_share": graph_share,
         },
         page=PAGE,
     )

@@ -103,8 +103,8 @@ _IDLE_CAUSES = {
 
 
 # The same causes where most of the rank's kernels already run from CUDA or
-# HIP graph replays (analysis.launch.graph_launches): advice to capture a
-# graph would be advice to do what the job does.
+# HIP graph replays (analysis.launch.graph_launches, GRAPH_MOSTLY_SHARE):
+# advice to capture a graph would be advice to do what the job does.
 _GRAPH_IDLE_ADVICE = {
     "host_wait": (
         "Most of its kernels already run from CUDA graphs, so these gaps lie between graph replays: the CPU "
@@ -117,7 +117,6 @@ _GRAPH_IDLE_ADVICE = {
         "(torch.compile's fusion, fused optimizers) shrink them."
     ),
 }
-GRAPH_MOSTLY_SHARE = 0.5
 
 
 def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.3) -> list[Finding]:
@@ -125,7 +124,7 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
     rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
     if rows.is_empty():
         return []
-    from analysis.launch import graph_launches
+    from analysis.launch import GRAPH_MOSTLY_SHARE, graph_launches
 
     graph_shares = {(r["run"], r["rank"]): r["kernel_share"] for r in graph_launches(con).iter_rows(named=True)}
     findings = []

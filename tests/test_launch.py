@@ -368,6 +368,12 @@ def test_gpu_idle_of_a_rank_that_replays_graphs_does_not_advise_capturing_one(ha
     assert "gaps lie between graph replays" in finding.detail and "CUDA graphs, a faster" not in finding.detail
 
 
+def test_cpu_bound_rank_that_replays_graphs_is_told_to_capture_more_not_to_capture_one(hand) -> None:
+    finding = next(f for f in launch.launch_findings(hand) if f.id == "cpu_bound_launches" and f.subject["run"] == "graph")
+    assert finding.evidence["graph_kernel_share"] == pytest.approx(50 / 53)
+    assert "already run from CUDA graphs" in finding.detail and "mode='reduce-overhead'" not in finding.detail
+
+
 def test_launch_histogram_counts_only_the_kernels_launched_one_by_one(hand) -> None:
     from analysis.timeline import launch_histogram
 
