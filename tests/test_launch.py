@@ -374,6 +374,18 @@ def test_cpu_bound_rank_that_replays_graphs_is_told_to_capture_more_not_to_captu
     assert "already run from CUDA graphs" in finding.detail and "mode='reduce-overhead'" not in finding.detail
 
 
+def test_a_launch_call_without_a_name_is_not_taken_for_a_graph_replay(tmp_path: Path) -> None:
+    write_trace_table(tmp_path, "r", "kernels", {
+        "run": ["r"], "rank": [0], "device": [0], "stream": [7], "name": ["k"], "category": ["compute"],
+        "kind": ["kernel"], "start_ns": [T0 + 10 * US], "end_ns": [T0 + 11 * US], "dur_ns": [US], "correlation_id": [1]})
+    write_trace_table(tmp_path, "r", "api_calls", {
+        "run": ["r"], "rank": [0], "pid": [1], "tid": [1], "name": [None], "start_ns": [T0], "end_ns": [T0 + 5 * US],
+        "dur_ns": [5 * US], "correlation_id": [1]})
+    con = open_dataset(tmp_path)
+    assert launch.kernel_launches(con)["graph_launch"].to_list() == [False]
+    assert _rows(launch.short_kernels(con), "name", "kernel_count") == [("k", 1)]
+
+
 def test_launch_histogram_counts_only_the_kernels_launched_one_by_one(hand) -> None:
     from analysis.timeline import launch_histogram
 

@@ -48,9 +48,12 @@ select
     start_ns,
     dur_ns,
     launch_call_name,
-    launch_call_name like 'cudaGraphLaunch%'
+    coalesce(
+        launch_call_name like 'cudaGraphLaunch%'
         or launch_call_name like 'cuGraphLaunch%'
-        or launch_call_name like 'hipGraphLaunch%' as graph_launch,
+        or launch_call_name like 'hipGraphLaunch%',
+        false
+    ) as graph_launch,
     launch_call_start_ns,
     launch_call_ns,
     launch_delay_ns,
