@@ -96,6 +96,12 @@ def graph_launches(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return run_analysis(con, "graph_launches")
 
 
+def graph_kernel_shares(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, int], float]:
+    """Per (run, rank): the share of its launched kernels that graph replays
+    ran (graph_launches.kernel_share), for findings whose advice depends on it."""
+    return {(row["run"], row["rank"]): row["kernel_share"] for row in graph_launches(con).iter_rows(named=True)}
+
+
 def _params(arguments: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in arguments.items() if name != "con"}
 
@@ -125,8 +131,7 @@ def launch_findings(
     ranks = launch_rank_summary(con)
     verdicts = {(row["run"], row["rank"]): row["verdict"] for row in ranks.iter_rows(named=True)}
     cpu_bound = [row for row in ranks.iter_rows(named=True) if row["verdict"] == "cpu_bound"]
-    graph_shares = ({(r["run"], r["rank"]): r["kernel_share"] for r in graph_launches(con).iter_rows(named=True)}
-                    if cpu_bound else {})
+    graph_shares = graph_kernel_shares(con) if cpu_bound else {}
     findings = [_cpu_bound_finding(row, graph_shares.get((row["run"], row["rank"])) or 0.0) for row in cpu_bound]
     findings += _short_kernel_findings(short_kernels(con), short_kernel_min_count, short_kernel_min_share,
                                        short_kernel_warning_share)

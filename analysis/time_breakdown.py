@@ -124,9 +124,9 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
     rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
     if rows.is_empty():
         return []
-    from analysis.launch import GRAPH_MOSTLY_SHARE, graph_launches
+    from analysis.launch import GRAPH_MOSTLY_SHARE, graph_kernel_shares
 
-    graph_shares = {(r["run"], r["rank"]): r["kernel_share"] for r in graph_launches(con).iter_rows(named=True)}
+    graph_shares = graph_kernel_shares(con)
     findings = []
     for row in rows.iter_rows(named=True):
         shares = {
