@@ -137,6 +137,23 @@ def test_report_markdown_shows_two_findings_of_a_kind_and_names_the_rest(trainin
     assert exposed[-1] == "- 🟠 6 more `exposed_communication` (warning): _run demo-training, ranks 2-7_"
 
 
+def test_report_markdown_leaves_out_an_empty_table_marked_omit_if_empty(training_report) -> None:
+    import dataclasses
+
+    from dashboard.report.build import TableResult
+    from dashboard.report.markdown import render_markdown
+
+    def emptied(table: TableResult) -> TableResult:
+        if table.name != "stragglers":
+            return table
+        return TableResult(dataclasses.replace(table.spec, omit_if_empty=True), table.frame.clear())
+
+    sections = [dataclasses.replace(section, tables=[emptied(t) for t in section.tables])
+                for section in training_report.sections]
+    assert "### Straggler ranking" in render_markdown(training_report)
+    assert "### Straggler ranking" not in render_markdown(dataclasses.replace(training_report, sections=sections))
+
+
 def test_report_html_is_self_contained_with_plotly_inlined_once(training_report) -> None:
     from dashboard.report.html import render_html
 

@@ -43,6 +43,11 @@ class TableResult:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def shown(self) -> bool:
+        """Whether the HTML and Markdown show it (the JSON has every table)."""
+        return not (self.spec.omit_if_empty and self.frame.is_empty())
+
 
 @dataclass
 class Section:

@@ -270,9 +270,9 @@ def _table(table: TableResult) -> str:
     frame = table.frame
     spec = table.spec
     note = f" ({_e(spec.note)})" if spec.note else ""
-    head = f'<h3 id="table-{_e(spec.name)}">{_e(spec.title)}</h3><p class="note"><code>{_e(spec.name)}</code>{note}, {frame.height} row(s)</p>'
-    if frame.is_empty() and spec.omit_if_empty:
+    if not table.shown:
         return ""
+    head = f'<h3 id="table-{_e(spec.name)}">{_e(spec.title)}</h3><p class="note"><code>{_e(spec.name)}</code>{note}, {frame.height} row(s)</p>'
     if frame.is_empty():
         return head + '<p class="empty">No rows.</p>'
     columns = [c for c in spec.columns if c in frame.columns] or frame.columns

@@ -28,7 +28,7 @@ def render_markdown(report: Report) -> str:
     else:
         lines += _metrics(report)
     for section in report.sections:
-        tables = [t for t in section.tables if t.spec.key]
+        tables = [t for t in section.tables if t.spec.key and t.shown]
         if section.empty_reason or not tables:
             continue
         lines += [f"## {section.title}", ""]
