@@ -35,6 +35,7 @@ from collector.ingest import plan
 from collector.ingest.results import FileFailure, FileResult, PartOutcome, SkippedFile
 from collector.ingest.store import owner_tag, remove_abandoned_staging, staging_folder
 from collector.no_pandas import refuse_pandas
+from collector.progress import StderrProgress
 
 if TYPE_CHECKING:
     import multiprocessing.process
@@ -288,35 +289,18 @@ def _task_of(outcome: FileResult | FileFailure | SkippedFile | PartOutcome) -> S
     return outcome.task if isinstance(outcome, PartOutcome) else None
 
 
-class _Progress:
-    """A rich progress bar on stderr, or nothing. It counts files: each part
-    of a file read in parts moves it by its share of the file."""
+class _Progress(StderrProgress):
+    """The ingest's bar on a terminal. It counts files: each part of a file
+    read in parts moves it by its share of the file."""
 
     def __init__(self, total: int, enabled: bool) -> None:
-        self._bar = None
-        if enabled and total:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=Console(stderr=True), transient=True)
-            self._task = self._bar.add_task("ingest", total=total)
-            self._done = Fraction(0)
-
-    def __enter__(self) -> "_Progress":
-        if self._bar is not None:
-            self._bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+        super().__init__(enabled, total, "ingesting", counted=True)
+        self._done = Fraction(0)
 
     def advance(self, task: Source | None = None) -> None:
-        if self._bar is not None:
-            # Counted exactly: six sixths of a file in floats fall short of one.
-            self._done += Fraction(1, task.part.count) if task is not None and task.part else 1
-            self._bar.update(self._task, completed=float(self._done))
+        # Counted exactly: six sixths of a file in floats fall short of one.
+        self._done += Fraction(1, task.part.count) if task is not None and task.part else 1
+        self.update(completed=float(self._done))
 
 
 def release_freed_memory() -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from collector.errors import DatasetError, UsageError
+from collector.progress import StderrProgress
 from collector.writer import new_temporary_file
 
 FORMATS = ("html", "md", "json")
@@ -176,32 +177,14 @@ def _write_stdout(data: bytes) -> None:
         raise DatasetError(f"cannot write the report to standard output ({error.strerror or error})") from None
 
 
-class _Progress:
-    """A rich progress bar on a terminal (stderr); elsewhere nothing."""
+class _Progress(StderrProgress):
+    """The report's bar on a terminal: one step a part, named as it starts."""
 
     def __init__(self, enabled: bool) -> None:
-        self._bar = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from dashboard.report.sections import SECTIONS
 
-            from dashboard.report.sections import SECTIONS
-
-            self._bar = Progress(TextColumn("report: {task.description:<32}"), BarColumn(), TimeElapsedColumn(),
-                                 console=Console(stderr=True), transient=True)
-            # findings, the sections, charts, baseline, writing
-            self._task = self._bar.add_task("", total=len(SECTIONS) + 4)
-
-    def __enter__(self) -> "_Progress":
-        if self._bar is not None:
-            self._bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+        # findings, the sections, charts, baseline, writing
+        super().__init__(enabled, len(SECTIONS) + 4, "report: {task.description:<32}")
 
     def __call__(self, label: str) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, description=label)
-            self._bar.advance(self._task)
+        self.update(description=label, advance=1)
