@@ -32,6 +32,7 @@ import duckdb
 import polars as pl
 
 from analysis.findings import Finding
+from analysis.names import short_kernel_name
 from analysis.registry import run_analysis
 
 PAGE = "kernels"
@@ -178,10 +179,6 @@ def _cpu_bound_finding(row: dict[str, Any], graph_share: float) -> Finding:
     )
 
 
-def _shortened(name: str, limit: int = 60) -> str:
-    return name if len(name) <= limit else name[: limit - 1] + "…"
-
-
 def _top_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"name": row["name"], "kernel_count": row["kernel_count"]} for row in rows[:TOP_NAMES]]
 
@@ -206,7 +203,7 @@ def _short_kernel_findings(short: pl.DataFrame, min_count: int, min_share: float
             id="short_kernels",
             severity="warning" if share >= warning_share else "info",
             title=(f"{share:.0%} of the kernels of rank {rank} of {run} ({count:,}) run for less time than "
-                   f"their launch call takes; most often {_shortened(names[0]['name'])}"),
+                   f"their launch call takes; most often {short_kernel_name(names[0]['name'])}"),
             detail=("The CPU spends longer launching these kernels than the GPU spends running them, so the "
                     "GPU cannot be kept busy with them. Fuse them (torch.compile, fused optimisers and "
                     "layers) or replay them as a CUDA graph."),
@@ -241,7 +238,7 @@ def _outlier_findings(outliers: pl.DataFrame, verdicts: dict[tuple[str, int], st
             id="launch_delay_outliers",
             severity="info",
             title=(f"{count:,} kernels of rank {rank} of {run} ({share:.1%}) started more than 100 µs after "
-                   f"their launch call returned; most often {_shortened(rows[0]['name'])}"),
+                   f"their launch call returned; most often {short_kernel_name(rows[0]['name'])}"),
             detail=cause,
             subject={"run": run, "rank": rank},
             evidence={

@@ -444,6 +444,16 @@ def test_launch_findings_short_kernels_fire_with_top_names(hand) -> None:
     assert finding.evidence["top_names"] == [{"name": "tiny", "kernel_count": 3}, {"name": "small", "kernel_count": 2}]
 
 
+def test_launch_findings_name_a_templated_kernel_by_its_short_name(tmp_path: Path) -> None:
+    adam = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+            "FusedOptimizerTensorListMetadata<4>, float const*>(at::native::(anonymous namespace)::"
+            "FusedOptimizerTensorListMetadata<4>, float const*, double, double, bool)")
+    _write_rank(tmp_path, "adam", 0, [(i * 100 * US, 5 * US, i * 100 * US + 6 * US, US, adam) for i in range(5)])
+    [finding] = [f for f in launch.launch_findings(open_dataset(tmp_path), short_kernel_min_count=5) if f.id == "short_kernels"]
+    assert finding.title.endswith("most often at::native::multi_tensor_apply_kernel")
+    assert finding.evidence["top_names"] == [{"name": adam, "kernel_count": 5}]
+
+
 def test_launch_findings_short_kernels_info_below_the_warning_share(hand) -> None:
     [finding] = _findings(hand, "short_kernels", "short", short_kernel_min_count=5, short_kernel_warning_share=0.9)
     assert finding.severity == "info"

@@ -166,6 +166,22 @@ def test_report_html_is_self_contained_with_plotly_inlined_once(training_report)
     assert 'class="problem"' not in page
 
 
+def test_report_html_shows_long_kernel_names_short_opening_to_the_full_name(training_report) -> None:
+    import html
+    import re
+
+    from dashboard.report.html import NAME_CHARS, render_html
+
+    page = render_html(training_report)
+    cells = re.findall(r'<details class="name"><summary>(.*?)</summary><span class="full">(.*?)</span>', page)
+    names = {html.unescape(short): html.unescape(full) for short, full in cells}
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
+    assert names[gemm[: NAME_CHARS - 1] + "…"] == gemm
+    assert all(len(short) <= NAME_CHARS < len(full) for short, full in names.items())
+    # a name that fits is a plain cell
+    assert ">ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage&lt;4096ul&gt;)</td>" in page
+
+
 def test_report_command_writes_html_by_default(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

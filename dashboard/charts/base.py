@@ -223,41 +223,6 @@ def _step_ticks(fig: go.Figure, one_per_step: bool) -> None:
         fig.update_xaxes(tickformat="d")
 
 
-def _short_unique(names: list[str], limit: int = 60) -> list[str]:
-    """Short labels, made unique (two kernels whose names start alike would share a bar)."""
-    seen: dict[str, int] = {}
-    labels = []
-    for name in names:
-        label = _short(name, limit)
-        seen[label] = seen.get(label, 0) + 1
-        labels.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
-    return labels
-
-
-def _short(name: str, limit: int = 60) -> str:
-    """A kernel name for an axis: no parameter list, template arguments or
-    `void `, cut at `limit` characters (the full name is in the hover)."""
-    base = name.strip()
-    if len(base) <= limit:
-        return base
-    if base.endswith(")"):
-        depth = 0
-        for i in range(len(base) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(base[i], 0)
-            if depth == 0:
-                base = base[:i] if i > 0 else base
-                break
-    if len(base) > limit:
-        kept, depth = [], 0
-        for char in base:
-            depth += {"<": 1, ">": -1}.get(char, 0) if char in "<>" else 0
-            if depth == 0 and char != ">":
-                kept.append(char)
-        base = "".join(kept)
-    base = base.removeprefix("void ").replace("(anonymous namespace)::", "").strip()
-    return base if len(base) <= limit else base[: limit - 1] + "…"
-
-
 # Pending launches on one stream at which a CUDA launch call blocks until the GPU drains the queue.
 CUDA_LAUNCH_QUEUE_LIMIT = 1024
 

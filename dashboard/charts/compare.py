@@ -7,8 +7,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import polars as pl
 
+from analysis.names import unique_short_names
 from dashboard import theme
-from dashboard.charts.base import GB, empty_figure, _layout, new_figure, _short_unique, size_label
+from dashboard.charts.base import GB, empty_figure, _layout, new_figure, size_label
 
 
 def kernel_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str, top: int = 15) -> go.Figure:
@@ -17,7 +18,7 @@ def kernel_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str, top: int 
     if compare.is_empty():
         return empty_figure(title, "No kernels in either run.")
     frame = compare.head(top).reverse()
-    frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
+    frame = frame.with_columns(pl.Series("label", unique_short_names(frame["name"].to_list())))
     fig = new_figure()
     for category in sorted(frame["category"].drop_nulls().unique().to_list()):
         part = frame.filter(pl.col("category") == category)

@@ -11,9 +11,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 import polars as pl
 
+from analysis.names import short_kernel_name, unique_short_names
 from dashboard import theme
 from dashboard.charts.base import (
-    CUDA_LAUNCH_QUEUE_LIMIT, _DASHES, _STEP_TICKS_MAX, empty_figure, _layout, new_figure, _np, _short, _short_unique,
+    CUDA_LAUNCH_QUEUE_LIMIT, _DASHES, _STEP_TICKS_MAX, empty_figure, _layout, new_figure, _np,
     _step_ticks,
 )
 
@@ -112,7 +113,7 @@ def top_kernels_figure(stats: pl.DataFrame, top: int = 15) -> go.Figure:
         stats.group_by("name").agg(pl.col("category").first(), pl.col("total_ns").sum(), pl.col("kernel_count").sum())
         .sort("total_ns", "name", descending=[True, False]).head(top).reverse()
     )
-    frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
+    frame = frame.with_columns(pl.Series("label", unique_short_names(frame["name"].to_list())))
     fig = new_figure()
     for category in sorted(frame["category"].drop_nulls().unique().to_list()):
         part = frame.filter(pl.col("category") == category)
@@ -135,7 +136,7 @@ def short_kernels_figure(short: pl.DataFrame, top: int = 15) -> go.Figure:
         short.group_by("name").agg(pl.col("kernel_count").sum(), pl.col("gpu_ns").sum(), pl.col("launch_call_total_ns").sum())
         .sort("kernel_count", "name", descending=[True, False]).head(top).reverse()
     )
-    frame = frame.with_columns(pl.Series("label", _short_unique(frame["name"].to_list())))
+    frame = frame.with_columns(pl.Series("label", unique_short_names(frame["name"].to_list())))
     fig = new_figure(go.Bar(
         y=frame["label"].to_list(), x=frame["kernel_count"].to_list(), orientation="h", name="short kernels",
         marker={"color": theme.OTHER_COLOUR},
@@ -261,10 +262,10 @@ def _kernel_run_text(name: str, category: str, stream: int, kernel_count: int, b
     """A timeline hover: one kernel's name and times, or a merged run's summary."""
     where = f"{category}, stream {stream}<br>start {offset_ns / 1e6:.3f} ms"
     if kernel_count == 1:
-        return f"{_short(name, 90)}<br>{where}, {busy_ns / 1e3:.1f} µs"
+        return f"{short_kernel_name(name, 90)}<br>{where}, {busy_ns / 1e3:.1f} µs"
     span_ns = max(end_offset_ns - offset_ns, 1)
     return (f"{kernel_count:,} kernels: {busy_ns / 1e3:.1f} µs busy of {span_ns / 1e3:.1f} µs "
-            f"({busy_ns / span_ns:.0%})<br>longest {_short(name, 80)} ({longest_ns / 1e3:.1f} µs)<br>{where}")
+            f"({busy_ns / span_ns:.0%})<br>longest {short_kernel_name(name, 80)} ({longest_ns / 1e3:.1f} µs)<br>{where}")
 
 
 # Half a stream's row: the rectangles' height, with a gap between rows.

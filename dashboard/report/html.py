@@ -18,6 +18,7 @@ from typing import Any
 import plotly.io as pio
 import polars as pl
 
+from analysis.names import short_kernel_name
 from collector.errors import one_line
 from dashboard import theme
 from dashboard.report.build import Report, Section, TableResult
@@ -26,6 +27,10 @@ from dashboard.report.format import format_subject, format_value
 
 # The most rows one HTML table shows; the JSON report has them all.
 MAX_HTML_ROWS = 2000
+# Columns holding kernel names, shown by their short name (a click opens
+# the full one): a templated name is hundreds of characters.
+NAME_COLUMNS = ("name",)
+NAME_CHARS = 80
 
 _CSS = """
 :root { --fg: #1d1d1f; --muted: #5f6368; --line: #e3e3e3; --bg: #ffffff; --panel: #f7f7f8; }
@@ -66,6 +71,11 @@ table.data td.long { overflow-wrap: anywhere; min-width: 24em; max-width: 40em; 
 tr.regressed td { background: #fdecea; }
 details.more { margin: 4px 0 10px; }
 details.more > summary { cursor: pointer; color: var(--muted); }
+details.name > summary { cursor: pointer; list-style: none; }
+details.name > summary::after { content: " ▸"; color: var(--muted); }
+details.name[open] > summary::after { content: " ▾"; }
+details.name .full { display: block; margin-top: 2px; color: var(--muted); overflow-wrap: anywhere; max-width: 40em;
+                     white-space: normal; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 11.5px; }
 footer { color: var(--muted); font-size: 12px; padding: 32px 24px; }
 """
 
@@ -297,9 +307,22 @@ def _rows_html(frame: pl.DataFrame, columns: list[str]) -> str:
     numeric = {c for c in columns if frame.schema[c].is_numeric()}
     out = []
     for row in frame.iter_rows(named=True):
-        cells = "".join(_cell(format_value(c, row[c]), c in numeric) for c in columns)
+        cells = "".join(
+            _name_cell(row[c]) if c in NAME_COLUMNS and isinstance(row[c], str) else _cell(format_value(c, row[c]), c in numeric)
+            for c in columns
+        )
         out.append(f"<tr>{cells}</tr>")
     return "".join(out)
+
+
+def _name_cell(name: str) -> str:
+    """A kernel name: as it is where it fits, else its short name, which
+    opens to the full one (the JSON report has it too)."""
+    short = short_kernel_name(name, NAME_CHARS)
+    if short == name:
+        return _cell(name, False)
+    return (f'<td class="text"><details class="name"><summary>{_e(short)}</summary>'
+            f'<span class="full">{_e(name)}</span></details></td>')
 
 
 def _cell(text: str, numeric: bool) -> str:
