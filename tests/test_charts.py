@@ -158,6 +158,21 @@ def test_tklqt_of_two_runs_draws_a_line_per_run_and_rank_in_colours_of_their_own
     assert fig.layout.xaxis.dtick is None  # steps 10 to 101: a tick each would be 92 labels
 
 
+def test_tklqt_of_a_gpu_bound_run_reads_in_seconds() -> None:
+    # The real H100 sample's GPU-bound steps queue 13-55 s of launches each.
+    steps = pl.DataFrame({"rank": [0, 0], "step": [10, 11], "tklqt_ns": [13.25e9, 55.5e9],
+                          "verdict": ["gpu_bound"] * 2, "gpu_idle_share": [0.02] * 2})
+    fig = charts.tklqt_figure(steps)
+    assert (list(fig.data[0].y), fig.layout.yaxis.title.text) == ([13.25, 55.5], "TKLQT (s)")
+
+
+def test_tklqt_of_a_cpu_bound_run_reads_in_microseconds() -> None:
+    steps = pl.DataFrame({"rank": [0, 0], "step": [1, 2], "tklqt_ns": [96_200.0, 131_000.0],
+                          "verdict": ["cpu_bound"] * 2, "gpu_idle_share": [0.7] * 2})
+    fig = charts.tklqt_figure(steps)
+    assert (list(fig.data[0].y), fig.layout.yaxis.title.text) == ([96.2, 131.0], "TKLQT (µs)")
+
+
 def test_tklqt_of_16_ranks_still_draws_each_rank() -> None:
     steps = pl.DataFrame({"rank": list(range(16)), "step": [1] * 16, "tklqt_ns": [1e6] * 16,
                           "verdict": ["gpu_bound"] * 16, "gpu_idle_share": [0.1] * 16})

@@ -223,6 +223,17 @@ def _step_ticks(fig: go.Figure, one_per_step: bool) -> None:
         fig.update_xaxes(tickformat="d")
 
 
+def time_unit(max_ns: float | None) -> tuple[float, str]:
+    """(nanoseconds per unit, unit) for an axis of durations up to `max_ns`:
+    ms from 1 ms to 10 s, µs below, s above, so ticks read `55 s`, not
+    `55k ms` (a GPU-bound step's queuing time sums to tens of seconds)."""
+    if max_ns is not None and max_ns >= 10e9:
+        return 1e9, "s"
+    if max_ns is not None and 0 < max_ns < 1e6:
+        return 1e3, "µs"
+    return 1e6, "ms"
+
+
 # Pending launches on one stream at which a CUDA launch call blocks until the GPU drains the queue.
 CUDA_LAUNCH_QUEUE_LIMIT = 1024
 

@@ -12,7 +12,7 @@ import polars as pl
 
 from dashboard import theme
 from dashboard.charts.base import (
-    GB, LINK_NAMES, _STEP_TICKS_MAX, _alpha, empty_figure, _layout, new_figure, size_label, _step_ticks,
+    GB, LINK_NAMES, _STEP_TICKS_MAX, _alpha, empty_figure, _layout, new_figure, size_label, _step_ticks, time_unit,
 )
 
 
@@ -25,15 +25,16 @@ def collective_time_figure(stats: pl.DataFrame) -> go.Figure:
         return empty_figure(title, "No collectives with GPU time (NCCL logs record sizes only; a group of one rank runs no kernel).")
     frame = stats.group_by("op", "size_bucket_bytes").agg(pl.col("total_ns").sum(), pl.col("count").sum()).sort("size_bucket_bytes", "op")
     sizes = [size_label(s) for s in frame.select(pl.col("size_bucket_bytes").unique().sort())["size_bucket_bytes"]]
+    per_unit, unit = time_unit(frame["total_ns"].max())
     fig = new_figure()
     for op in sorted(frame["op"].unique().to_list()):
         part = frame.filter(pl.col("op") == op)
-        fig.add_trace(go.Bar(x=[size_label(s) for s in part["size_bucket_bytes"]], y=(part["total_ns"] / 1e6).to_list(), name=op,
+        fig.add_trace(go.Bar(x=[size_label(s) for s in part["size_bucket_bytes"]], y=(part["total_ns"] / per_unit).to_list(), name=op,
                              marker={"color": theme.collective_colour(op)}, customdata=part["count"].to_list(),
-                             hovertemplate=f"{op} %{{x}}: %{{y:.2f}} ms over %{{customdata}} calls<extra></extra>"))
+                             hovertemplate=f"{op} %{{x}}: %{{y:.2f}} {unit} over %{{customdata}} calls<extra></extra>"))
     fig.update_xaxes(categoryorder="array", categoryarray=sizes)
     fig.update_layout(barmode="group")
-    return _layout(fig, title, "Message size bucket", "GPU time, all ranks (ms)", legend_title="collective")
+    return _layout(fig, title, "Message size bucket", f"GPU time, all ranks ({unit})", legend_title="collective")
 
 
 def busbw_figure(stats: pl.DataFrame) -> go.Figure:
@@ -86,16 +87,17 @@ def overlap_figure(overlap: pl.DataFrame) -> go.Figure:
     runs = frame["run"].unique().to_list()
     labels = [f"rank {r}" if len(runs) == 1 else f"{run} r{r}" for run, r in zip(frame["run"], frame["rank"])]
     colour = theme.CATEGORY_COLOURS["communication"]
+    per_unit, unit = time_unit(frame["comm_ns"].max())
     fig = new_figure()
-    fig.add_trace(go.Bar(x=labels, y=(frame["overlapped_ns"] / 1e6).to_list(), name="overlapped with compute",
+    fig.add_trace(go.Bar(x=labels, y=(frame["overlapped_ns"] / per_unit).to_list(), name="overlapped with compute",
                          marker={"color": _alpha(colour, 0.35), "line": {"color": colour, "width": 1}},
                          customdata=(frame["overlap_share"].fill_null(0) * 100).to_list(),
-                         hovertemplate="%{x}: %{y:.2f} ms hidden (%{customdata:.0f}%)<extra></extra>"))
-    fig.add_trace(go.Bar(x=labels, y=(frame["exposed_ns"] / 1e6).to_list(), name="exposed", marker={"color": colour},
+                         hovertemplate=f"%{{x}}: %{{y:.2f}} {unit} hidden (%{{customdata:.0f}}%)<extra></extra>"))
+    fig.add_trace(go.Bar(x=labels, y=(frame["exposed_ns"] / per_unit).to_list(), name="exposed", marker={"color": colour},
                          customdata=(frame["exposed_share"].fill_null(0) * 100).to_list(),
-                         hovertemplate="%{x}: %{y:.2f} ms exposed (%{customdata:.1f}% of the span)<extra></extra>"))
+                         hovertemplate=f"%{{x}}: %{{y:.2f}} {unit} exposed (%{{customdata:.1f}}% of the span)<extra></extra>"))
     fig.update_layout(barmode="stack")
-    return _layout(fig, title, "Rank", "Communication time (ms)", legend_title="communication")
+    return _layout(fig, title, "Rank", f"Communication time ({unit})", legend_title="communication")
 
 
 def skew_heatmap_figure(skew: pl.DataFrame) -> go.Figure:

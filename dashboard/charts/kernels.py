@@ -15,7 +15,7 @@ from analysis.names import short_kernel_name, unique_short_names
 from dashboard import theme
 from dashboard.charts.base import (
     CUDA_LAUNCH_QUEUE_LIMIT, _DASHES, _STEP_TICKS_MAX, empty_figure, _layout, new_figure, _np,
-    _step_ticks,
+    _step_ticks, time_unit,
 )
 
 
@@ -31,42 +31,44 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
     if frame.is_empty():
         return empty_figure(title, "No profiler steps with launches.")
     mode = "lines+markers" if frame.height <= _MARKERS_MAX_POINTS else "lines"
+    per_unit, unit = time_unit(frame["tklqt_ns"].max())
     fig = new_figure()
     lines = frame
     # A report of several runs: a line per run and rank (their steps are not each other's).
     key = ["run", "rank"] if "run" in frame.columns and frame["run"].n_unique() > 1 else ["rank"]
     ranks = frame.select(key).n_unique()
     if ranks > _TKLQT_RANK_LINES_MAX:
-        _tklqt_spread(fig, frame, ranks)
+        _tklqt_spread(fig, frame, ranks, per_unit, unit)
         lines = _tklqt_extreme_ranks(frame, key)
     for i, group in enumerate(lines.sort(*key, "step").partition_by(key, maintain_order=True)):
         rank = int(group["rank"][0])
         name = f"{group['run'][0]} rank {rank}" if len(key) == 2 else f"rank {rank}"
         fig.add_trace(go.Scatter(
-            x=group["step"].to_list(), y=(group["tklqt_ns"] / 1e6).to_list(), mode=mode, name=name,
+            x=group["step"].to_list(), y=(group["tklqt_ns"] / per_unit).to_list(), mode=mode, name=name,
             line={"color": theme.gpu_colour(i if len(key) == 2 else rank)}, customdata=list(zip(group["verdict"].to_list(), (group["gpu_idle_share"] * 100).to_list())),
-            hovertemplate=f"{name}, step %{{x}}<br>TKLQT %{{y:.2f}} ms<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
+            hovertemplate=f"{name}, step %{{x}}<br>TKLQT %{{y:.2f}} {unit}<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
         ))
     # A tick per step where the steps drawn span few (two runs' steps 10-14 and 100-104 span 95).
     _step_ticks(fig, one_per_step=frame["step"].max() - frame["step"].min() < _STEP_TICKS_MAX)
-    return _layout(fig, title, "Profiler step", "TKLQT (ms)", legend_title="rank")
+    return _layout(fig, title, "Profiler step", f"TKLQT ({unit})", legend_title="rank")
 
 
-def _tklqt_spread(fig: go.Figure, frame: pl.DataFrame, ranks: int) -> None:
+def _tklqt_spread(fig: go.Figure, frame: pl.DataFrame, ranks: int, per_unit: float, unit: str) -> None:
     """The ranks' minimum to maximum per step as a band, and their median."""
     spread = frame.group_by("step").agg(
-        low=pl.col("tklqt_ns").min() / 1e6, median=pl.col("tklqt_ns").median() / 1e6, high=pl.col("tklqt_ns").max() / 1e6,
+        low=pl.col("tklqt_ns").min() / per_unit, median=pl.col("tklqt_ns").median() / per_unit,
+        high=pl.col("tklqt_ns").max() / per_unit,
     ).sort("step")
     steps = spread["step"].to_list()
     band = {"color": "rgba(127, 127, 127, 0.25)", "width": 0}
     fig.add_trace(go.Scatter(x=steps, y=spread["high"].to_list(), mode="lines", line=band, name=f"all {ranks} ranks: max",
-                             showlegend=False, hovertemplate="step %{x}: max %{y:.2f} ms<extra></extra>"))
+                             showlegend=False, hovertemplate=f"step %{{x}}: max %{{y:.2f}} {unit}<extra></extra>"))
     fig.add_trace(go.Scatter(x=steps, y=spread["low"].to_list(), mode="lines", line=band, fill="tonexty",
                              fillcolor=band["color"], name=f"all {ranks} ranks: min to max",
-                             hovertemplate="step %{x}: min %{y:.2f} ms<extra></extra>"))
+                             hovertemplate=f"step %{{x}}: min %{{y:.2f}} {unit}<extra></extra>"))
     fig.add_trace(go.Scatter(x=steps, y=spread["median"].to_list(), mode="lines", name="median rank",
                              line={"color": theme.LIMIT_LINE_COLOUR, "width": 2},
-                             hovertemplate="step %{x}: median %{y:.2f} ms<extra></extra>"))
+                             hovertemplate=f"step %{{x}}: median %{{y:.2f}} {unit}<extra></extra>"))
 
 
 def _tklqt_extreme_ranks(frame: pl.DataFrame, key: list[str]) -> pl.DataFrame:
@@ -114,17 +116,18 @@ def top_kernels_figure(stats: pl.DataFrame, top: int = 15) -> go.Figure:
         .sort("total_ns", "name", descending=[True, False]).head(top).reverse()
     )
     frame = frame.with_columns(pl.Series("label", unique_short_names(frame["name"].to_list())))
+    per_unit, unit = time_unit(frame["total_ns"].max())
     fig = new_figure()
     for category in sorted(frame["category"].drop_nulls().unique().to_list()):
         part = frame.filter(pl.col("category") == category)
         fig.add_trace(go.Bar(
-            y=part["label"].to_list(), x=(part["total_ns"] / 1e6).to_list(), orientation="h", name=category,
+            y=part["label"].to_list(), x=(part["total_ns"] / per_unit).to_list(), orientation="h", name=category,
             marker={"color": theme.CATEGORY_COLOURS.get(category, theme.OTHER_COLOUR)},
             customdata=list(zip(part["name"].to_list(), part["kernel_count"].to_list())),
-            hovertemplate="%{customdata[0]}<br>%{x:.2f} ms over %{customdata[1]} kernels<extra></extra>",
+            hovertemplate=f"%{{customdata[0]}}<br>%{{x:.2f}} {unit} over %{{customdata[1]}} kernels<extra></extra>",
         ))
     fig.update_yaxes(categoryorder="array", categoryarray=frame["label"].to_list())
-    return _layout(fig, title, "GPU time, all ranks (ms)", "Kernel", height=120 + 26 * frame.height, legend_title="category")
+    return _layout(fig, title, f"GPU time, all ranks ({unit})", "Kernel", height=120 + 26 * frame.height, legend_title="category")
 
 
 def short_kernels_figure(short: pl.DataFrame, top: int = 15) -> go.Figure:
