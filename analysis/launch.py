@@ -26,6 +26,7 @@ with the SQL's defaults:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import duckdb
@@ -103,6 +104,19 @@ def graph_kernel_shares(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, int],
     return {(row["run"], row["rank"]): row["kernel_share"] for row in graph_launches(con).iter_rows(named=True)}
 
 
+def hip_ranks(con: duckdb.DuckDBPyConnection) -> set[tuple[str, int]]:
+    """The (run, rank)s whose kernels HIP calls launched (an AMD GPU under
+    ROCm), so that advice names HIP graphs where it would name CUDA's."""
+    rows = con.sql("select distinct run, rank from kernels where launch_call_name ilike 'hip%'").fetchall()
+    return {(run, rank) for run, rank in rows}
+
+
+def for_platform(advice: str, hip: bool) -> str:
+    """`advice`, written for CUDA, in HIP's words where the rank ran on HIP
+    (torch.compile's 'reduce-overhead' captures HIP graphs on ROCm)."""
+    return advice.replace("CUDA graph", "HIP graph") if hip else advice
+
+
 def _params(arguments: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in arguments.items() if name != "con"}
 
@@ -136,6 +150,9 @@ def launch_findings(
     findings = [_cpu_bound_finding(row, graph_shares.get((row["run"], row["rank"])) or 0.0) for row in cpu_bound]
     findings += _short_kernel_findings(short_kernels(con), short_kernel_min_count, short_kernel_min_share,
                                        short_kernel_warning_share)
+    if findings:
+        hip = hip_ranks(con)
+        findings = [replace(f, detail=for_platform(f.detail, (f.subject["run"], f.subject["rank"]) in hip)) for f in findings]
     findings += _outlier_findings(launch_outliers(con), verdicts, outlier_min_count, outlier_min_share)
     return findings
 

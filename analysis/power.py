@@ -139,6 +139,11 @@ def _source_words(source: str | None) -> str:
     return "its violation counters" if source == "counters" else "the throttle reasons of its samples"
 
 
+# How to read a GPU's enforced power limit, by the telemetry's vendor.
+_LIMIT_COMMANDS = {"amd": "amd-smi static --limit"}
+_DEFAULT_LIMIT_COMMAND = "nvidia-smi -q -d POWER"
+
+
 def capped_findings(headroom: pl.DataFrame, min_share: float = 0.05) -> list[Finding]:
     """`power_capped_gpu`: a GPU held back by its power limit at least `min_share` of the time."""
     findings = []
@@ -155,7 +160,8 @@ def capped_findings(headroom: pl.DataFrame, min_share: float = 0.05) -> list[Fin
                 detail=(
                     f"Measured from {_source_words(row['power_throttle_source'])}. A capped GPU lowers its "
                     "clocks, so it finishes its share of each step later and its peers wait for it in "
-                    "collectives. Check the enforced limit (nvidia-smi -q -d POWER; a limit below the default "
+                    "collectives. Check the enforced limit "
+                    f"({_LIMIT_COMMANDS.get(row.get('vendor') or '', _DEFAULT_LIMIT_COMMAND)}; a limit below the default "
                     "was set by someone), the board's cooling and power delivery, or whether this part simply "
                     "draws more than its peers for the same work."
                 ),

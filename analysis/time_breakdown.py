@@ -124,9 +124,10 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
     rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
     if rows.is_empty():
         return []
-    from analysis.launch import GRAPH_MOSTLY_SHARE, graph_kernel_shares
+    from analysis.launch import GRAPH_MOSTLY_SHARE, for_platform, graph_kernel_shares, hip_ranks
 
     graph_shares = graph_kernel_shares(con)
+    hip = hip_ranks(con)
     findings = []
     for row in rows.iter_rows(named=True):
         shares = {
@@ -139,6 +140,7 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
         graph_share = graph_shares.get((row["run"], row["rank"])) or 0.0
         if graph_share >= GRAPH_MOSTLY_SHARE:
             advice = _GRAPH_IDLE_ADVICE.get(cause, advice)
+        advice = for_platform(advice, (row["run"], row["rank"]) in hip)
         findings.append(
             Finding(
                 id="gpu_idle",

@@ -593,3 +593,22 @@ def test_step_launch_summary_real_traces_are_cpu_bound(real) -> None:
         ("v100", 2, "cpu_bound"), ("v100", 3, "cpu_bound"), ("v100", 4, "cpu_bound"), ("v100", 5, "cpu_bound")]
     a100_step4 = frame.row(0, named=True)
     assert (a100_step4["kernel_count"], a100_step4["tklqt_ns"], a100_step4["gpu_busy_ns"]) == (1_258, 46_990_970, 49_438_921)
+
+
+def test_findings_on_the_mi250_trace_advise_hip_graphs(shared_traces: Path, tmp_path: Path) -> None:
+    # ROCm's kernels are launched by hipLaunchKernel: the advice names HIP graphs, not CUDA's.
+    from collector.ingest import ingest_paths
+    from analysis.time_breakdown import gpu_idle_findings
+
+    assert not ingest_paths([shared_traces / "kineto" / "mi250_rocm6.2_minitoy.json.gz"], out=tmp_path, run="mi250").failures
+    con = open_dataset(tmp_path)
+    [cpu_bound] = [f for f in launch.launch_findings(con) if f.id == "cpu_bound_launches"]
+    [idle] = gpu_idle_findings(con)
+    assert launch.hip_ranks(con) == {("mi250", 0)}
+    assert "capture the step in a HIP graph" in cpu_bound.detail and "CUDA" not in cpu_bound.detail
+    assert "HIP graphs" in idle.detail and "CUDA" not in idle.detail
+
+
+def test_findings_on_a_cuda_trace_keep_cuda_graphs(real) -> None:
+    assert launch.hip_ranks(real) == set()
+    assert all("HIP" not in f.detail for f in launch.launch_findings(real))

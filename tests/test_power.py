@@ -265,6 +265,15 @@ def test_power_findings_on_known_rows_flag_caps_and_heat_per_gpu(known):
     assert not any(key[0] == "power_headroom" for key in found)
 
 
+@pytest.mark.parametrize(("vendor", "command"), [("amd", "amd-smi static --limit"), ("nvidia", "nvidia-smi -q -d POWER")])
+def test_power_capped_finding_names_the_vendors_tool_for_the_limit(tmp_path: Path, vendor: str, command: str) -> None:
+    write_telemetry(tmp_path, "node-a", [{**row, "vendor": vendor} for row in _known_rows() if row["gpu_index"] == 0])
+    headroom = power.power_headroom(open_dataset(tmp_path))
+    [capped] = [f for f in power.power_findings(open_dataset(tmp_path)) if f.id == "power_capped_gpu"]
+    assert headroom["vendor"].to_list() == [vendor]
+    assert f"Check the enforced limit ({command};" in capped.detail
+
+
 def test_power_findings_capped_gpu_threshold_is_a_keyword(known):
     found = power.power_findings(known, capped_min_share=0.2)
     assert [f.subject["gpu_index"] for f in found if f.id == "power_capped_gpu"] == [1]

@@ -23,6 +23,8 @@
 --     resets handled, see power_samples) where it exists, else the
 --     right-rectangle integral of power_w over intervals shorter than
 --     power_max_gap_s; energy_source says which ('counter' | 'power_integral').
+--   vendor: the collector backend's vendor at the GPU's last sample
+--     (nvidia | amd | sim), which tool to check the limit with.
 -- A GPU with no power readings has a row with NULL statistics.
 -- requires: power_samples, host_telemetry
 with per_gpu as (
@@ -39,6 +41,7 @@ with per_gpu as (
         max(greatest(power_w, power_max_w)) as peak_w,
         avg(power_w) as mean_w,
         arg_max(power_limit_w, ts) filter (where power_limit_w is not null) as limit_w,
+        arg_max(vendor, ts) as vendor,
         min(power_limit_w) as limit_min_w,
         -- the share of samples whose throttle reasons include a power
         -- (thermal) reason: collector.throttle's POWER_REASONS and
@@ -119,6 +122,7 @@ select
     samples,
     power_samples,
     first_ts,
-    last_ts
+    last_ts,
+    vendor
 from clamped
 order by host, gpu_index
