@@ -489,3 +489,68 @@ def test_report_draws_energy_per_step_and_per_phase_as_the_dashboard_does() -> N
     report = build_report(Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training")
     titles = [build().layout.title.text for _, build in figures.section_figures(report, report.section("energy"))]
     assert titles == ["Energy per step", "Energy by phase per rank"]
+
+
+H100 = REPO_ROOT / "sample_traces" / "h100-training"
+
+
+def _runs_alone(tmp_path: Path, runs: list[str]) -> Path:
+    """A dataset holding only these trace runs of the real H100 sample."""
+    root = tmp_path / "+".join(runs)
+    for run in runs:
+        shutil.copytree(H100 / "traces" / f"run={run}", root / "traces" / f"run={run}")
+    return root
+
+
+def test_report_metrics_per_run_are_each_runs_own_metrics(tmp_path: Path) -> None:
+    from analysis.dataset import open_dataset
+    from dashboard.report.compare import compute_metrics, compute_run_metrics
+
+    runs = ["h100-small-batch", "h100-train"]
+    both = compute_run_metrics(open_dataset(_runs_alone(tmp_path, runs)), runs)
+    assert list(both) == runs
+    for run in runs:
+        assert both[run] == compute_metrics(open_dataset(_runs_alone(tmp_path, [run])))
+    # the launch-bound run idles, the GPU-bound one does not
+    assert both["h100-small-batch"]["idle_share"] > 0.7 > 0.1 > both["h100-train"]["idle_share"]
+
+
+def test_report_metrics_per_run_leave_telemetry_metrics_to_the_dataset() -> None:
+    from analysis.dataset import open_dataset
+    from dashboard.report.compare import compute_metrics, compute_run_metrics
+
+    con = open_dataset(H100)
+    per_run = compute_run_metrics(con, ["h100-small-batch", "h100-train"])
+    assert [values["power_throttled_share"] for values in per_run.values()] == [None, None]
+    assert compute_metrics(con)["power_throttled_share"] is not None
+
+
+def test_report_of_one_run_has_no_metrics_per_run(training_json: dict) -> None:
+    assert training_json["metrics_by_run"] == {}
+
+
+@pytest.fixture(scope="module")
+def two_run_report(tmp_path_factory: pytest.TempPathFactory):
+    from dashboard.report.build import build_report
+
+    return build_report(_runs_alone(tmp_path_factory.mktemp("two_runs"), ["h100-small-batch", "h100-train"]))
+
+
+def test_report_markdown_gives_each_run_a_metrics_column(two_run_report) -> None:
+    from dashboard.report.markdown import render_markdown
+
+    assert "| metric | h100-small-batch | h100-train | all runs | better |" in render_markdown(two_run_report)
+
+
+def test_report_html_gives_each_run_a_metrics_column(two_run_report) -> None:
+    from dashboard.report.html import render_html
+
+    assert "<th>metric</th><th>h100-small-batch</th><th>h100-train</th><th>all runs</th><th>what</th>" in render_html(two_run_report)
+
+
+def test_report_json_of_two_runs_matches_the_schema(two_run_report) -> None:
+    from dashboard.report.jsonout import render_json
+
+    report = json.loads(render_json(two_run_report))
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+    assert list(report["metrics_by_run"]) == ["h100-small-batch", "h100-train"]

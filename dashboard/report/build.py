@@ -98,6 +98,9 @@ class Report:
     findings: list[Finding]
     sections: list[Section]
     metrics: dict[str, float | None]
+    # Each trace run's own metrics where the dataset holds two or more runs
+    # (`metrics` then blends them); empty otherwise.
+    metrics_by_run: dict[str, dict[str, float | None]] = field(default_factory=dict)
     # Chart-only data (downsampled telemetry); not part of the JSON tables.
     series: dict[str, pl.DataFrame] = field(default_factory=dict)
     comparison: Any = None  # dashboard.report.compare.Comparison
@@ -158,6 +161,7 @@ def build_report(
         series = _series(con, source, problems)
         whole = {t.name: t.frame for s in sections for t in s.tables if t.spec.where is None and not s.empty_reason}
         metrics = comparing.compute_metrics(con, whole)
+        metrics_by_run = comparing.compute_run_metrics(con, [r["run"] for r in source.runs], whole)
         report = Report(
             title=title or _default_title(source),
             gpulens_version=gpulens_version(),
@@ -165,6 +169,7 @@ def build_report(
             findings=findings,
             sections=sections,
             metrics=metrics,
+            metrics_by_run=metrics_by_run,
             series=series,
             problems=problems,
         )

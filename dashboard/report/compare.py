@@ -97,12 +97,30 @@ def parse_fail_on(values: tuple[str, ...] | list[str]) -> dict[str, float]:
 # --- computing the metrics -------------------------------------------------------------
 
 
-def compute_metrics(con: duckdb.DuckDBPyConnection, known: dict[str, pl.DataFrame] | None = None) -> dict[str, float | None]:
+def compute_metrics(con: duckdb.DuckDBPyConnection, known: dict[str, pl.DataFrame] | None = None,
+                    run: str | None = None) -> dict[str, float | None]:
     """Every metric of the dataset behind `con` (None where it has no data).
 
     `known`: analysis tables already computed (whole, not filtered), reused.
+    `run`: the metrics of that trace run alone; those of telemetry without
+    a run (power_throttled_share) are then None.
     """
-    frames: dict[str, pl.DataFrame] = dict(known or {})
+    return _metrics(con, dict(known or {}), run)
+
+
+def compute_run_metrics(con: duckdb.DuckDBPyConnection, runs: list[str],
+                        known: dict[str, pl.DataFrame] | None = None) -> dict[str, dict[str, float | None]]:
+    """Each trace run's own metrics, where the dataset holds two or more
+    runs (the dataset's metrics blend them); {} otherwise."""
+    if len(runs) < 2:
+        return {}
+    frames = dict(known or {})  # each analysis runs once for all runs
+    return {run: _metrics(con, frames, run) for run in runs}
+
+
+def _metrics(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], run: str | None) -> dict[str, float | None]:
+    """The metrics from the analysis tables, running those not in `frames`
+    (and keeping them there)."""
     analyses = load_analyses()
 
     def table(name: str) -> pl.DataFrame | None:
@@ -112,6 +130,8 @@ def compute_metrics(con: duckdb.DuckDBPyConnection, known: dict[str, pl.DataFram
             except GpulensError:
                 frames[name] = pl.DataFrame()
         frame = frames[name]
+        if run is not None:
+            frame = frame.filter(pl.col("run") == run) if "run" in frame.columns else pl.DataFrame()
         return None if frame.is_empty() else frame
 
     values: dict[str, float | None] = {}

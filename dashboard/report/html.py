@@ -193,15 +193,21 @@ def _metrics(report: Report) -> str:
     known = [m for m in METRICS if report.metrics.get(m.key) is not None]
     if not known:
         return ""
+    runs = list(report.metrics_by_run)
+    head = "".join(f"<th>{_e(run)}</th>" for run in runs) + ("<th>all runs</th>" if runs else "<th>value</th>")
     rows = "".join(
-        f'<tr><td>{_e(m.name)}</td><td class="num">{_e(format_value(m.key, report.metrics[m.key]))}</td>'
+        f"<tr><td>{_e(m.name)}</td>"
+        + "".join(f'<td class="num">{_e(format_value(m.key, report.metrics_by_run[run].get(m.key)))}</td>' for run in runs)
+        + f'<td class="num">{_e(format_value(m.key, report.metrics[m.key]))}</td>'
         f"<td>{_e(m.label)}; {_e(m.better)} is better</td></tr>"
         for m in known
     )
+    per_run = (" Each trace run has a column of its own; <em>all runs</em> blends them, as <code>--compare</code> "
+               "compares it.") if runs else ""
     return (
         '<section id="metrics"><h2>Metrics</h2><p class="about">One number per metric, for comparing runs '
-        "(<code>gpulens report --compare BASELINE --fail-on METRIC:PCT</code>).</p>"
-        f'<div class="scroll"><table class="data"><tr><th>metric</th><th>value</th><th>what</th></tr>{rows}</table></div></section>'
+        f"(<code>gpulens report --compare BASELINE --fail-on METRIC:PCT</code>).{per_run}</p>"
+        f'<div class="scroll"><table class="data"><tr><th>metric</th>{head}<th>what</th></tr>{rows}</table></div></section>'
     )
 
 

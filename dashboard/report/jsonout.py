@@ -51,6 +51,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         },
         "findings": [_clean(f.to_dict()) for f in report.findings],
         "metrics": {key: _clean(value) for key, value in report.metrics.items()},
+        "metrics_by_run": {run: {key: _clean(value) for key, value in values.items()}
+                           for run, values in report.metrics_by_run.items()},
         "tables": {name: [_clean(row) for row in frame.to_dicts()] for name, frame in report.tables().items()},
         "comparison": None if report.comparison is None else _clean(report.comparison.to_dict()),
         "problems": list(report.problems),

@@ -92,9 +92,19 @@ def _metrics(report: Report) -> list[str]:
     known = [m for m in METRICS if report.metrics.get(m.key) is not None]
     if not known:
         return []
-    lines = ["## Metrics", "", "| metric | value | better |", "|---|---:|---|"]
+    runs = list(report.metrics_by_run)
+    if not runs:
+        lines = ["## Metrics", "", "| metric | value | better |", "|---|---:|---|"]
+        for metric in known:
+            lines.append(f"| {metric.name} | {format_value(metric.key, report.metrics[metric.key])} | {metric.better} |")
+        return lines + [""]
+    # Several runs: a column each, and the blend `--compare` compares.
+    lines = ["## Metrics", "", "| metric | " + " | ".join(_cell(run) for run in runs) + " | all runs | better |",
+             "|---|" + "---:|" * (len(runs) + 1) + "---|"]
     for metric in known:
-        lines.append(f"| {metric.name} | {format_value(metric.key, report.metrics[metric.key])} | {metric.better} |")
+        values = [format_value(metric.key, report.metrics_by_run[run].get(metric.key)) for run in runs]
+        lines.append(f"| {metric.name} | " + " | ".join(values)
+                     + f" | {format_value(metric.key, report.metrics[metric.key])} | {metric.better} |")
     return lines + [""]
 
 
