@@ -18,10 +18,13 @@ with the SQL's defaults:
   the batch size where the verdict flips from cpu_bound to gpu_bound;
 - `graph_launches`: per rank, the share of its launched kernels and GPU
   time that CUDA or HIP graph replays ran (the per-kernel launch analyses
-  leave those kernels out: one call launched them all).
+  leave those kernels out: one call launched them all);
+- `data_loading`: per profiler step, the time the training loop spent
+  fetching its next batch from a DataLoader, and how much of it the GPU
+  sat idle.
 
 `launch_findings` turns them into findings: `cpu_bound_launches`,
-`short_kernels`, `launch_delay_outliers`.
+`short_kernels`, `launch_delay_outliers`, `data_loader_stall`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from analysis.findings import Finding
+from analysis.findings import Finding, format_duration_ns
 from analysis.names import short_kernel_name
 from analysis.registry import run_analysis
 
@@ -98,6 +101,10 @@ def graph_launches(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return run_analysis(con, "graph_launches")
 
 
+def data_loading(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    return run_analysis(con, "data_loading")
+
+
 def graph_kernel_shares(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, int], float]:
     """Per (run, rank): the share of its launched kernels that graph replays
     ran (graph_launches.kernel_share), for findings whose advice depends on it."""
@@ -132,6 +139,7 @@ def launch_findings(
     short_kernel_warning_share: float = 0.5,
     outlier_min_count: int = 10,
     outlier_min_share: float = 0.01,
+    data_loader_min_idle_share: float = 0.1,
 ) -> list[Finding]:
     """Findings from the launch tables, one per rank of a run and kind.
 
@@ -142,6 +150,9 @@ def launch_findings(
     launch_delay_outliers (info): at least `outlier_min_count` kernels, and
         `outlier_min_share` of the rank's, started over 100 µs after their
         launch call returned.
+    data_loader_stall (warning): over the rank's complete steps (from its
+        first kernel on), the GPU sat idle while the loop fetched its next
+        batch for at least `data_loader_min_idle_share` of the steps' time.
     """
     ranks = launch_rank_summary(con)
     verdicts = {(row["run"], row["rank"]): row["verdict"] for row in ranks.iter_rows(named=True)}
@@ -154,6 +165,7 @@ def launch_findings(
         hip = hip_ranks(con)
         findings = [replace(f, detail=for_platform(f.detail, (f.subject["run"], f.subject["rank"]) in hip)) for f in findings]
     findings += _outlier_findings(launch_outliers(con), verdicts, outlier_min_count, outlier_min_share)
+    findings += _data_loader_findings(data_loading(con), data_loader_min_idle_share)
     return findings
 
 
@@ -200,10 +212,10 @@ def _top_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"name": row["name"], "kernel_count": row["kernel_count"]} for row in rows[:TOP_NAMES]]
 
 
-def _by_rank(frame: pl.DataFrame) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """Rows per (run, rank), in name_rank order."""
+def _by_rank(frame: pl.DataFrame, order: str = "name_rank") -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Rows per (run, rank), in `order`."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for row in frame.sort("run", "rank", "name_rank").iter_rows(named=True):
+    for row in frame.sort("run", "rank", order).iter_rows(named=True):
         groups.setdefault((row["run"], row["rank"]), []).append(row)
     return groups
 
@@ -264,6 +276,42 @@ def _outlier_findings(outliers: pl.DataFrame, verdicts: dict[tuple[str, int], st
                 "max_launch_delay_ns": max(row["max_ns"] for row in rows),
                 "verdict": verdicts.get((run, rank)),
                 "top_names": _top_names(rows),
+            },
+            page=PAGE,
+        ))
+    return findings
+
+
+def _data_loader_findings(loading: pl.DataFrame, min_idle_share: float) -> list[Finding]:
+    """`data_loader_stall`, per rank, over its steps whose fetches' GPU idle
+    time is known (complete steps, from the rank's first kernel on)."""
+    findings = []
+    known = loading.filter(pl.col("load_gpu_idle_ns").is_not_null())
+    for (run, rank), rows in _by_rank(known, "step").items():
+        step_ns = sum(row["step_ns"] for row in rows)
+        load_ns = sum(row["load_ns"] for row in rows)
+        idle_ns = sum(row["load_gpu_idle_ns"] for row in rows)
+        if not step_ns or idle_ns / step_ns < min_idle_share:
+            continue
+        steps = len(rows)
+        findings.append(Finding(
+            id="data_loader_stall",
+            severity="warning",
+            title=(f"Rank {rank} of {run} waits on its DataLoader: the GPU sat idle {idle_ns / step_ns:.0%} of "
+                   f"step time while the next batch loaded"),
+            detail=(f"Fetching each step's batch took {format_duration_ns(load_ns / steps)} on average, and for "
+                    f"{format_duration_ns(idle_ns / steps)} of it no kernel ran: the loop blocks on next() until "
+                    "the batch arrives. Load in worker processes (num_workers > 0, persistent_workers=True), let "
+                    "them fetch further ahead (prefetch_factor), pin host memory (pin_memory=True) and copy with "
+                    "non_blocking=True, and take decoding and augmentation off the loop (faster storage, "
+                    "decoding on the GPU)."),
+            subject={"run": run, "rank": rank},
+            evidence={
+                "load_gpu_idle_share": idle_ns / step_ns,
+                "load_share": load_ns / step_ns,
+                "load_gpu_idle_ns": idle_ns,
+                "load_ns": load_ns,
+                "step_count": steps,
             },
             page=PAGE,
         ))

@@ -123,11 +123,15 @@ def synthesise_rank(root: Path, rank: int, kernels: int, steps: int, rng: np.ran
     first_in_step = np.searchsorted(step_of, np.arange(steps))
     step_start = call_start_ns[first_in_step] - 1_000
     step_end = np.append(step_start[1:], end_ns.max() + 1_000)
+    # Each step opens with the loop fetching its batch (a DataLoader's next()), 900 ns here.
+    fetch_end = step_start + 900
     tables["annotations"] = _trace_table("annotations", {
-        "run": [RUN] * steps, "rank": np.full(steps, rank, dtype=np.int32), "name": [f"ProfilerStep#{s}" for s in range(steps)],
-        "kind": ["profiler_step"] * steps, "step": np.arange(steps), "start_ns": step_start, "end_ns": step_end,
-        "dur_ns": step_end - step_start,
-    }, steps)
+        "run": [RUN] * 2 * steps, "rank": np.full(2 * steps, rank, dtype=np.int32),
+        "name": [f"ProfilerStep#{s}" for s in range(steps)] + ["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"] * steps,
+        "kind": ["profiler_step"] * steps + ["user"] * steps, "step": np.concatenate([np.arange(steps), np.full(steps, None)]),
+        "start_ns": np.concatenate([step_start, step_start]), "end_ns": np.concatenate([step_end, fetch_end]),
+        "dur_ns": np.concatenate([step_end - step_start, fetch_end - step_start]),
+    }, 2 * steps)
     comm_idx = np.nonzero(is_comm)[0]
     c = len(comm_idx)
     tables["collectives"] = _trace_table("collectives", {

@@ -90,3 +90,33 @@ def write_graph_replay_trace(path: Path, kernels: int = 40) -> Path:
              "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"}}
     path.write_text(json.dumps(trace))
     return path
+
+
+DATA_LOADER_SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+DATA_LOADER_WORKERS = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+def write_data_loader_trace(path: Path, rank: int, fetch_us: float, loader: str = DATA_LOADER_SINGLE,
+                            steps: int = 4) -> Path:
+    """A training loop as the PyTorch profiler records it: each 10 ms
+    ProfilerStep#k opens with a fetch of `fetch_us` µs (`next()` on the
+    DataLoader), then launches one 5 ms kernel 20 µs after the fetch."""
+    import json
+
+    events = []
+    for k in range(1, steps + 1):
+        start = 1_000.0 + (k - 1) * 10_000
+        launch_at = start + fetch_us
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1, "ts": start,
+             "dur": 10_000.0},
+            {"ph": "X", "cat": "user_annotation", "name": loader, "pid": 1, "tid": 1, "ts": start, "dur": fetch_us},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": launch_at,
+             "dur": 10.0, "args": {"correlation": k, "External id": k}},
+            {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7,
+             "ts": launch_at + 20.0, "dur": 5_000.0, "args": {"device": 0, "stream": 7, "correlation": k}},
+        ]
+    trace = {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+             "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}}
+    path.write_text(json.dumps(trace))
+    return path

@@ -24,7 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import communication, power, timeline
 from analysis.dataset import open_dataset
-from conftest import write_graph_replay_trace, write_telemetry, write_trace_table
+from conftest import write_data_loader_trace, write_graph_replay_trace, write_telemetry, write_trace_table
 from dashboard import charts, data
 from dashboard.pages.common import default_hosts
 
@@ -291,6 +291,15 @@ def test_kernels_page_says_how_many_kernels_graph_replays_ran(monkeypatch, tmp_p
     ingest_paths([write_graph_replay_trace(tmp_path / "graph.json", kernels=40)], tmp_path / "data", run="graph")
     at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
     assert "40 GPU activities (100% of those launched) ran from 1 CUDA or HIP graph replays" in _captions(at)
+
+
+def test_kernels_page_shows_a_data_starved_runs_loading_per_step(monkeypatch, tmp_path):
+    from collector.ingest import ingest_paths
+
+    ingest_paths([write_data_loader_trace(tmp_path / "rank0.json", 0, 4_000.0)], tmp_path / "data", run="loop")
+    at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
+    [expander] = [e for e in at.expander if e.label.startswith("Data loading")]
+    assert expander.label == "Data loading: the GPU idle 40% of step time while batches loaded"
 
 
 def test_kernels_page_of_a_job_without_graphs_says_nothing_of_them(monkeypatch, sample):

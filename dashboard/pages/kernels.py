@@ -77,6 +77,23 @@ if copies.height:
             (pl.col("bytes_per_s") / 1e9).round(2).alias("GB_per_s"), (pl.col("time_share") * 100).round(2).alias("time_pct"),
         ), hide_index=True, width="stretch")
 
+loading = _of_run(frame(ds, launch.data_loading))
+if loading.height:
+    known = loading.filter(pl.col("load_gpu_idle_ns").is_not_null())
+    idle = known["load_gpu_idle_ns"].sum() / known["step_ns"].sum() if known.height else None
+    label = ("Data loading per step" if idle is None else
+             f"Data loading: the GPU idle {fmt_share(idle)} of step time while batches loaded")
+    with st.expander(label, expanded=idle is not None and idle >= 0.1):
+        st.caption("Each step's fetches from a DataLoader (next() on its iterator, in the training loop's "
+                   "thread) and the GPU idle time within them, per rank; blank where it cannot be known (the "
+                   "rank's last step, a fetch before its first kernel).")
+        st.dataframe(loading.select(
+            "rank", "step", "load_count", (pl.col("load_ns") / 1e6).round(3).alias("load_ms"),
+            (pl.col("load_gpu_idle_ns") / 1e6).round(3).alias("gpu_idle_ms"),
+            (pl.col("load_share") * 100).round(1).alias("load_pct_of_step"),
+            (pl.col("load_gpu_idle_share") * 100).round(1).alias("gpu_idle_pct_of_step"),
+        ).sort("rank", "step"), hide_index=True, width="stretch")
+
 # --- launches ------------------------------------------------------------------------------
 st.header("Launches")
 steps = _of_run(frame(ds, launch.step_launch_summary))

@@ -52,7 +52,8 @@ SECTIONS: tuple[SectionSpec, ...] = (
         about=(
             "Per profiler step and rank: the total kernel launch and queuing time (TKLQT), how long the GPU sat "
             "idle, launch delays, short kernels, and whether the step was CPU-bound (the GPU waits for launches) "
-            "or GPU-bound (kernels queue up)."
+            "or GPU-bound (kernels queue up); where the trace records DataLoader fetches, how long each step "
+            "waited on its data."
         ),
         needs="traces",
         pages=("launch", "kernels"),
@@ -70,6 +71,14 @@ SECTIONS: tuple[SectionSpec, ...] = (
                 where=pl.col("replays") > 0, sort=("run", "rank"), omit_if_empty=True,
                 note="ranks whose kernels CUDA or HIP graph replays ran; the launch delays and short kernels "
                      "leave those kernels out",
+            ),
+            TableSpec(
+                "data_loading", "Data loading per step",
+                ("run", "rank", "step", "step_ns", "is_last", "load_count", "load_ns", "load_gpu_idle_ns", "load_share",
+                 "load_gpu_idle_share"),
+                sort=("run", "rank", "step"), omit_if_empty=True, html_rows=40,
+                note="each step's fetches from a DataLoader (next() on its iterator) and the GPU idle time within "
+                     "them",
             ),
             TableSpec(
                 "kernel_stats", "Kernels taking the most GPU time (top 5 per rank)",
