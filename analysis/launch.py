@@ -21,10 +21,14 @@ with the SQL's defaults:
   leave those kernels out: one call launched them all);
 - `data_loading`: per profiler step, the time the training loop spent
   fetching its next batch from a DataLoader, and how much of it the GPU
-  sat idle.
+  sat idle;
+- `host_syncs`: per profiler step, the calls that made the CPU wait for
+  the GPU (`.item()`, copies to the host, synchronize) and the GPU idle
+  time that followed each where it drained the queue.
 
 `launch_findings` turns them into findings: `cpu_bound_launches`,
-`short_kernels`, `launch_delay_outliers`, `data_loader_stall`.
+`short_kernels`, `launch_delay_outliers`, `data_loader_stall`,
+`host_sync_stall`.
 """
 
 from __future__ import annotations
@@ -105,6 +109,10 @@ def data_loading(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return run_analysis(con, "data_loading")
 
 
+def host_syncs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    return run_analysis(con, "host_syncs")
+
+
 def graph_kernel_shares(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, int], float]:
     """Per (run, rank): the share of its launched kernels that graph replays
     ran (graph_launches.kernel_share), for findings whose advice depends on it."""
@@ -140,6 +148,7 @@ def launch_findings(
     outlier_min_count: int = 10,
     outlier_min_share: float = 0.01,
     data_loader_min_idle_share: float = 0.1,
+    sync_min_idle_share: float = 0.1,
 ) -> list[Finding]:
     """Findings from the launch tables, one per rank of a run and kind.
 
@@ -153,6 +162,9 @@ def launch_findings(
     data_loader_stall (warning): over the rank's complete steps (from its
         first kernel on), the GPU sat idle while the loop fetched its next
         batch for at least `data_loader_min_idle_share` of the steps' time.
+    host_sync_stall (warning): over the rank's complete steps, the GPU sat
+        idle after synchronising calls drained it for at least
+        `sync_min_idle_share` of the steps' time.
     """
     ranks = launch_rank_summary(con)
     verdicts = {(row["run"], row["rank"]): row["verdict"] for row in ranks.iter_rows(named=True)}
@@ -166,6 +178,7 @@ def launch_findings(
         findings = [replace(f, detail=for_platform(f.detail, (f.subject["run"], f.subject["rank"]) in hip)) for f in findings]
     findings += _outlier_findings(launch_outliers(con), verdicts, outlier_min_count, outlier_min_share)
     findings += _data_loader_findings(data_loading(con), data_loader_min_idle_share)
+    findings += _host_sync_findings(host_syncs(con), sync_min_idle_share)
     return findings
 
 
@@ -312,6 +325,56 @@ def _data_loader_findings(loading: pl.DataFrame, min_idle_share: float) -> list[
                 "load_gpu_idle_ns": idle_ns,
                 "load_ns": load_ns,
                 "step_count": steps,
+            },
+            page=PAGE,
+        ))
+    return findings
+
+
+# What the CPU operators behind a synchronising call are, in Python's words.
+_SYNC_OP_WORDS = {
+    "aten::_local_scalar_dense": ".item()",
+    "aten::item": ".item()",
+    "aten::_to_copy": "a copy to the host (.cpu(), .to('cpu'), .tolist())",
+    "aten::copy_": "a copy to the host (.cpu(), .to('cpu'), .tolist())",
+    "aten::nonzero": "torch.nonzero (its output size needs the GPU's answer)",
+    "aten::is_nonzero": "a tensor used as a Python bool",
+}
+
+
+def _host_sync_findings(syncs: pl.DataFrame, min_idle_share: float) -> list[Finding]:
+    """`host_sync_stall`, per rank, over its steps whose drained time is known."""
+    findings = []
+    known = syncs.filter(pl.col("sync_gpu_idle_ns").is_not_null())
+    for (run, rank), rows in _by_rank(known, "step").items():
+        step_ns = sum(row["step_ns"] for row in rows)
+        idle_ns = sum(row["sync_gpu_idle_ns"] for row in rows)
+        if not step_ns or idle_ns / step_ns < min_idle_share:
+            continue
+        steps = len(rows)
+        calls = sorted({name for row in rows for name in row["sync_calls"]})
+        ops = sorted({name for row in rows for name in row["sync_ops"]})
+        behind = sorted({_SYNC_OP_WORDS.get(op, op) for op in ops})
+        findings.append(Finding(
+            id="host_sync_stall",
+            severity="warning",
+            title=(f"Rank {rank} of {run} waits on the GPU {sum(row['sync_count'] for row in rows) / steps:.0f} "
+                   f"time(s) a step, and the drained GPU then sat idle {idle_ns / step_ns:.0%} of step time"),
+            detail=(f"Synchronising calls ({', '.join(calls)}"
+                    + (f", from {', '.join(behind)}" if behind else "") + ") make the CPU wait until the GPU has "
+                    "finished its queue; the GPU then idles until the CPU launches again, "
+                    f"{format_duration_ns(idle_ns / steps)} a step here. Keep values on the GPU (sum losses and "
+                    "metrics as tensors, read them every N steps), copy to pinned memory with non_blocking=True, "
+                    "and take torch.cuda.synchronize() and prints of tensors out of the step."),
+            subject={"run": run, "rank": rank},
+            evidence={
+                "sync_gpu_idle_share": idle_ns / step_ns,
+                "sync_gpu_idle_ns": idle_ns,
+                "sync_count": sum(row["sync_count"] for row in rows),
+                "sync_ns": sum(row["sync_ns"] for row in rows),
+                "step_count": steps,
+                "sync_calls": calls,
+                "sync_ops": ops,
             },
             page=PAGE,
         ))

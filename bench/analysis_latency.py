@@ -115,14 +115,20 @@ def synthesise_rank(root: Path, rank: int, kernels: int, steps: int, rng: np.ran
         "start_ns": start_ns, "end_ns": end_ns, "dur_ns": end_ns - start_ns, "correlation_id": correlation_id,
         "external_id": correlation_id,
     }, n)
-    tables["api_calls"] = _trace_table("api_calls", {
-        "run": [RUN] * n, "rank": np.full(n, rank, dtype=np.int32), "pid": np.full(n, 4000 + rank), "tid": np.full(n, 4000 + rank),
-        "name": np.where(is_memory, "cudaMemcpyAsync", "cudaLaunchKernel"), "start_ns": call_start_ns,
-        "end_ns": call_start_ns + call_dur_ns, "dur_ns": call_dur_ns, "correlation_id": correlation_id,
-    }, n)
     first_in_step = np.searchsorted(step_of, np.arange(steps))
     step_start = call_start_ns[first_in_step] - 1_000
     step_end = np.append(step_start[1:], end_ns.max() + 1_000)
+    # Each step ends with the loop reading its loss (`.item()`): a 1 µs cudaStreamSynchronize.
+    sync_start = step_end - 2_000
+    tables["api_calls"] = _trace_table("api_calls", {
+        "run": [RUN] * (n + steps), "rank": np.full(n + steps, rank, dtype=np.int32), "pid": np.full(n + steps, 4000 + rank),
+        "tid": np.full(n + steps, 4000 + rank),
+        "name": np.concatenate([np.where(is_memory, "cudaMemcpyAsync", "cudaLaunchKernel"), np.full(steps, "cudaStreamSynchronize")]),
+        "start_ns": np.concatenate([call_start_ns, sync_start]),
+        "end_ns": np.concatenate([call_start_ns + call_dur_ns, sync_start + 1_000]),
+        "dur_ns": np.concatenate([call_dur_ns, np.full(steps, 1_000)]),
+        "correlation_id": np.concatenate([correlation_id, np.arange(steps) + 10 * n]),
+    }, n + steps)
     # Each step opens with the loop fetching its batch (a DataLoader's next()), 900 ns here.
     fetch_end = step_start + 900
     tables["annotations"] = _trace_table("annotations", {

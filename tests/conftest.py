@@ -120,3 +120,39 @@ def write_data_loader_trace(path: Path, rank: int, fetch_us: float, loader: str 
              "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}}
     path.write_text(json.dumps(trace))
     return path
+
+
+def write_sync_loop_trace(path: Path, rank: int, queued_behind: bool = False, steps: int = 4) -> Path:
+    """A training loop that reads its loss with `.item()` each step, as the
+    PyTorch profiler records it. Each 10 ms ProfilerStep#k (from S) launches
+    a 5 ms kernel at S+50 µs (it runs S+70 to S+5070); then
+    aten::_local_scalar_dense waits in cudaStreamSynchronize from S+210 to
+    S+5080, so the GPU runs dry under the wait and idles until the next
+    step's kernel at S+10070. With `queued_behind`, a second kernel launched
+    at S+60 runs S+5070 to S+9990: the wait ends with work still queued."""
+    import json
+
+    events = []
+    for k in range(1, steps + 1):
+        start = 1_000.0 + (k - 1) * 10_000
+        kernels = [(50.0, 70.0, 5_000.0)] + ([(60.0, 5_070.0, 4_920.0)] if queued_behind else [])
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1,
+                       "ts": start, "dur": 10_000.0})
+        for i, (launch_at, kernel_at, dur) in enumerate(kernels):
+            correlation = 10 * k + i
+            events += [
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                 "ts": start + launch_at, "dur": 8.0, "args": {"correlation": correlation, "External id": correlation}},
+                {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7,
+                 "ts": start + kernel_at, "dur": dur, "args": {"device": 0, "stream": 7, "correlation": correlation}},
+            ]
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "pid": 1, "tid": 1, "ts": start + 200.0,
+             "dur": 4_890.0, "args": {"External id": 10 * k + 5}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": start + 210.0,
+             "dur": 4_870.0, "args": {"correlation": 10 * k + 5, "External id": 10 * k + 5}},
+        ]
+    trace = {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+             "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}}
+    path.write_text(json.dumps(trace))
+    return path

@@ -24,7 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis import communication, power, timeline
 from analysis.dataset import open_dataset
-from conftest import write_data_loader_trace, write_graph_replay_trace, write_telemetry, write_trace_table
+from conftest import write_data_loader_trace, write_graph_replay_trace, write_sync_loop_trace, write_telemetry, write_trace_table
 from dashboard import charts, data
 from dashboard.pages.common import default_hosts
 
@@ -300,6 +300,15 @@ def test_kernels_page_shows_a_data_starved_runs_loading_per_step(monkeypatch, tm
     at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
     [expander] = [e for e in at.expander if e.label.startswith("Data loading")]
     assert expander.label == "Data loading: the GPU idle 40% of step time while batches loaded"
+
+
+def test_kernels_page_shows_the_idle_gpu_that_item_calls_leave(monkeypatch, tmp_path):
+    from collector.ingest import ingest_paths
+
+    ingest_paths([write_sync_loop_trace(tmp_path / "rank0.json", 0)], tmp_path / "data", run="loop")
+    at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
+    [expander] = [e for e in at.expander if e.label.startswith("Synchronising calls")]
+    assert expander.label == "Synchronising calls: the GPU idle 50% of step time after they drained it"
 
 
 def test_kernels_page_of_a_job_without_graphs_says_nothing_of_them(monkeypatch, sample):

@@ -94,6 +94,23 @@ if loading.height:
             (pl.col("load_gpu_idle_share") * 100).round(1).alias("gpu_idle_pct_of_step"),
         ).sort("rank", "step"), hide_index=True, width="stretch")
 
+syncs = _of_run(frame(ds, launch.host_syncs))
+if syncs.height:
+    known = syncs.filter(pl.col("sync_gpu_idle_ns").is_not_null())
+    idle = known["sync_gpu_idle_ns"].sum() / known["step_ns"].sum() if known.height else None
+    label = ("Synchronising calls per step" if idle is None else
+             f"Synchronising calls: the GPU idle {fmt_share(idle)} of step time after they drained it")
+    with st.expander(label, expanded=idle is not None and idle >= 0.1):
+        st.caption("Calls that made the CPU wait for the GPU (cudaStreamSynchronize behind .item() or a copy to "
+                   "the host, synchronize, blocking copies), per rank and step, with the operators behind them and "
+                   "the GPU idle time after each that drained the queue; blank where it cannot be known.")
+        st.dataframe(syncs.select(
+            "rank", "step", "sync_count", (pl.col("sync_ns") / 1e6).round(3).alias("sync_ms"),
+            (pl.col("sync_gpu_idle_ns") / 1e6).round(3).alias("gpu_idle_ms"),
+            (pl.col("sync_gpu_idle_share") * 100).round(1).alias("gpu_idle_pct_of_step"),
+            pl.col("sync_calls").list.join(", "), pl.col("sync_ops").list.join(", "),
+        ).sort("rank", "step"), hide_index=True, width="stretch")
+
 # --- launches ------------------------------------------------------------------------------
 st.header("Launches")
 steps = _of_run(frame(ds, launch.step_launch_summary))

@@ -52,8 +52,8 @@ SECTIONS: tuple[SectionSpec, ...] = (
         about=(
             "Per profiler step and rank: the total kernel launch and queuing time (TKLQT), how long the GPU sat "
             "idle, launch delays, short kernels, and whether the step was CPU-bound (the GPU waits for launches) "
-            "or GPU-bound (kernels queue up); where the trace records DataLoader fetches, how long each step "
-            "waited on its data."
+            "or GPU-bound (kernels queue up); where the trace records them, how long each step waited on its "
+            "DataLoader and on synchronising calls (.item(), copies to the host)."
         ),
         needs="traces",
         pages=("launch", "kernels"),
@@ -79,6 +79,13 @@ SECTIONS: tuple[SectionSpec, ...] = (
                 sort=("run", "rank", "step"), omit_if_empty=True, html_rows=40,
                 note="each step's fetches from a DataLoader (next() on its iterator) and the GPU idle time within "
                      "them",
+            ),
+            TableSpec(
+                "host_syncs", "Synchronising calls per step",
+                ("run", "rank", "step", "step_ns", "is_last", "sync_count", "sync_ns", "sync_gpu_idle_ns",
+                 "sync_gpu_idle_share", "sync_calls", "sync_ops"),
+                sort=("run", "rank", "step"), omit_if_empty=True, html_rows=40,
+                note="calls that made the CPU wait for the GPU, and the GPU idle time after those that drained it",
             ),
             TableSpec(
                 "kernel_stats", "Kernels taking the most GPU time (top 5 per rank)",

@@ -1,0 +1,79 @@
+"""Host syncs: calls that make the CPU wait for the GPU, and the idle GPU they leave behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis import launch
+from analysis.dataset import open_dataset
+from collector.ingest import ingest_paths
+from conftest import write_sync_loop_trace
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory):
+    """Run "loop": rank 0 drains the GPU with `.item()` every step; rank 1
+    makes the same call with a second kernel still queued behind it."""
+    folder = tmp_path_factory.mktemp("sync_traces")
+    root = tmp_path_factory.mktemp("sync")
+    files = [write_sync_loop_trace(folder / "rank0.json", 0), write_sync_loop_trace(folder / "rank1.json", 1, queued_behind=True)]
+    assert not ingest_paths(files, out=root, run="loop").failures
+    return open_dataset(root)
+
+
+def _rows(con, rank: int) -> list[tuple]:
+    frame = launch.host_syncs(con).filter(rank=rank).sort("step")
+    return frame.select("step", "sync_count", "sync_ns", "sync_gpu_idle_ns", "is_last").rows()
+
+
+def test_each_step_counts_its_sync_and_the_idle_gpu_it_leaves(loop) -> None:
+    # The GPU runs dry at S+5070 under the wait and idles until the next
+    # step's kernel at S+10070: 5 ms a step. Step 3's gap ends in the last
+    # step (out of scope) and step 4 is the last: both unknown.
+    assert _rows(loop, 0) == [
+        (1, 1, 4_870_000, 5_000_000, False),
+        (2, 1, 4_870_000, 5_000_000, False),
+        (3, 1, 4_870_000, None, False),
+        (4, 1, 4_870_000, None, True),
+    ]
+
+
+def test_a_sync_with_work_still_queued_leaves_no_idle_gpu(loop) -> None:
+    assert [row[3] for row in _rows(loop, 1)] == [0, 0, None, None]
+
+
+def test_each_step_names_the_call_and_the_operator_behind_it(loop) -> None:
+    row = launch.host_syncs(loop).filter(rank=0, step=1).row(0, named=True)
+    assert (row["sync_calls"], row["sync_ops"]) == (["cudaStreamSynchronize"], ["aten::_local_scalar_dense"])
+    assert row["sync_gpu_idle_share"] == 0.5
+
+
+def test_a_rank_drained_by_item_gets_a_host_sync_stall_finding(loop) -> None:
+    [finding] = [f for f in launch.launch_findings(loop) if f.id == "host_sync_stall"]
+    assert (finding.severity, finding.subject) == ("warning", {"run": "loop", "rank": 0})
+    assert finding.title == ("Rank 0 of loop waits on the GPU 1 time(s) a step, and the drained GPU then sat idle "
+                             "50% of step time")
+    assert finding.evidence == {
+        "sync_gpu_idle_share": 0.5, "sync_gpu_idle_ns": 10_000_000, "sync_count": 2, "sync_ns": 9_740_000,
+        "step_count": 2, "sync_calls": ["cudaStreamSynchronize"], "sync_ops": ["aten::_local_scalar_dense"]}
+    assert "(cudaStreamSynchronize, from .item())" in finding.detail
+
+
+def test_the_sync_stall_threshold_is_a_keyword(loop) -> None:
+    assert [f for f in launch.launch_findings(loop, sync_min_idle_share=0.6) if f.id == "host_sync_stall"] == []
+
+
+def test_nsys_call_names_with_a_version_suffix_count(tmp_path: Path) -> None:
+    trace = write_sync_loop_trace(tmp_path / "rank0.json", 0)
+    trace.write_text(trace.read_text().replace('"cudaStreamSynchronize"', '"cudaStreamSynchronize_v3020"'))
+    assert not ingest_paths([trace], out=tmp_path / "ds", run="nsys_names").failures
+    assert launch.host_syncs(open_dataset(tmp_path / "ds"))["sync_count"].to_list() == [1, 1, 1, 1]
+
+
+def test_async_calls_are_not_syncs(tmp_path: Path) -> None:
+    trace = write_sync_loop_trace(tmp_path / "rank0.json", 0)
+    trace.write_text(trace.read_text().replace('"cudaStreamSynchronize"', '"cudaMemcpyAsync"'))
+    assert not ingest_paths([trace], out=tmp_path / "ds", run="async").failures
+    assert launch.host_syncs(open_dataset(tmp_path / "ds")).is_empty()
