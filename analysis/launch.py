@@ -295,17 +295,26 @@ def _outlier_findings(outliers: pl.DataFrame, verdicts: dict[tuple[str, int], st
     return findings
 
 
+def _stalled_ranks(per_step: pl.DataFrame, idle_column: str,
+                   min_idle_share: float) -> list[tuple[tuple[str, int], list[dict[str, Any]], int, int]]:
+    """Each rank whose steps' `idle_column` (where known) sums to at least
+    `min_idle_share` of those steps' time: (run, rank), its rows, the steps'
+    time and the idle time."""
+    stalled = []
+    for key, rows in _by_rank(per_step.filter(pl.col(idle_column).is_not_null()), "step").items():
+        step_ns = sum(row["step_ns"] for row in rows)
+        idle_ns = sum(row[idle_column] for row in rows)
+        if step_ns and idle_ns / step_ns >= min_idle_share:
+            stalled.append((key, rows, step_ns, idle_ns))
+    return stalled
+
+
 def _data_loader_findings(loading: pl.DataFrame, min_idle_share: float) -> list[Finding]:
     """`data_loader_stall`, per rank, over its steps whose fetches' GPU idle
     time is known (complete steps, from the rank's first kernel on)."""
     findings = []
-    known = loading.filter(pl.col("load_gpu_idle_ns").is_not_null())
-    for (run, rank), rows in _by_rank(known, "step").items():
-        step_ns = sum(row["step_ns"] for row in rows)
+    for (run, rank), rows, step_ns, idle_ns in _stalled_ranks(loading, "load_gpu_idle_ns", min_idle_share):
         load_ns = sum(row["load_ns"] for row in rows)
-        idle_ns = sum(row["load_gpu_idle_ns"] for row in rows)
-        if not step_ns or idle_ns / step_ns < min_idle_share:
-            continue
         steps = len(rows)
         findings.append(Finding(
             id="data_loader_stall",
@@ -345,12 +354,7 @@ _SYNC_OP_WORDS = {
 def _host_sync_findings(syncs: pl.DataFrame, min_idle_share: float) -> list[Finding]:
     """`host_sync_stall`, per rank, over its steps whose drained time is known."""
     findings = []
-    known = syncs.filter(pl.col("sync_gpu_idle_ns").is_not_null())
-    for (run, rank), rows in _by_rank(known, "step").items():
-        step_ns = sum(row["step_ns"] for row in rows)
-        idle_ns = sum(row["sync_gpu_idle_ns"] for row in rows)
-        if not step_ns or idle_ns / step_ns < min_idle_share:
-            continue
+    for (run, rank), rows, step_ns, idle_ns in _stalled_ranks(syncs, "sync_gpu_idle_ns", min_idle_share):
         steps = len(rows)
         calls = sorted({name for row in rows for name in row["sync_calls"]})
         ops = sorted({name for row in rows for name in row["sync_ops"]})

@@ -77,39 +77,40 @@ if copies.height:
             (pl.col("bytes_per_s") / 1e9).round(2).alias("GB_per_s"), (pl.col("time_share") * 100).round(2).alias("time_pct"),
         ), hide_index=True, width="stretch")
 
-loading = _of_run(frame(ds, launch.data_loading))
-if loading.height:
-    known = loading.filter(pl.col("load_gpu_idle_ns").is_not_null())
-    idle = known["load_gpu_idle_ns"].sum() / known["step_ns"].sum() if known.height else None
-    label = ("Data loading per step" if idle is None else
-             f"Data loading: the GPU idle {fmt_share(idle)} of step time while batches loaded")
-    with st.expander(label, expanded=idle is not None and idle >= 0.1):
-        st.caption("Each step's fetches from a DataLoader (next() on its iterator, in the training loop's "
-                   "thread) and the GPU idle time within them, per rank; blank where it cannot be known (the "
-                   "rank's last step, a fetch before its first kernel).")
-        st.dataframe(loading.select(
-            "rank", "step", "load_count", (pl.col("load_ns") / 1e6).round(3).alias("load_ms"),
-            (pl.col("load_gpu_idle_ns") / 1e6).round(3).alias("gpu_idle_ms"),
-            (pl.col("load_share") * 100).round(1).alias("load_pct_of_step"),
-            (pl.col("load_gpu_idle_share") * 100).round(1).alias("gpu_idle_pct_of_step"),
-        ).sort("rank", "step"), hide_index=True, width="stretch")
 
-syncs = _of_run(frame(ds, launch.host_syncs))
-if syncs.height:
-    known = syncs.filter(pl.col("sync_gpu_idle_ns").is_not_null())
-    idle = known["sync_gpu_idle_ns"].sum() / known["step_ns"].sum() if known.height else None
-    label = ("Synchronising calls per step" if idle is None else
-             f"Synchronising calls: the GPU idle {fmt_share(idle)} of step time after they drained it")
+def _stall_expander(per_step: pl.DataFrame, idle_column: str, title: str, idle_words: str, caption: str,
+                    columns: list[str | pl.Expr]) -> None:
+    """Per step: what the loop waited on, with the GPU's idle share of step time in the title (opened past 10 %)."""
+    if not per_step.height:
+        return
+    known = per_step.filter(pl.col(idle_column).is_not_null())
+    idle = known[idle_column].sum() / known["step_ns"].sum() if known.height else None
+    label = f"{title} per step" if idle is None else f"{title}: the GPU idle {fmt_share(idle)} of step time {idle_words}"
     with st.expander(label, expanded=idle is not None and idle >= 0.1):
-        st.caption("Calls that made the CPU wait for the GPU (cudaStreamSynchronize behind .item() or a copy to "
-                   "the host, synchronize, blocking copies), per rank and step, with the operators behind them and "
-                   "the GPU idle time after each that drained the queue; blank where it cannot be known.")
-        st.dataframe(syncs.select(
-            "rank", "step", "sync_count", (pl.col("sync_ns") / 1e6).round(3).alias("sync_ms"),
-            (pl.col("sync_gpu_idle_ns") / 1e6).round(3).alias("gpu_idle_ms"),
-            (pl.col("sync_gpu_idle_share") * 100).round(1).alias("gpu_idle_pct_of_step"),
-            pl.col("sync_calls").list.join(", "), pl.col("sync_ops").list.join(", "),
-        ).sort("rank", "step"), hide_index=True, width="stretch")
+        st.caption(caption)
+        st.dataframe(per_step.select("rank", "step", *columns).sort("rank", "step"), hide_index=True, width="stretch")
+
+
+_stall_expander(
+    _of_run(frame(ds, launch.data_loading)), "load_gpu_idle_ns", "Data loading", "while batches loaded",
+    "Each step's fetches from a DataLoader (next() on its iterator, in the training loop's thread) and the GPU "
+    "idle time within them, per rank; blank where it cannot be known (the rank's last step, a fetch before its "
+    "first kernel).",
+    ["load_count", (pl.col("load_ns") / 1e6).round(3).alias("load_ms"),
+     (pl.col("load_gpu_idle_ns") / 1e6).round(3).alias("gpu_idle_ms"),
+     (pl.col("load_share") * 100).round(1).alias("load_pct_of_step"),
+     (pl.col("load_gpu_idle_share") * 100).round(1).alias("gpu_idle_pct_of_step")],
+)
+_stall_expander(
+    _of_run(frame(ds, launch.host_syncs)), "sync_gpu_idle_ns", "Synchronising calls", "after they drained it",
+    "Calls that made the CPU wait for the GPU (cudaStreamSynchronize behind .item() or a copy to the host, "
+    "synchronize, blocking copies), per rank and step, with the operators behind them and the GPU idle time "
+    "after each that drained the queue; blank where it cannot be known.",
+    ["sync_count", (pl.col("sync_ns") / 1e6).round(3).alias("sync_ms"),
+     (pl.col("sync_gpu_idle_ns") / 1e6).round(3).alias("gpu_idle_ms"),
+     (pl.col("sync_gpu_idle_share") * 100).round(1).alias("gpu_idle_pct_of_step"),
+     pl.col("sync_calls").list.join(", "), pl.col("sync_ops").list.join(", ")],
+)
 
 # --- launches ------------------------------------------------------------------------------
 st.header("Launches")
