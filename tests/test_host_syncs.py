@@ -77,3 +77,17 @@ def test_async_calls_are_not_syncs(tmp_path: Path) -> None:
     trace.write_text(trace.read_text().replace('"cudaStreamSynchronize"', '"cudaMemcpyAsync"'))
     assert not ingest_paths([trace], out=tmp_path / "ds", run="async").failures
     assert launch.host_syncs(open_dataset(tmp_path / "ds")).is_empty()
+
+
+def test_a_sync_on_a_thread_that_launches_nothing_is_not_the_loops(tmp_path: Path) -> None:
+    # A pin-memory or watchdog thread that waits on the GPU stalls no launch.
+    import json
+
+    trace = write_sync_loop_trace(tmp_path / "rank0.json", 0)
+    data = json.loads(trace.read_text())
+    for event in data["traceEvents"]:
+        if event["name"] in ("cudaStreamSynchronize", "aten::_local_scalar_dense"):
+            event["tid"] = 2
+    trace.write_text(json.dumps(data))
+    assert not ingest_paths([trace], out=tmp_path / "ds", run="other_thread").failures
+    assert launch.host_syncs(open_dataset(tmp_path / "ds")).is_empty()

@@ -10,7 +10,9 @@
 -- cudaEventSynchronize, the blocking cudaMemcpy and cudaMemcpy2D, the
 -- driver's cuCtx/cuStream/cuEventSynchronize and cuMemcpyDtoH, and HIP's
 -- hipDeviceSynchronize, hipStreamSynchronize, hipEventSynchronize,
--- hipMemcpy and hipMemcpyDtoH. Each counts in the profiler step whose
+-- hipMemcpy and hipMemcpyDtoH, made on a thread that also launches
+-- kernels (the training loop's, autograd's): a pinning or watchdog thread
+-- that waits stalls no launch. Each counts in the profiler step whose
 -- window holds its start.
 --
 -- One row per (run, rank, step) with at least one such call:
@@ -30,8 +32,8 @@
 --     `.item()`, aten::copy_ or aten::_to_copy a copy to the host), where
 --     the trace links them (Kineto), sorted.
 -- requires: step_windows
-with syncs as (
-    select run, rank, name as call_name, start_ns, end_ns, external_id
+with sync_calls as (
+    select run, rank, tid, name as call_name, start_ns, end_ns, external_id
     from api_calls
     where regexp_replace(name, '_v[0-9]+$', '') in (
         'cudaDeviceSynchronize', 'cudaStreamSynchronize', 'cudaEventSynchronize', 'cudaMemcpy', 'cudaMemcpy2D',
@@ -39,6 +41,20 @@ with syncs as (
         'hipDeviceSynchronize', 'hipStreamSynchronize', 'hipEventSynchronize', 'hipMemcpy', 'hipMemcpyDtoH'
     )
         and end_ns >= start_ns
+),
+launch_threads as (
+    -- of the threads that made those calls, the ones that launch kernels
+    select distinct run, rank, tid
+    from api_calls
+    where (run, rank, tid) in (select distinct run, rank, tid from sync_calls)
+        and contains(name, 'Launch')
+),
+syncs as (
+    -- (a trace without thread ids keeps every call)
+    select run, rank, call_name, start_ns, end_ns, external_id
+    from sync_calls as s
+    where s.tid is null
+        or (s.run, s.rank, s.tid) in (select run, rank, tid from launch_threads)
 ),
 in_steps as (
     -- as-of the last step started at or before the call; kept if inside it
