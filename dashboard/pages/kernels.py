@@ -94,7 +94,7 @@ def _stall_expander(per_step: pl.DataFrame, idle_column: str, title: str, idle_w
 _stall_expander(
     _of_run(frame(ds, launch.data_loading)), "load_gpu_idle_ns", "Data loading", "while batches loaded",
     "Each step's fetches from a DataLoader (next() on its iterator, in the training loop's thread) and the GPU "
-    "idle time within them, per rank; blank where it cannot be known (the rank's last step, a fetch before its "
+    "idle time within them, per rank; None where it cannot be known (the rank's last step, a fetch before its "
     "first kernel).",
     ["load_count", (pl.col("load_ns") / 1e6).round(3).alias("load_ms"),
      (pl.col("load_gpu_idle_ns") / 1e6).round(3).alias("gpu_idle_ms"),
@@ -105,7 +105,7 @@ _stall_expander(
     _of_run(frame(ds, launch.host_syncs)), "sync_gpu_idle_ns", "Synchronising calls", "after they drained it",
     "Calls that made the CPU wait for the GPU (cudaStreamSynchronize behind .item() or a copy to the host, "
     "synchronize, blocking copies), per rank and step, with the operators behind them and the GPU idle time "
-    "after each that drained the queue; blank where it cannot be known.",
+    "after each that drained the queue; None where it cannot be known.",
     ["sync_count", (pl.col("sync_ns") / 1e6).round(3).alias("sync_ms"),
      (pl.col("sync_gpu_idle_ns") / 1e6).round(3).alias("gpu_idle_ms"),
      (pl.col("sync_gpu_idle_share") * 100).round(1).alias("gpu_idle_pct_of_step"),
