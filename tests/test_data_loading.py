@@ -70,3 +70,12 @@ def test_a_trace_without_dataloader_ranges_has_no_rows(tmp_path: Path) -> None:
     trace = write_data_loader_trace(tmp_path / "rank0.json", 0, 4_000.0, loader="forward")
     assert not ingest_paths([trace], out=tmp_path / "ds", run="plain").failures
     assert launch.data_loading(open_dataset(tmp_path / "ds")).is_empty()
+
+
+def test_report_metric_is_the_gpu_idle_on_data_over_all_complete_steps(loop) -> None:
+    from dashboard.report.compare import compute_metrics
+
+    metrics = compute_metrics(loop)
+    # rank 0: 4 + 4 ms, rank 1: 0.1 + 0.1 ms, over 2 ranks x 3 complete steps of 10 ms
+    assert metrics["data_loader_idle_share"] == pytest.approx(8.2 / 60)
+    assert metrics["sync_idle_share"] == 0.0  # steps, but no synchronising call in them

@@ -9,7 +9,7 @@ import pytest
 from analysis import launch
 from analysis.dataset import open_dataset
 from collector.ingest import ingest_paths
-from conftest import write_sync_loop_trace
+from conftest import write_graph_replay_trace, write_sync_loop_trace
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +91,20 @@ def test_a_sync_on_a_thread_that_launches_nothing_is_not_the_loops(tmp_path: Pat
     trace.write_text(json.dumps(data))
     assert not ingest_paths([trace], out=tmp_path / "ds", run="other_thread").failures
     assert launch.host_syncs(open_dataset(tmp_path / "ds")).is_empty()
+
+
+def test_report_metric_is_the_drained_gpu_idle_over_all_complete_steps(loop) -> None:
+    from dashboard.report.compare import compute_metrics
+
+    metrics = compute_metrics(loop)
+    # rank 0: 5 + 5 ms (step 3 unknown), rank 1: none, over 2 ranks x 3 complete steps of 10 ms
+    assert metrics["sync_idle_share"] == pytest.approx(10 / 60)
+    assert metrics["data_loader_idle_share"] == 0.0
+
+
+def test_report_metrics_of_a_dataset_without_steps_are_not_known(tmp_path: Path) -> None:
+    from dashboard.report.compare import compute_metrics
+
+    assert not ingest_paths([write_graph_replay_trace(tmp_path / "g.json")], out=tmp_path / "ds", run="g").failures
+    metrics = compute_metrics(open_dataset(tmp_path / "ds"))
+    assert (metrics["sync_idle_share"], metrics["data_loader_idle_share"]) == (None, None)

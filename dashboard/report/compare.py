@@ -15,6 +15,8 @@ of the baseline value:
 | tklqt_per_step | tklqt_per_step_ns | lower | total kernel launch and queuing time per step |
 | energy_per_step | energy_per_step_j | lower | one GPU's energy per complete step, mean over ranks and steps |
 | power_throttled_share | power_throttled_share | lower | share of time GPUs were held back by their power limit |
+| data_loader_idle_share | data_loader_idle_share | lower | GPU idle while the loop fetched its batch (data_loading) / complete step time; 0 where no step fetched |
+| sync_idle_share | sync_idle_share | lower | GPU idle after synchronising calls drained it (host_syncs) / complete step time; 0 where no step synchronised |
 
 A change is relative: (current - baseline) / |baseline|. A baseline of 0
 makes any change for the worse a regression. A metric that either side
@@ -72,6 +74,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("tklqt_per_step", "tklqt_per_step_ns", "Launch and queuing time per step", "lower", "ns"),
     Metric("energy_per_step", "energy_per_step_j", "Energy per step (one GPU)", "lower", "j"),
     Metric("power_throttled_share", "power_throttled_share", "Power-throttled share", "lower", "share"),
+    Metric("data_loader_idle_share", "data_loader_idle_share", "GPU idle waiting on the DataLoader", "lower", "share"),
+    Metric("sync_idle_share", "sync_idle_share", "GPU idle after synchronising calls", "lower", "share"),
 )
 _BY_NAME = {m.name: m for m in METRICS} | {m.key: m for m in METRICS}
 
@@ -137,6 +141,9 @@ def _metrics(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], ru
     values: dict[str, float | None] = {}
     steps = table("step_windows")
     values["step_time_ns"] = _mean(steps.filter(~pl.col("is_last")), "step_ns") if steps is not None else None
+    complete_ns = steps.filter(~pl.col("is_last"))["step_ns"].sum() if steps is not None else 0
+    values["data_loader_idle_share"] = _share_of_steps(table("data_loading"), "load_gpu_idle_ns", complete_ns)
+    values["sync_idle_share"] = _share_of_steps(table("host_syncs"), "sync_gpu_idle_ns", complete_ns)
     stats = table("collective_stats")
     values["busbw_bytes_per_s"] = _weighted(stats, "busbw_bytes_per_s", "total_ns")
     values["transfer_busbw_bytes_per_s"] = _weighted(stats, "transfer_busbw_bytes_per_s", "transfer_ns")
@@ -151,6 +158,16 @@ def _metrics(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], ru
     headroom = table("power_headroom")
     values["power_throttled_share"] = _mean(headroom, "power_throttled_share") if headroom is not None else None
     return {m.key: values.get(m.key) for m in METRICS}
+
+
+def _share_of_steps(per_step: pl.DataFrame | None, column: str, complete_ns: int) -> float | None:
+    """`column` summed (where known) over the complete steps' time; 0 for
+    steps with no such rows, None without complete steps."""
+    if not complete_ns:
+        return None
+    if per_step is None:
+        return 0.0
+    return _finite(per_step.filter(~pl.col("is_last"))[column].drop_nulls().sum() / complete_ns)
 
 
 def _finite(value: Any) -> float | None:
