@@ -113,6 +113,18 @@ def host_syncs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return run_analysis(con, "host_syncs")
 
 
+def stall_idle_ns(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per (run, rank): the GPU idle time (where known, complete steps) that
+    data_loading and host_syncs put down to waiting on the DataLoader and
+    to synchronising calls; ranks with neither are absent."""
+    totals: dict[tuple[str, int], list[int]] = {}
+    for position, (frame, column) in enumerate(((data_loading(con), "load_gpu_idle_ns"),
+                                                 (host_syncs(con), "sync_gpu_idle_ns"))):
+        for row in frame.filter(~pl.col("is_last")).group_by("run", "rank").agg(pl.col(column).sum()).iter_rows():
+            totals.setdefault((row[0], row[1]), [0, 0])[position] = int(row[2] or 0)
+    return {key: (data_ns, sync_ns) for key, (data_ns, sync_ns) in totals.items()}
+
+
 def graph_kernel_shares(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, int], float]:
     """Per (run, rank): the share of its launched kernels that graph replays
     ran (graph_launches.kernel_share), for findings whose advice depends on it."""

@@ -124,10 +124,11 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
     rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
     if rows.is_empty():
         return []
-    from analysis.launch import GRAPH_MOSTLY_SHARE, for_platform, graph_kernel_shares, hip_ranks
+    from analysis.launch import GRAPH_MOSTLY_SHARE, for_platform, graph_kernel_shares, hip_ranks, stall_idle_ns
 
     graph_shares = graph_kernel_shares(con)
     hip = hip_ranks(con)
+    stalls = stall_idle_ns(con)
     findings = []
     for row in rows.iter_rows(named=True):
         shares = {
@@ -141,6 +142,12 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
         if graph_share >= GRAPH_MOSTLY_SHARE:
             advice = _GRAPH_IDLE_ADVICE.get(cause, advice)
         advice = for_platform(advice, (row["run"], row["rank"]) in hip)
+        data_ns, sync_ns = stalls.get((row["run"], row["rank"]), (0, 0))
+        # what the trace says the host was doing meanwhile, from the stall views
+        waits = ([f"{format_duration_ns(data_ns)} while the loop waited on its DataLoader"] if data_ns else []) + (
+            [f"{format_duration_ns(sync_ns)} after synchronising calls drained the GPU"] if sync_ns else [])
+        if waits:
+            advice = f"Of that, {' and '.join(waits)}. " + advice
         findings.append(
             Finding(
                 id="gpu_idle",
@@ -166,6 +173,8 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
                     "idle_gap_count": row["idle_gap_count"],
                     "main_cause": cause,
                     "graph_kernel_share": graph_share,
+                    "data_loader_idle_ns": data_ns,
+                    "sync_idle_ns": sync_ns,
                 },
                 page="kernels",
             )

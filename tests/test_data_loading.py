@@ -79,3 +79,11 @@ def test_report_metric_is_the_gpu_idle_on_data_over_all_complete_steps(loop) -> 
     # rank 0: 4 + 4 ms, rank 1: 0.1 + 0.1 ms, over 2 ranks x 3 complete steps of 10 ms
     assert metrics["data_loader_idle_share"] == pytest.approx(8.2 / 60)
     assert metrics["sync_idle_share"] == 0.0  # steps, but no synchronising call in them
+
+
+def test_the_gpu_idle_finding_says_how_much_of_the_idle_time_was_data_loading(loop) -> None:
+    from analysis.time_breakdown import gpu_idle_findings
+
+    idle = {f.subject["rank"]: f for f in gpu_idle_findings(loop)}
+    assert (idle[0].evidence["data_loader_idle_ns"], idle[0].evidence["sync_idle_ns"]) == (8_000_000, 0)
+    assert "no kernel ran for 10.0 ms. Of that, 8.00 ms while the loop waited on its DataLoader. " in idle[0].detail

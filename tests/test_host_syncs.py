@@ -108,3 +108,11 @@ def test_report_metrics_of_a_dataset_without_steps_are_not_known(tmp_path: Path)
     assert not ingest_paths([write_graph_replay_trace(tmp_path / "g.json")], out=tmp_path / "ds", run="g").failures
     metrics = compute_metrics(open_dataset(tmp_path / "ds"))
     assert (metrics["sync_idle_share"], metrics["data_loader_idle_share"]) == (None, None)
+
+
+def test_the_gpu_idle_finding_says_how_much_of_the_idle_time_followed_syncs(loop) -> None:
+    from analysis.time_breakdown import gpu_idle_findings
+
+    [idle] = [f for f in gpu_idle_findings(loop) if f.subject["rank"] == 0]
+    assert (idle.evidence["data_loader_idle_ns"], idle.evidence["sync_idle_ns"]) == (0, 10_000_000)
+    assert "Of that, 10.0 ms after synchronising calls drained the GPU. " in idle.detail
