@@ -116,3 +116,23 @@ def test_the_gpu_idle_finding_says_how_much_of_the_idle_time_followed_syncs(loop
     [idle] = [f for f in gpu_idle_findings(loop) if f.subject["rank"] == 0]
     assert (idle.evidence["data_loader_idle_ns"], idle.evidence["sync_idle_ns"]) == (0, 10_000_000)
     assert "Of that, 10.0 ms after synchronising calls drained the GPU. " in idle.detail
+
+
+def test_the_gpu_idle_finding_names_data_and_sync_waits_without_adding_them(tmp_path: Path) -> None:
+    # The drain's gap runs on through the next step's 40 µs fetch (steps 2 and 3 known): both views see it.
+    import json
+
+    from analysis.time_breakdown import gpu_idle_findings
+    from conftest import DATA_LOADER_SINGLE
+
+    trace = write_sync_loop_trace(tmp_path / "rank0.json", 0)
+    data = json.loads(trace.read_text())
+    steps = [e for e in data["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    data["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": DATA_LOADER_SINGLE, "pid": 1, "tid": 1,
+                             "ts": step["ts"], "dur": 40.0} for step in steps]
+    trace.write_text(json.dumps(data))
+    assert not ingest_paths([trace], out=tmp_path / "ds", run="both").failures
+    [idle] = gpu_idle_findings(open_dataset(tmp_path / "ds"))
+    assert (idle.evidence["data_loader_idle_ns"], idle.evidence["sync_idle_ns"]) == (80_000, 10_000_000)
+    assert ("Of that, 80.0 µs while the loop waited on its DataLoader; 10.0 ms after synchronising calls drained "
+            "the GPU (the two can overlap). ") in idle.detail
