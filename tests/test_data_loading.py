@@ -73,7 +73,7 @@ def test_a_trace_without_dataloader_ranges_has_no_rows(tmp_path: Path) -> None:
 
 
 def test_report_metric_is_the_gpu_idle_on_data_over_all_complete_steps(loop) -> None:
-    from dashboard.report.compare import compute_metrics
+    from analysis.metrics import compute_metrics
 
     metrics = compute_metrics(loop)
     # rank 0: 4 + 4 ms, rank 1: 0.1 + 0.1 ms, over 2 ranks x 3 complete steps of 10 ms

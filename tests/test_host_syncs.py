@@ -94,7 +94,7 @@ def test_a_sync_on_a_thread_that_launches_nothing_is_not_the_loops(tmp_path: Pat
 
 
 def test_report_metric_is_the_drained_gpu_idle_over_all_complete_steps(loop) -> None:
-    from dashboard.report.compare import compute_metrics
+    from analysis.metrics import compute_metrics
 
     metrics = compute_metrics(loop)
     # rank 0: 5 + 5 ms (step 3 unknown), rank 1: none, over 2 ranks x 3 complete steps of 10 ms
@@ -103,7 +103,7 @@ def test_report_metric_is_the_drained_gpu_idle_over_all_complete_steps(loop) -> 
 
 
 def test_report_metrics_of_a_dataset_without_steps_are_not_known(tmp_path: Path) -> None:
-    from dashboard.report.compare import compute_metrics
+    from analysis.metrics import compute_metrics
 
     assert not ingest_paths([write_graph_replay_trace(tmp_path / "g.json")], out=tmp_path / "ds", run="g").failures
     metrics = compute_metrics(open_dataset(tmp_path / "ds"))

@@ -504,7 +504,7 @@ def _runs_alone(tmp_path: Path, runs: list[str]) -> Path:
 
 def test_report_metrics_per_run_are_each_runs_own_metrics(tmp_path: Path) -> None:
     from analysis.dataset import open_dataset
-    from dashboard.report.compare import compute_metrics, compute_run_metrics
+    from analysis.metrics import compute_metrics, compute_run_metrics
 
     runs = ["h100-small-batch", "h100-train"]
     both = compute_run_metrics(open_dataset(_runs_alone(tmp_path, runs)), runs)
@@ -517,7 +517,7 @@ def test_report_metrics_per_run_are_each_runs_own_metrics(tmp_path: Path) -> Non
 
 def test_report_metrics_per_run_leave_telemetry_metrics_to_the_dataset() -> None:
     from analysis.dataset import open_dataset
-    from dashboard.report.compare import compute_metrics, compute_run_metrics
+    from analysis.metrics import compute_metrics, compute_run_metrics
 
     con = open_dataset(H100)
     per_run = compute_run_metrics(con, ["h100-small-batch", "h100-train"])

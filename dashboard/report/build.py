@@ -134,6 +134,7 @@ def build_report(
     """
     from analysis.dataset import open_dataset
     from analysis.registry import results_kept
+    from analysis import metrics as metrics_of
     from dashboard.report import compare as comparing
 
     step = progress or (lambda label: None)
@@ -160,8 +161,8 @@ def build_report(
         step("charts")
         series = _series(con, source, problems)
         whole = {t.name: t.frame for s in sections for t in s.tables if t.spec.where is None and not s.empty_reason}
-        metrics = comparing.compute_metrics(con, whole)
-        metrics_by_run = comparing.compute_run_metrics(con, [r["run"] for r in source.runs], whole)
+        metrics = metrics_of.compute_metrics(con, whole)
+        metrics_by_run = metrics_of.compute_run_metrics(con, [r["run"] for r in source.runs], whole)
         report = Report(
             title=title or _default_title(source),
             gpulens_version=gpulens_version(),

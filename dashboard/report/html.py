@@ -188,7 +188,7 @@ def _findings(report: Report, problems: list[str]) -> str:
 
 
 def _metrics(report: Report) -> str:
-    from dashboard.report.compare import METRICS
+    from analysis.metrics import METRICS
 
     known = [m for m in METRICS if report.metrics.get(m.key) is not None]
     if not known:

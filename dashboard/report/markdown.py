@@ -87,7 +87,7 @@ def _finding_lines(data: dict[str, Any], explained: set[str] | None = None) -> l
 
 
 def _metrics(report: Report) -> list[str]:
-    from dashboard.report.compare import METRICS
+    from analysis.metrics import METRICS
 
     known = [m for m in METRICS if report.metrics.get(m.key) is not None]
     if not known:
