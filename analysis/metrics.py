@@ -75,7 +75,7 @@ def compute_metrics(con: duckdb.DuckDBPyConnection, known: dict[str, pl.DataFram
     return _metrics(con, dict(known or {}), run)
 
 
-def compute_run_metrics(con: duckdb.DuckDBPyConnection, runs: list[str],
+def compute_run_metrics(con: duckdb.DuckDBPyConnection, runs: list[str] | tuple[str, ...],
                         known: dict[str, pl.DataFrame] | None = None) -> dict[str, dict[str, float | None]]:
     """Each trace run's own metrics, where the dataset holds two or more
     runs (the dataset's metrics blend them); {} otherwise."""

@@ -767,6 +767,17 @@ def test_compare_page_opens_on_the_first_two_runs_with_kernels(monkeypatch):
     assert (at.selectbox(key="compare_a").value, at.selectbox(key="compare_b").value) == ("h100-small-batch", "h100-train")
 
 
+def test_compare_page_sets_the_two_runs_headline_metrics_side_by_side(monkeypatch):
+    from analysis.metrics import compute_run_metrics
+
+    at = _run(monkeypatch, H100_SAMPLE, "pages/compare.py")
+    [table] = [df.value for df in at.dataframe if "verdict" in df.value.columns]
+    idle = table[table["metric"] == "idle_share"].iloc[0]
+    expected = compute_run_metrics(open_dataset(H100_SAMPLE), ["h100-small-batch", "h100-train"])
+    a, b = expected["h100-small-batch"]["idle_share"], expected["h100-train"]["idle_share"]
+    assert (idle["A"], idle["B"], idle["change"], idle["verdict"]) == (f"{a:.1%}", f"{b:.1%}", f"{(b - a) / a:+.1%}", "better")
+
+
 def test_power_page_says_why_a_run_cannot_be_joined_to_the_telemetry(monkeypatch, three_nodes):
     # A rocprofv3 run kept on the boot clock beside node-a's telemetry.
     note = "ts on the boot clock (CLOCK_BOOTTIME): the trace names no host"

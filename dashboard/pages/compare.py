@@ -5,10 +5,11 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from analysis import timeline
+from analysis import metrics, timeline
 from dashboard import charts
-from dashboard.pages.common import (NO_TRACES, caption_dataset, chart, frame, require_dataset, require_tables,
+from dashboard.pages.common import (NO_TRACES, caption_dataset, chart, fetch, frame, require_dataset, require_tables,
                                     with_kernels)
+from dashboard.report.format import format_value
 
 st.title("Compare runs")
 ds = require_dataset()
@@ -37,6 +38,23 @@ side = runs.filter(pl.col("run").is_in([run_a, run_b])).select(
     ((pl.col("last_ns") - pl.col("first_ns")) / 1e6).round(2).alias("span_ms"),
 )
 st.dataframe(side, hide_index=True, width="stretch")
+
+# The numbers `gpulens report --compare` checks, for the two runs alone.
+per_run = fetch(ds, metrics.compute_run_metrics, (run_a, run_b)) or {}
+shown = [m for m in metrics.METRICS if any(per_run.get(run, {}).get(m.key) is not None for run in (run_a, run_b))]
+if shown:
+    st.header("Headline metrics")
+    st.caption("Each run's own, as `gpulens report` gives them per run; the change is B against A, and "
+               "whether it is better follows each metric's direction.")
+    rows = []
+    for m in shown:
+        a, b = per_run[run_a].get(m.key), per_run[run_b].get(m.key)
+        change = None if a is None or b is None or a == 0 else (b - a) / abs(a)
+        better = None if change is None or change == 0 else (change < 0) == (m.better == "lower")
+        rows.append({"metric": m.name, "A": format_value(m.key, a), "B": format_value(m.key, b),
+                     "change": "–" if change is None else f"{change:+.1%}",
+                     "verdict": "–" if better is None else ("better" if better else "worse"), "what": m.label})
+    st.dataframe(pl.DataFrame(rows), hide_index=True, width="stretch")
 
 st.header("Per kernel")
 kernels = frame(ds, timeline.compare_kernels, run_a, run_b)
