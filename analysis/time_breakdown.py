@@ -147,8 +147,7 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
         waits = ([f"{format_duration_ns(data_ns)} while the loop waited on its DataLoader"] if data_ns else []) + (
             [f"{format_duration_ns(sync_ns)} after synchronising calls drained the GPU"] if sync_ns else [])
         if waits:
-            # two views of one gap can overlap (a drain, then a fetch before the next launch): not a sum
-            advice = f"Of that, {'; '.join(waits)}{' (the two can overlap)' if len(waits) == 2 else ''}. " + advice
+            advice = f"Of that, {' and '.join(waits)}. " + advice
         findings.append(
             Finding(
                 id="gpu_idle",

@@ -87,3 +87,13 @@ def test_the_gpu_idle_finding_says_how_much_of_the_idle_time_was_data_loading(lo
     idle = {f.subject["rank"]: f for f in gpu_idle_findings(loop)}
     assert (idle[0].evidence["data_loader_idle_ns"], idle[0].evidence["sync_idle_ns"]) == (8_000_000, 0)
     assert "no kernel ran for 10.0 ms. Of that, 8.00 ms while the loop waited on its DataLoader. " in idle[0].detail
+
+
+DEMO = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-training"
+
+
+def test_the_demo_fetches_a_batch_at_every_step_of_every_rank() -> None:
+    # 8 ranks x 10 steps; the first step's fetch precedes the rank's first
+    # kernel and the last step is cut short: 8 x 8 known.
+    frame = launch.data_loading(open_dataset(DEMO))
+    assert (frame.height, frame["load_gpu_idle_ns"].count(), frame["load_count"].unique().to_list()) == (80, 64, [1])

@@ -20,8 +20,11 @@
 --   sync_count, sync_ns: the calls and the CPU time they blocked;
 --   sync_gpu_idle_ns: the idle gaps of the rank's GPU (kernels.rank_gap_ns,
 --     any stream, complete steps) that began while one of the calls was
---     waiting, each whole, up to the kernel that ended it: the GPU ran
---     dry under the wait and stayed idle until new work came. NULL where a
+--     waiting, up to the kernel that ended each: the GPU ran dry under the
+--     wait and stayed idle until new work came. Less the part of those
+--     gaps the loop spent fetching its next batch from a DataLoader: that
+--     is data_loading's (a slow batch after the drain is the loader's
+--     cost), so the two views never count one nanosecond twice. NULL where a
 --     call's gap cannot be known: in the rank's last step, and where no
 --     kernel of the complete steps starts after the call (the gap would end
 --     in the last step, whose kernels are out of scope, as in every per-rank
@@ -77,9 +80,18 @@ in_steps as (
     where s.start_ns < w.end_ns
 ),
 gaps as (
-    select run, rank, start_ns - rank_gap_ns as gap_start_ns, rank_gap_ns
+    select run, rank, start_ns - rank_gap_ns as gap_start_ns, start_ns as gap_end_ns
     from kernels
     where rank_gap_ns > 0
+        and (run, rank) in (select run, rank from syncs)
+),
+fetches as (
+    -- DataLoader fetches, as data_loading reads them
+    select run, rank, start_ns, end_ns
+    from annotations
+    where kind in ('user', 'nvtx')
+        and name like 'enumerate(DataLoader)#%'
+        and end_ns > start_ns
         and (run, rank) in (select run, rank from syncs)
 ),
 scope as (
@@ -90,19 +102,43 @@ scope as (
         and (run, rank) in (select run, rank from syncs)
     group by run, rank
 ),
-drained as (
+drained_gaps as (
     -- each gap against the last call that began before it; kept if that
     -- call was still waiting when the GPU ran dry
     select
         c.call_no,
-        sum(g.rank_gap_ns) as idle_ns
+        g.run,
+        g.rank,
+        g.gap_start_ns,
+        g.gap_end_ns
     from gaps as g
     asof join in_steps as c
         on c.run = g.run
         and c.rank = g.rank
         and g.gap_start_ns >= c.start_ns
     where g.gap_start_ns <= c.end_ns
-    group by c.call_no
+),
+fetched as (
+    -- the part of each drained gap the loop spent fetching a batch
+    select
+        g.call_no,
+        g.gap_start_ns,
+        sum(least(g.gap_end_ns, f.end_ns) - greatest(g.gap_start_ns, f.start_ns)) as fetch_ns
+    from drained_gaps as g
+    join fetches as f
+        on f.run = g.run
+        and f.rank = g.rank
+        and f.start_ns < g.gap_end_ns
+        and f.end_ns > g.gap_start_ns
+    group by g.call_no, g.gap_start_ns
+),
+drained as (
+    select
+        g.call_no,
+        sum(g.gap_end_ns - g.gap_start_ns - coalesce(f.fetch_ns, 0)) as idle_ns
+    from drained_gaps as g
+    left join fetched as f using (call_no, gap_start_ns)
+    group by g.call_no
 ),
 ops as (
     -- the operator behind each call (one name per External id)
