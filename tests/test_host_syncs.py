@@ -151,3 +151,14 @@ def test_the_demo_reads_its_loss_with_item_at_every_step_below_the_stall_thresho
     assert frame["sync_ops"].explode().unique().to_list() == ["aten::_local_scalar_dense"]
     assert 0 < frame["sync_gpu_idle_share"].max() < 0.1
     assert not [f for f in launch.launch_findings(con) if f.id == "host_sync_stall"]
+
+
+def test_a_cudafree_that_drains_the_gpu_is_a_sync_and_the_advice_names_the_allocator(tmp_path: Path) -> None:
+    # The caching allocator handing memory back (empty_cache, an OOM retry) synchronises the device.
+    trace = write_sync_loop_trace(tmp_path / "rank0.json", 0)
+    trace.write_text(trace.read_text().replace('"cudaStreamSynchronize"', '"cudaFree"'))
+    assert not ingest_paths([trace], out=tmp_path / "ds", run="free").failures
+    con = open_dataset(tmp_path / "ds")
+    assert launch.host_syncs(con)["sync_calls"].to_list()[0] == ["cudaFree"]
+    [finding] = [f for f in launch.launch_findings(con) if f.id == "host_sync_stall"]
+    assert "cudaFree or hipFree is the caching allocator handing memory back" in finding.detail

@@ -7,10 +7,12 @@
 -- the CPU, released, launches again. The calls (api_calls, by name less an
 -- nsys version suffix such as `_v3020`): cudaDeviceSynchronize,
 -- cudaStreamSynchronize (what `.item()` and a copy to the host end in),
--- cudaEventSynchronize, the blocking cudaMemcpy and cudaMemcpy2D, the
--- driver's cuCtx/cuStream/cuEventSynchronize and cuMemcpyDtoH, and HIP's
+-- cudaEventSynchronize, the blocking cudaMemcpy and cudaMemcpy2D, cudaFree
+-- (the caching allocator handing memory back: torch.cuda.empty_cache(), or
+-- a retry after an out-of-memory), the driver's cuCtx/cuStream/
+-- cuEventSynchronize, cuMemcpyDtoH and cuMemFree, and HIP's
 -- hipDeviceSynchronize, hipStreamSynchronize, hipEventSynchronize,
--- hipMemcpy and hipMemcpyDtoH, made on a thread that also launches
+-- hipMemcpy, hipMemcpyDtoH and hipFree, made on a thread that also launches
 -- kernels (the training loop's, autograd's): a pinning or watchdog thread
 -- that waits stalls no launch. Each counts in the profiler step whose
 -- window holds its start.
@@ -40,8 +42,8 @@ with sync_calls as (
     from api_calls
     where regexp_replace(name, '_v[0-9]+$', '') in (
         'cudaDeviceSynchronize', 'cudaStreamSynchronize', 'cudaEventSynchronize', 'cudaMemcpy', 'cudaMemcpy2D',
-        'cuCtxSynchronize', 'cuStreamSynchronize', 'cuEventSynchronize', 'cuMemcpyDtoH',
-        'hipDeviceSynchronize', 'hipStreamSynchronize', 'hipEventSynchronize', 'hipMemcpy', 'hipMemcpyDtoH'
+        'cudaFree', 'cuCtxSynchronize', 'cuStreamSynchronize', 'cuEventSynchronize', 'cuMemcpyDtoH', 'cuMemFree',
+        'hipDeviceSynchronize', 'hipStreamSynchronize', 'hipEventSynchronize', 'hipMemcpy', 'hipMemcpyDtoH', 'hipFree'
     )
         and end_ns >= start_ns
 ),
