@@ -22,16 +22,8 @@
 --   load_gpu_idle_share = load_gpu_idle_ns / step_ns: the share of the step
 --     the GPU waited on data. A fetch the GPU does not notice (the queue
 --     still holds work from the step before) costs nothing here.
--- requires: step_windows
-with fetches as (
-    select run, rank, start_ns, end_ns
-    from annotations
-    -- user ranges (Kineto) and NVTX ranges (nsys); not their GPU-side copies
-    where kind in ('user', 'nvtx')
-        and name like 'enumerate(DataLoader)#%'
-        and end_ns > start_ns
-),
-in_steps as (
+-- requires: step_windows, loader_fetches
+with in_steps as (
     select
         f.run,
         f.rank,
@@ -42,7 +34,7 @@ in_steps as (
         f.end_ns,
         -- whether the rank's idle gaps can say what the GPU did meanwhile
         not s.is_last and f.start_ns >= r.span_start_ns as idle_known
-    from fetches as f
+    from loader_fetches as f
     join step_windows as s
         on s.run = f.run
         and s.rank = f.rank
@@ -63,7 +55,7 @@ gaps as (
     from kernels
     where rank_gap_ns > 0
         and step is not null
-        and (run, rank) in (select run, rank from fetches)
+        and (run, rank) in (select run, rank from loader_fetches)
 ),
 fetch_idle as (
     select

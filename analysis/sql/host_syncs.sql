@@ -36,7 +36,7 @@
 --     them (by the calls' External id: aten::_local_scalar_dense is
 --     `.item()`, aten::copy_ or aten::_to_copy a copy to the host), where
 --     the trace links them (Kineto), sorted.
--- requires: step_windows
+-- requires: step_windows, loader_fetches
 with sync_calls as (
     select run, rank, tid, name as call_name, start_ns, end_ns, external_id
     from api_calls
@@ -87,15 +87,7 @@ gaps as (
     where rank_gap_ns > 0
         and (run, rank) in (select run, rank from syncs)
 ),
-fetches as (
-    -- DataLoader fetches, as data_loading reads them
-    select run, rank, start_ns, end_ns
-    from annotations
-    where kind in ('user', 'nvtx')
-        and name like 'enumerate(DataLoader)#%'
-        and end_ns > start_ns
-        and (run, rank) in (select run, rank from syncs)
-),
+
 scope as (
     -- where the rank's known gaps end: the last start of a kernel in scope
     select run, rank, max(start_ns) as last_scoped_start_ns
@@ -127,7 +119,7 @@ fetched as (
         g.gap_start_ns,
         sum(least(g.gap_end_ns, f.end_ns) - greatest(g.gap_start_ns, f.start_ns)) as fetch_ns
     from drained_gaps as g
-    join fetches as f
+    join loader_fetches as f
         on f.run = g.run
         and f.rank = g.rank
         and f.start_ns < g.gap_end_ns
