@@ -39,9 +39,13 @@ def query(dataset, sql, output_format, max_rows, max_width):
     """Run DuckDB SQL over a dataset's tables.
 
     Views: telemetry, devices, events, processes, kernels, api_calls,
-    cpu_ops, annotations, collectives, nccl_topology, runs.
+    cpu_ops, annotations, collectives, nccl_topology, runs; and every
+    analysis (analysis/sql/*.sql, the README's Analyses section), such as
+    power_headroom, time_breakdown, stragglers, data_loading, host_syncs.
 
         gpulens query gpulens-data "select gpu_index, max(power_w) from telemetry group by 1"
+
+        gpulens query gpulens-data "select rank, idle_share from time_breakdown"
 
     csv and json write the rows as DuckDB makes them: memory does not grow
     with the result. On a terminal, table shows the first and last 20 rows
