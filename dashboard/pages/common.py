@@ -149,7 +149,7 @@ def warm_up(ds: data.Dataset) -> threading.Thread | None:
         (timeline.telemetry_timeline, lambda: default_telemetry_window(ds), lambda: {"hosts": default_host_scope(ds)}),
         *on_first_hosts(power.power_headroom, timeline.power_histogram, power.node_power),
         *plain(power.power_trace_gpus, power.step_energy, power.phase_energy, power.interconnect_usage, launch.launch_rank_summary, launch.step_launch_summary, time_breakdown.time_breakdown,
-               time_breakdown.memcpy_stats,
+               time_breakdown.memcpy_stats, launch.data_loading, launch.host_syncs,
                timeline.launch_histogram, launch.graph_launches, launch.short_kernels, time_breakdown.kernel_stats,
                launch.launch_outliers,
                launch.launch_flip),
