@@ -134,6 +134,7 @@ def synthesise_rank(root: Path, rank: int, kernels: int, steps: int, rng: np.ran
     tables["annotations"] = _trace_table("annotations", {
         "run": [RUN] * 2 * steps, "rank": np.full(2 * steps, rank, dtype=np.int32),
         "name": [f"ProfilerStep#{s}" for s in range(steps)] + ["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"] * steps,
+        "pid": np.full(2 * steps, 4000 + rank), "tid": np.full(2 * steps, 4000 + rank),
         "kind": ["profiler_step"] * steps + ["user"] * steps, "step": np.concatenate([np.arange(steps), np.full(steps, None)]),
         "start_ns": np.concatenate([step_start, step_start]), "end_ns": np.concatenate([step_end, fetch_end]),
         "dur_ns": np.concatenate([step_end - step_start, fetch_end - step_start]),

@@ -162,3 +162,18 @@ def test_a_cudafree_that_drains_the_gpu_is_a_sync_and_the_advice_names_the_alloc
     assert launch.host_syncs(con)["sync_calls"].to_list()[0] == ["cudaFree"]
     [finding] = [f for f in launch.launch_findings(con) if f.id == "host_sync_stall"]
     assert "cudaFree or hipFree is the caching allocator handing memory back" in finding.detail
+
+
+def test_where_the_steps_name_no_thread_every_threads_calls_count(tmp_path: Path) -> None:
+    import json
+
+    trace = write_sync_loop_trace(tmp_path / "rank0.json", 0)
+    data = json.loads(trace.read_text())
+    for event in data["traceEvents"]:
+        if event["name"].startswith("ProfilerStep#"):
+            del event["tid"]
+        elif event["name"] in ("cudaStreamSynchronize", "aten::_local_scalar_dense"):
+            event["tid"] = 2
+    trace.write_text(json.dumps(data))
+    assert not ingest_paths([trace], out=tmp_path / "ds", run="no_tids").failures
+    assert launch.host_syncs(open_dataset(tmp_path / "ds"))["sync_count"].to_list() == [1, 1, 1, 1]

@@ -12,8 +12,8 @@
 -- a retry after an out-of-memory), the driver's cuCtx/cuStream/
 -- cuEventSynchronize, cuMemcpyDtoH and cuMemFree, and HIP's
 -- hipDeviceSynchronize, hipStreamSynchronize, hipEventSynchronize,
--- hipMemcpy, hipMemcpyDtoH and hipFree, made on a thread that also launches
--- kernels (the training loop's, autograd's): a pinning or watchdog thread
+-- hipMemcpy, hipMemcpyDtoH and hipFree, made on the training loop's thread
+-- (the one that records the profiler steps): a pinning or watchdog thread
 -- that waits stalls no launch. Each counts in the profiler step whose
 -- window holds its start.
 --
@@ -47,19 +47,23 @@ with sync_calls as (
     )
         and end_ns >= start_ns
 ),
-launch_threads as (
-    -- of the threads that made those calls, the ones that launch kernels
-    select distinct run, rank, tid
-    from api_calls
-    where (run, rank, tid) in (select distinct run, rank, tid from sync_calls)
-        and contains(name, 'Launch')
+loop_threads as (
+    -- the threads that record the profiler steps: the training loop's
+    select run, rank, list(distinct tid) filter (where tid is not null) as tids
+    from annotations
+    where kind = 'profiler_step'
+    group by run, rank
 ),
 syncs as (
-    -- (a trace without thread ids keeps every call)
-    select run, rank, call_name, start_ns, end_ns, external_id
+    -- (where the trace names no thread, of the call or of the steps, every call counts)
+    select s.run, s.rank, s.call_name, s.start_ns, s.end_ns, s.external_id
     from sync_calls as s
+    left join loop_threads as t
+        on t.run = s.run
+        and t.rank = s.rank
     where s.tid is null
-        or (s.run, s.rank, s.tid) in (select run, rank, tid from launch_threads)
+        or coalesce(len(t.tids), 0) = 0
+        or list_contains(t.tids, s.tid)
 ),
 in_steps as (
     -- as-of the last step started at or before the call; kept if inside it
