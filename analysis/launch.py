@@ -135,7 +135,7 @@ def graph_kernel_shares(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, int],
 def hip_ranks(con: duckdb.DuckDBPyConnection) -> set[tuple[str, int]]:
     """The (run, rank)s whose kernels HIP calls launched (an AMD GPU under
     ROCm), so that advice names HIP graphs where it would name CUDA's."""
-    rows = con.sql("select distinct run, rank from kernels where launch_call_name ilike 'hip%'").fetchall()
+    rows = con.sql("select distinct run, rank from kernels where starts_with(launch_call_name, 'hip')").fetchall()
     return {(run, rank) for run, rank in rows}
 
 
