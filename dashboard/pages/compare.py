@@ -48,12 +48,12 @@ if shown:
                "whether it is better follows each metric's direction.")
     rows = []
     for m in shown:
-        a, b = per_run[run_a].get(m.key), per_run[run_b].get(m.key)
-        change = None if a is None or b is None or a == 0 else (b - a) / abs(a)
-        better = None if change is None or change == 0 else (change < 0) == (m.better == "lower")
-        rows.append({"metric": m.name, "A": format_value(m.key, a), "B": format_value(m.key, b),
-                     "change": "–" if change is None else f"{change:+.1%}",
-                     "verdict": "–" if better is None else ("better" if better else "worse"), "what": m.label})
+        # the change as `--compare` measures it, B against A as the baseline
+        delta = metrics.MetricDelta(m, per_run[run_a].get(m.key), per_run[run_b].get(m.key), None)
+        pct = delta.delta_pct
+        verdict = "–" if not pct else ("worse" if (delta.worse_pct or 0.0) > 0 else "better")
+        rows.append({"metric": m.name, "A": format_value(m.key, delta.baseline), "B": format_value(m.key, delta.current),
+                     "change": "–" if pct is None else f"{pct / 100:+.1%}", "verdict": verdict, "what": m.label})
     st.dataframe(pl.DataFrame(rows), hide_index=True, width="stretch")
 
 st.header("Per kernel")

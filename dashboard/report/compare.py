@@ -30,7 +30,7 @@ import duckdb
 import orjson
 
 from analysis.findings import Finding
-from analysis.metrics import METRICS, Metric, compute_metrics, finite, metric
+from analysis.metrics import METRICS, MetricDelta, compute_metrics, finite, metric
 from collector.errors import DatasetError, GpulensError, UsageError, one_line
 
 
@@ -131,56 +131,6 @@ def is_json_report(path: Path) -> bool:
 
 
 # --- the comparison ----------------------------------------------------------------------------
-
-
-@dataclass
-class MetricDelta:
-    metric: Metric
-    baseline: float | None
-    current: float | None
-    threshold_pct: float | None
-
-    @property
-    def comparable(self) -> bool:
-        return self.baseline is not None and self.current is not None
-
-    @property
-    def delta(self) -> float | None:
-        return self.current - self.baseline if self.comparable else None  # type: ignore[operator]
-
-    @property
-    def delta_pct(self) -> float | None:
-        if not self.comparable or self.baseline == 0:
-            return None
-        return 100.0 * self.delta / abs(self.baseline)  # type: ignore[operator]
-
-    @property
-    def worse_pct(self) -> float | None:
-        """How far the change went the wrong way, in % (negative: it improved)."""
-        if not self.comparable:
-            return None
-        if self.baseline == 0:
-            worse = self.current > 0 if self.metric.better == "lower" else self.current < 0  # type: ignore[operator]
-            return float("inf") if worse else 0.0
-        pct = self.delta_pct or 0.0
-        return pct if self.metric.better == "lower" else -pct
-
-    @property
-    def regressed(self) -> bool:
-        return self.threshold_pct is not None and self.comparable and (self.worse_pct or 0.0) > self.threshold_pct
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric.name,
-            "key": self.metric.key,
-            "better": self.metric.better,
-            "baseline": self.baseline,
-            "current": self.current,
-            "delta": self.delta,
-            "delta_pct": self.delta_pct,
-            "threshold_pct": self.threshold_pct,
-            "regressed": self.regressed,
-        }
 
 
 @dataclass
