@@ -296,8 +296,12 @@ def machine_line(hta_python: str | None) -> str:
             versions.append(f"{package} {metadata.version(package)}")
         except metadata.PackageNotFoundError:
             pass
+    from collector.ingest import kineto_native
+
+    # Which path read the Kineto events: it changes the large run's figure twofold.
+    scanner = "compiled Kineto scanner" if kineto_native.available() else "Kineto read by msgspec alone (no compiled scanner)"
     line = (f"machine: {cpu}, {os.cpu_count()} cores, {ram_gib:.1f} GiB RAM, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}; {', '.join(versions)}")
+            f"Python {platform.python_version()}; {', '.join(versions)}; {scanner}")
     if hta_python:
         probe = ("import importlib.metadata as m, platform; "
                  "print(f\"HTA {m.version('HolisticTraceAnalysis')} (pandas {m.version('pandas')}, numpy {m.version('numpy')}, "

@@ -59,6 +59,11 @@ EVENT_TABLES: dict[str, tuple[str, str | None]] = {
     "gpu_user_annotation": ("annotations", "gpu_user"),
 }
 
+# Unrouted categories a trace has many events of: flows (a third of a GPU
+# trace's events) and Python frames (often most of a `with_stack` one).
+# The parsers count them by code rather than one by one.
+BULK_SKIPPED: tuple[str, ...] = ("ac2g", "fwdbwd", "python_function", "cpu_instant_event")
+
 # The CPU op PyTorch records around every c10d collective, carrying its
 # parameters in `args` (PyTorch ≥ 2.1; earlier versions record it bare).
 PARAM_COMMS_OP = "record_param_comms"

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import msgspec
 
+from collector.ingest import kineto_native
 from collector.ingest.buffer import iter_chunks
 from collector.ingest.kineto_schema import PHASED_EVENTS, KinetoEvent, KinetoTrace, LooseTimesEvent, PhasedEvent
 
@@ -86,6 +87,9 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 Decoded = TypeVar("Decoded")
 Events = list[PhasedEvent] | list[KinetoEvent]
+# What a batch is: events decoded by msgspec, or a piece the compiled
+# scanner read into columns (see `kineto_native`).
+Batch = Events | kineto_native.ScannedPiece
 
 
 def decode_events(data: bytes | msgspec.Raw) -> Events:
@@ -284,7 +288,7 @@ class TraceStream:
     first_event_at: int | None = None
     end_at: int | None = None
 
-    def batches(self) -> Iterator[Events]:
+    def batches(self) -> Iterator[Batch]:
         skip = max(0, self.start - _BOUNDARY_REACH)
         chunks = iter_chunks(self.path, skip)
         window = bytearray()
@@ -347,7 +351,7 @@ class TraceStream:
         del window[: match.end()]
         return skipped + match.end()
 
-    def _cut(self, window: bytearray, more: Callable[[], bool], at: int) -> tuple[Events, int] | None:
+    def _cut(self, window: bytearray, more: Callable[[], bool], at: int) -> tuple[Batch, int] | None:
         """Decode the events before the first good boundary whose event
         begins at or past `at`; None where the file ends first."""
         start = at
@@ -355,18 +359,27 @@ class TraceStream:
             boundary = _boundary(window, more, start, at + _MAX_EVENT_BYTES)
             if boundary is None:
                 return None
+            # One copy of the piece; the temporary view is gone before
+            # the window is resized.
+            piece = b"".join((b"[", memoryview(window)[: boundary.start() + 1], b"]"))
+            scanned = kineto_native.scan(piece)
+            if scanned is not None and scanned.end == len(piece):
+                return scanned, boundary.start(1)  # consume up to the next event's `{`
             try:
-                # One copy of the piece; the temporary view is gone before
-                # the window is resized.
-                events = decode_events(b"".join((b"[", memoryview(window)[: boundary.start() + 1], b"]")))
-                # Consume up to the next event's `{`.
-                return events, boundary.start(1)
+                return decode_events(piece), boundary.start(1)
             except msgspec.DecodeError:
                 start = boundary.start(1) + 1
         raise NotStreamable
 
-    def _finish(self, window: bytearray) -> Iterator[Events]:
+    def _finish(self, window: bytearray) -> Iterator[Batch]:
         self.end_at = None  # this part reads to the array's end
+        scanned = kineto_native.scan(b"[" + window)
+        if scanned is not None:
+            # The trailer's keys after the array's `]`.
+            fill_missing(self.metadata, _decode(_HEADER.decode, b'{"traceEvents": []' + scanned.data[scanned.end :]))
+            if scanned.events:
+                yield scanned
+            return
         tail = _decode(_HEADER.decode, b'{"traceEvents": [' + window)
         fill_missing(self.metadata, tail)
         try:

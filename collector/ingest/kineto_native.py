@@ -1,0 +1,96 @@
+"""The compiled fast path for Kineto events (`_kineto_scan.c`), if built.
+
+A piece of the event array (`[{...}, ...]`, as `kineto_stream` cuts it)
+is read by C into columns, one row per event (`ScannedPiece`), and
+`kineto_columns.Accumulator` builds the tables from those with Arrow and
+numpy, never touching an event in Python. It reads what the msgspec
+decoders read and refuses the rest (`scan` returns None): a piece that is
+not valid JSON, times or ids written as text, names that are not UTF-8.
+That piece then takes the msgspec path, so both give the same tables
+(the tests compare them on every trace at hand) and odd input is decided
+in one place.
+
+The extension is optional: `pip install` builds it where a C compiler and
+Python's headers are at hand, and goes on without it elsewhere.
+`GPULENS_PURE_PYTHON=1` turns it off (to compare, or to rule it out).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from types import ModuleType
+
+from collector.ingest.kineto_schema import BULK_SKIPPED, EVENT_TABLES
+
+
+# The scanner's output this module reads (`SCAN_VERSION` in the C file).
+VERSION = 1
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("GPULENS_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from collector.ingest import _kineto_scan
+    except ImportError:
+        return None
+    if getattr(_kineto_scan, "VERSION", None) != VERSION:
+        # A build from older sources (an editable install after a pull).
+        warnings.warn("gpulens: the compiled Kineto scanner is out of date and not used; "
+                      "`pip install -e .` rebuilds it", RuntimeWarning, stacklevel=2)
+        return None
+    return _kineto_scan
+
+
+_SCANNER = _load()
+
+# The categories the scanner codes, by code: the routed ones first (their
+# complete events are read in full), then those skipped in bulk.
+CATS: tuple[str, ...] = (*EVENT_TABLES, *BULK_SKIPPED)
+_CAT_BYTES = tuple(cat.encode() for cat in CATS)
+ROUTED = len(EVENT_TABLES)
+# Codes the scanner gives where no listed category applies.
+CAT_MISSING, CAT_OTHER = -1, -2
+
+# Bits of the `present` column (see `_kineto_scan.c`).
+TS, DUR, PID, TID, NAME, EXTERNAL, CORRELATION, DEVICE, STREAM, BYTES, GRID, BLOCK, COLLECTIVE = (
+    1 << bit for bit in range(13))
+
+
+@dataclass
+class ScannedPiece:
+    """A piece's events as columns (bytes, one value per event), and the
+    piece's text, where each event's span (`span_start`/`span_end`) lies."""
+
+    data: bytes
+    columns: dict[str, bytes]
+    events: int
+    other_cats: dict[str, int]
+
+    def __len__(self) -> int:
+        return self.events
+
+    def text(self) -> bytes:
+        """The event array's text alone (what a msgspec decode of it reads)."""
+        return self.data[: self.end]
+
+    @property
+    def end(self) -> int:
+        return self.columns["end"]  # type: ignore[return-value]
+
+
+def available() -> bool:
+    return _SCANNER is not None
+
+
+def scan(data: bytes) -> ScannedPiece | None:
+    """The event array at the start of `data` (`[` ... `]`), or None where
+    the fast path is off or does not read this text."""
+    if _SCANNER is None:
+        return None
+    columns = _SCANNER.scan(data, _CAT_BYTES, ROUTED)
+    if columns is None:
+        return None
+    return ScannedPiece(data, columns, columns.pop("events"), columns.pop("other_cats"))
