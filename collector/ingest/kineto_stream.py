@@ -13,14 +13,16 @@ so only one batch of event objects exists at a time. The rest of the
 file after the last cut is decoded as `{"traceEvents": [` + rest, which
 yields the last events and the trailer keys.
 
-2 MiB pieces (about 8,000 events) keep the per-piece work (some forty
-Arrow and numpy calls to build each table's columns) small next to the
-events' own: 8 ranks of 620,000 events on 2 cores took 12.3 s with 4 MiB
-pieces and 14.4 s with 1 MiB ones (medians of 6 and 5 runs), and 9.8 s
-with 2 MiB against 10.4 s with 4 MiB (medians of 3, within the noise).
-A piece's events as Python objects take ~10 times its text, so halving
-the piece from 4 MiB cut the process tree's peak on the real A100 + V100
-pair from 228 to 208 MiB.
+Decoded by msgspec, 2 MiB pieces (about 8,000 events) keep the per-piece
+work (some forty Arrow and numpy calls to build each table's columns)
+small next to the events' own: 8 ranks of 620,000 events on 2 cores took
+12.3 s with 4 MiB pieces and 14.4 s with 1 MiB ones (medians of 6 and 5
+runs), and 9.8 s with 2 MiB against 10.4 s with 4 MiB (medians of 3,
+within the noise). A piece's events as Python objects take ~10 times its
+text, so halving the piece from 4 MiB cut the process tree's peak on the
+real A100 + V100 pair from 228 to 208 MiB. Read by the compiled scanner
+(`kineto_native`), whose columns take about half the text, pieces are
+8 MiB: the same 8 ranks took 3.8-4.2 s against 4.2-4.7 s with 2 MiB.
 
 A cut can only be wrong by landing inside an event (a nested object or a
 string that looks like a boundary); the piece then fails to decode as a
@@ -48,7 +50,10 @@ from collector.ingest import kineto_native
 from collector.ingest.buffer import iter_chunks
 from collector.ingest.kineto_schema import PHASED_EVENTS, KinetoEvent, KinetoTrace, LooseTimesEvent, PhasedEvent
 
-BATCH_BYTES = 2 << 20
+# Larger where the compiled scanner reads them (see above; one rank of
+# 624,000 events: 0.56 s with 2 MiB pieces, 0.47 s with 8 MiB). A piece it
+# refuses is decoded by msgspec whole: ~80 MB of objects at most.
+BATCH_BYTES = 8 << 20 if kineto_native.available() else 2 << 20
 # Bytes to read ahead of a batch for its closing boundary before giving up.
 _MAX_EVENT_BYTES = 64 << 20
 _MAX_WRONG_CUTS = 16
