@@ -426,7 +426,7 @@ class _PieceReader:
     def _name(self, rows: np.ndarray) -> pa.Array:
         if self._names is None:
             self._names = self._strings("name", kineto_native.NAME)
-        return self._names.take(pa.array(rows))
+        return self._names.take(_numeric(rows, pa.int64()))
 
     def _host(self, rows: np.ndarray) -> dict[str, pa.Array]:
         return {
@@ -456,8 +456,8 @@ class _PieceReader:
             "device": self._own_or_event("device", kineto_native.DEVICE, "pid", kineto_native.PID, rows, _INT32),
             "stream": self._own_or_event("stream", kineto_native.STREAM, "tid", kineto_native.TID, rows),
             "name": names,
-            "category": _CATEGORY_NAMES.take(pa.array(category)),
-            "kind": _SCANNED_KIND.take(pa.array(codes)),
+            "category": _CATEGORY_NAMES.take(_numeric(category, pa.int8())),
+            "kind": _SCANNED_KIND.take(_numeric(codes, pa.int64())),
             **self._times(rows),
             "correlation_id": self._ints("correlation", kineto_native.CORRELATION, rows),
             "external_id": self._ints("external_id", kineto_native.EXTERNAL, rows),
@@ -521,7 +521,7 @@ class _PieceReader:
         if not self._has(bit, rows).any():
             return pa.nulls(len(rows), pa.string())
         buffers = [None, pa.py_buffer(raw[f"{key}_offsets"]), pa.py_buffer(raw[f"{key}_data"])]
-        texts = pa.Array.from_buffers(pa.binary(), self.n, buffers).take(pa.array(rows))
+        texts = pa.Array.from_buffers(pa.binary(), self.n, buffers).take(_numeric(rows, pa.int64()))
         encoded = texts.dictionary_encode()
         memo = self.acc._dims
         distinct = encoded.dictionary.to_pylist()
@@ -556,6 +556,7 @@ _READ_INTS = {
     "cpu_ops": kineto_native.PID | kineto_native.TID | kineto_native.EXTERNAL,
     "annotations": kineto_native.PID | kineto_native.TID,
 }
+_NUMPY = {pa.int8(): np.int8, pa.int32(): np.int32, pa.int64(): np.int64, pa.float64(): np.float64}
 _CATEGORY_NAMES = pa.array(CATEGORIES, pa.string())
 _CATEGORY_CODE = {name: code for code, name in enumerate(CATEGORIES)}
 _COMMUNICATION_CODE = _CATEGORY_CODE[COMMUNICATION]
@@ -564,12 +565,15 @@ _NONE = np.array([], np.intp)
 
 
 def _masked(values: np.ndarray, valid: np.ndarray, type: pa.DataType) -> pa.Array:
-    """`values` where `valid`, else NULL. Built from buffers: `pa.array`'s
-    `mask=` imports numpy.ma, 0.1 s a process."""
-    if valid.all():
-        return pa.array(values, type)
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(type, len(values), [bitmap, pa.py_buffer(np.ascontiguousarray(values))])
+    """`values` (of `type`'s width) where `valid`, else NULL, from their
+    buffers (as `_numeric`)."""
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(type, len(values), [bitmap, pa.py_buffer(np.ascontiguousarray(values, dtype=_NUMPY[type]))])
+
+
+def _numeric(values: np.ndarray, type: pa.DataType) -> pa.Array:
+    """A numpy array as an Arrow array of `type`, sharing its buffer."""
+    return pa.Array.from_buffers(type, len(values), [None, pa.py_buffer(np.ascontiguousarray(values, dtype=_NUMPY[type]))])
 
 
 def _true_rows(mask: pa.Array) -> np.ndarray:
