@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from functools import cache
 from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Callable
@@ -345,7 +346,7 @@ def _concat(arrays: list[pa.Array]) -> pa.Array:
 # Per scanner code (offset by 2: CAT_OTHER, CAT_MISSING, then `CATS`), the
 # table's index in TABLES, -1 where the events are skipped.
 _SCANNED_TABLE = np.array([-1, -1, *(max(_TABLE_CODES[cat], -1) for cat in kineto_native.CATS)], np.int8)
-_SCANNED_KIND = pa.array([None, None, *(_KINDS.get(cat) for cat in kineto_native.CATS)], pa.string())
+_SCANNED_KINDS = (None, None, *(_KINDS.get(cat) for cat in kineto_native.CATS))
 _MEMORY_KINDS = np.array([False, False, *(_KINDS.get(cat) in ("memcpy", "memset") for cat in kineto_native.CATS)])
 _USER_ANNOTATION = 2 + kineto_native.CATS.index("user_annotation")
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -456,8 +457,8 @@ class _PieceReader:
             "device": self._own_or_event("device", kineto_native.DEVICE, "pid", kineto_native.PID, rows, _INT32),
             "stream": self._own_or_event("stream", kineto_native.STREAM, "tid", kineto_native.TID, rows),
             "name": names,
-            "category": _CATEGORY_NAMES.take(_numeric(category, pa.int8())),
-            "kind": _SCANNED_KIND.take(_numeric(codes, pa.int64())),
+            "category": _texts(CATEGORIES).take(_numeric(category, pa.int8())),
+            "kind": _texts(_SCANNED_KINDS).take(_numeric(codes, pa.int64())),
             **self._times(rows),
             "correlation_id": self._ints("correlation", kineto_native.CORRELATION, rows),
             "external_id": self._ints("external_id", kineto_native.EXTERNAL, rows),
@@ -557,7 +558,6 @@ _READ_INTS = {
     "annotations": kineto_native.PID | kineto_native.TID,
 }
 _NUMPY = {pa.int8(): np.int8, pa.int32(): np.int32, pa.int64(): np.int64, pa.float64(): np.float64}
-_CATEGORY_NAMES = pa.array(CATEGORIES, pa.string())
 _CATEGORY_CODE = {name: code for code, name in enumerate(CATEGORIES)}
 _COMMUNICATION_CODE = _CATEGORY_CODE[COMMUNICATION]
 _MEMORY_CODE = _CATEGORY_CODE[MEMORY]
@@ -569,6 +569,13 @@ def _masked(values: np.ndarray, valid: np.ndarray, type: pa.DataType) -> pa.Arra
     buffers (as `_numeric`)."""
     bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(type, len(values), [bitmap, pa.py_buffer(np.ascontiguousarray(values, dtype=_NUMPY[type]))])
+
+
+@cache
+def _texts(values: tuple[str | None, ...] | list[str | None]) -> pa.Array:
+    """A constant string array, made on first use: `pa.array` at import
+    would import pandas before `gpulens ingest` can refuse it (no_pandas)."""
+    return pa.array(list(values), pa.string())
 
 
 def _numeric(values: np.ndarray, type: pa.DataType) -> pa.Array:
