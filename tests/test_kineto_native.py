@@ -294,3 +294,30 @@ def test_a_scanner_built_from_older_sources_is_not_used(monkeypatch: pytest.Monk
     monkeypatch.setattr(kineto_native, "VERSION", kineto_native.VERSION + 1)
     with pytest.warns(RuntimeWarning, match="out of date"):
         assert kineto_native._load() is None
+
+
+@built
+def test_scan_reads_or_refuses_mangled_text_and_never_fails() -> None:
+    # Bytes flipped, inserted, cut: a piece of C must answer every text
+    # (columns or None), never raise or crash. (The same, 20,000 times
+    # over, ran clean under AddressSanitizer and UBSan when it was written.)
+    rng = _Odd(99, 0.02)
+    pieces = [("[" + ", ".join(_random_event(rng) for _ in range(20)) + "]").encode() for _ in range(4)]
+    alphabet = b'{}[]",:\\ 0123456789.eE+-tfnulrasX\x00\x7f\xc3\xa9\xff\xed\xa0\x80'
+    read = 0
+    for _ in range(2000):
+        text = bytearray(rng.choice(pieces))
+        for _ in range(rng.randint(1, 6)):
+            at = rng.randrange(len(text))
+            choice = rng.random()
+            if choice < 0.5:
+                text[at] = rng.choice(alphabet)
+            elif choice < 0.8:
+                text[at:at] = bytes([rng.choice(alphabet)])
+            else:
+                del text[at:at + rng.randint(1, 12)]
+        piece = kineto_native.scan(bytes(text))
+        if piece is not None:
+            read += 1
+            assert len(piece.columns["cat"]) == piece.events
+    assert 0 < read < 2000  # both answers were given
