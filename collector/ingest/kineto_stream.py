@@ -22,7 +22,10 @@ within the noise). A piece's events as Python objects take ~10 times its
 text, so halving the piece from 4 MiB cut the process tree's peak on the
 real A100 + V100 pair from 228 to 208 MiB. Read by the compiled scanner
 (`kineto_native`), whose columns take about half the text, pieces are
-8 MiB: the same 8 ranks took 3.8-4.2 s against 4.2-4.7 s with 2 MiB.
+4 MiB: one rank of 624,000 events parsed in 0.50 s, against 0.56 s with
+2 MiB and 0.47 s with 8 MiB, where the real A100 + V100 pair's process
+tree peaked at 228-239 MiB (205-216 MiB with 4 MiB, 185-214 with 2 MiB),
+too near a third of HTA's.
 
 A cut can only be wrong by landing inside an event (a nested object or a
 string that looks like a boundary); the piece then fails to decode as a
@@ -50,10 +53,9 @@ from collector.ingest import kineto_native
 from collector.ingest.buffer import iter_chunks
 from collector.ingest.kineto_schema import PHASED_EVENTS, KinetoEvent, KinetoTrace, LooseTimesEvent, PhasedEvent
 
-# Larger where the compiled scanner reads them (see above; one rank of
-# 624,000 events: 0.56 s with 2 MiB pieces, 0.47 s with 8 MiB). A piece it
-# refuses is decoded by msgspec whole: ~80 MB of objects at most.
-BATCH_BYTES = 8 << 20 if kineto_native.available() else 2 << 20
+# Larger where the compiled scanner reads them (see above). A piece it
+# refuses is decoded by msgspec whole: ~40 MB of objects at most.
+BATCH_BYTES = 4 << 20 if kineto_native.available() else 2 << 20
 # Bytes to read ahead of a batch for its closing boundary before giving up.
 _MAX_EVENT_BYTES = 64 << 20
 _MAX_WRONG_CUTS = 16
