@@ -19,6 +19,9 @@
  * Fields are checked only where the tables read them: on complete events
  * of the first `routed` categories. Other events need only their `cat`
  * and `ph` (they are counted and skipped).
+ *
+ * The loop over the events runs without the GIL, so the collector's
+ * sampling thread is not held up while its trace watcher ingests.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -496,7 +499,7 @@ static int put_string(buf_t *out, const value_t *v) {
 
 /* ---- one event into the columns ------------------------------------------ */
 
-enum { ROW_OK = 0, ROW_REFUSE = -1, ROW_NO_MEMORY = -2, ROW_PYTHON_ERROR = -3 };
+enum { ROW_OK = 0, ROW_REFUSE = -1, ROW_NO_MEMORY = -2 };
 
 /* An integer field: present where it is an integer within int64, `odd`
  * where it is some other value (an id written as text, a float): whether
@@ -530,39 +533,64 @@ static int put_raw(buf_t *out, int32_t *offsets, Py_ssize_t row, const value_t *
     return ROW_OK;
 }
 
+/* What `scan` reads by, copied out of its arguments so that the loop
+ * runs without the GIL: the category names by code, and where events of
+ * other categories name theirs (counted into a dict once the loop is done). */
 typedef struct {
-    PyObject *cats;       /* tuple of bytes: the category names, by code */
-    Py_ssize_t routed;    /* codes below this are read in full */
-    PyObject *other_cats; /* dict: other category names -> count */
+    const char *cat_names[128];
+    Py_ssize_t cat_lens[128];
+    Py_ssize_t cat_count;
+    Py_ssize_t routed;     /* codes below this are read in full */
+    Py_ssize_t *other_at;  /* offsets of other categories' names */
+    Py_ssize_t *other_len;
+    Py_ssize_t others, others_cap;
+    const char *data;
 } scan_args_t;
 
-static int category(const scan_args_t *a, const value_t *cat, int8_t *code) {
+static int category(scan_args_t *a, const value_t *cat, int8_t *code) {
     if (cat->kind == V_ABSENT || cat->kind == V_NULL) { *code = CAT_MISSING; return ROW_OK; }
     if (cat->kind != V_STR || cat->escaped) return ROW_REFUSE;
     const char *text = cat->start + 1;
     Py_ssize_t len = cat->len - 2;
-    Py_ssize_t count = PyTuple_GET_SIZE(a->cats);
-    for (Py_ssize_t k = 0; k < count; k++) {
-        PyObject *name = PyTuple_GET_ITEM(a->cats, k);
-        if (PyBytes_GET_SIZE(name) == len && memcmp(PyBytes_AS_STRING(name), text, (size_t)len) == 0) {
+    for (Py_ssize_t k = 0; k < a->cat_count; k++) {
+        if (a->cat_lens[k] == len && memcmp(a->cat_names[k], text, (size_t)len) == 0) {
             *code = (int8_t)k;
             return ROW_OK;
         }
     }
     *code = CAT_OTHER;
     if (!valid_utf8((const unsigned char *)text, len)) return ROW_REFUSE;
-    PyObject *key = PyUnicode_DecodeUTF8(text, len, NULL);
-    if (!key) return ROW_PYTHON_ERROR;
-    PyObject *before = PyDict_GetItemWithError(a->other_cats, key);
-    long seen = before ? PyLong_AsLong(before) : 0;
-    PyObject *after = (before || !PyErr_Occurred()) ? PyLong_FromLong(seen + 1) : NULL;
-    int failed = !after || PyDict_SetItem(a->other_cats, key, after) < 0;
-    Py_DECREF(key);
-    Py_XDECREF(after);
-    return failed ? ROW_PYTHON_ERROR : ROW_OK;
+    if (a->others == a->others_cap) {
+        Py_ssize_t cap = a->others_cap ? a->others_cap * 2 : 64;
+        Py_ssize_t *at = realloc(a->other_at, (size_t)cap * sizeof(*at));
+        if (!at) return ROW_NO_MEMORY;
+        a->other_at = at;
+        Py_ssize_t *lens = realloc(a->other_len, (size_t)cap * sizeof(*lens));
+        if (!lens) return ROW_NO_MEMORY;
+        a->other_len = lens;
+        a->others_cap = cap;
+    }
+    a->other_at[a->others] = text - a->data;
+    a->other_len[a->others] = len;
+    a->others++;
+    return ROW_OK;
 }
 
-static int put_row(columns_t *c, const scan_args_t *a, const event_t *e, Py_ssize_t start, Py_ssize_t stop) {
+/* The other categories' names, counted. */
+static PyObject *other_cats(const scan_args_t *a) {
+    PyObject *counts = PyDict_New();
+    for (Py_ssize_t k = 0; counts && k < a->others; k++) {
+        PyObject *key = PyUnicode_DecodeUTF8(a->data + a->other_at[k], a->other_len[k], NULL);
+        PyObject *before = key ? PyDict_GetItemWithError(counts, key) : NULL;
+        PyObject *after = key && (before || !PyErr_Occurred()) ? PyLong_FromSsize_t((before ? PyLong_AsSsize_t(before) : 0) + 1) : NULL;
+        if (!after || PyDict_SetItem(counts, key, after) < 0) Py_CLEAR(counts);
+        Py_XDECREF(key);
+        Py_XDECREF(after);
+    }
+    return counts;
+}
+
+static int put_row(columns_t *c, scan_args_t *a, const event_t *e, Py_ssize_t start, Py_ssize_t stop) {
     if (c->n == c->cap && columns_grow(c, 0)) return ROW_NO_MEMORY;
     Py_ssize_t row = c->n;
     uint16_t present = 0, odd = 0;
@@ -667,58 +695,77 @@ PyDoc_STRVAR(scan_doc,
 "with `end`, the offset just past the array's `]`, and `other_cats`; None\n"
 "where the fast path does not read this text (see the module's comment).");
 
+/* The array's events into the columns; *stop: just past its `]`. No
+ * Python API here: it runs without the GIL. */
+static int scan_events(const char *data, const char *end, columns_t *c, scan_args_t *a, const char **stop) {
+    event_t e;
+    const char *p = skip_ws(data, end);
+    /* Room for the events a piece this long usually holds (Kineto's run
+     * 150-400 bytes each), so the columns are seldom copied to grow. */
+    if (columns_grow(c, (end - data) / 128 + 64)) return ROW_NO_MEMORY;
+    c->name_off[0] = c->grid_off[0] = c->block_off[0] = 0;
+    if (p >= end || *p != '[') return ROW_REFUSE;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == ']') { *stop = p + 1; return ROW_OK; }
+    for (;;) {
+        if (p >= end || *p != '{') return ROW_REFUSE;
+        const char *after = read_event(p, end, &e);
+        if (!after) return ROW_REFUSE;
+        int status = put_row(c, a, &e, p - data, after - data);
+        if (status) return status;
+        p = skip_ws(after, end);
+        if (p >= end) return ROW_REFUSE;
+        if (*p == ']') { *stop = p + 1; return ROW_OK; }
+        if (*p != ',') return ROW_REFUSE;
+        p = skip_ws(p + 1, end);
+    }
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     PyObject *cats;
     Py_ssize_t routed;
     if (!PyArg_ParseTuple(args, "y*O!n", &view, &PyTuple_Type, &cats, &routed)) return NULL;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(cats); k++) {
-        if (!PyBytes_Check(PyTuple_GET_ITEM(cats, k)) || k > 127) {
+    scan_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.cat_count = PyTuple_GET_SIZE(cats);
+    a.routed = routed;
+    a.data = view.buf;
+    for (Py_ssize_t k = 0; k < a.cat_count; k++) {
+        PyObject *name = PyTuple_GET_ITEM(cats, k);
+        if (!PyBytes_Check(name) || k > 127) {
             PyBuffer_Release(&view);
             PyErr_SetString(PyExc_TypeError, "cats: a tuple of at most 128 bytes objects");
             return NULL;
         }
+        /* Pointers into bytes objects the arguments keep alive. */
+        a.cat_names[k] = PyBytes_AS_STRING(name);
+        a.cat_lens[k] = PyBytes_GET_SIZE(name);
     }
-    scan_args_t a = {cats, routed, PyDict_New()};
-    if (!a.other_cats) { PyBuffer_Release(&view); return NULL; }
     columns_t c;
     memset(&c, 0, sizeof(c));
-    const char *data = view.buf, *end = data + view.len;
-    const char *p = skip_ws(data, end);
-    PyObject *out = NULL;
-    int status = ROW_REFUSE;
-    event_t e;
+    const char *stop = NULL;
+    int status;
+    /* Other threads run meanwhile (the collector samples GPUs while it
+     * ingests traces): the loop touches no Python object. */
+    Py_BEGIN_ALLOW_THREADS
+    status = scan_events(view.buf, (const char *)view.buf + view.len, &c, &a, &stop);
+    Py_END_ALLOW_THREADS
 
-    /* Room for the events a piece this long usually holds (Kineto's run
-     * 150-400 bytes each), so the columns are seldom copied to grow. */
-    if (columns_grow(&c, view.len / 128 + 64)) { status = ROW_NO_MEMORY; goto done; }
-    c.name_off[0] = c.grid_off[0] = c.block_off[0] = 0;
-    if (p >= end || *p != '[') goto done;
-    p = skip_ws(p + 1, end);
-    if (p < end && *p == ']') { status = ROW_OK; p++; goto done; }
-    for (;;) {
-        if (p >= end || *p != '{') { status = ROW_REFUSE; goto done; }
-        const char *after = read_event(p, end, &e);
-        if (!after) { status = ROW_REFUSE; goto done; }
-        status = put_row(&c, &a, &e, p - data, after - data);
-        if (status) goto done;
-        p = skip_ws(after, end);
-        if (p >= end) { status = ROW_REFUSE; goto done; }
-        if (*p == ']') { p++; status = ROW_OK; goto done; }
-        if (*p != ',') { status = ROW_REFUSE; goto done; }
-        p = skip_ws(p + 1, end);
-    }
-done:
+    PyObject *out = NULL;
     if (status == ROW_OK) {
-        out = result(&c, p - data);
-        if (out && PyDict_SetItemString(out, "other_cats", a.other_cats) < 0) Py_CLEAR(out);
+        PyObject *counts = other_cats(&a);
+        out = counts ? result(&c, stop - (const char *)view.buf) : NULL;
+        if (out && PyDict_SetItemString(out, "other_cats", counts) < 0) Py_CLEAR(out);
+        Py_XDECREF(counts);
     } else if (status == ROW_NO_MEMORY) {
         PyErr_NoMemory();
-    } else if (status == ROW_REFUSE) {
+    } else {
         out = Py_NewRef(Py_None);
     }
     columns_free(&c);
-    Py_DECREF(a.other_cats);
+    free(a.other_at);
+    free(a.other_len);
     PyBuffer_Release(&view);
     return out;
 }
