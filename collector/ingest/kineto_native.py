@@ -2,13 +2,14 @@
 
 A piece of the event array (`[{...}, ...]`, as `kineto_stream` cuts it)
 is read by C into columns, one row per event (`ScannedPiece`), and
-`kineto_columns.Accumulator` builds the tables from those with Arrow and
-numpy, never touching an event in Python. It reads what the msgspec
-decoders read and refuses the rest (`scan` returns None): a piece that is
-not valid JSON, times or ids written as text, names that are not UTF-8.
-That piece then takes the msgspec path, so both give the same tables
-(the tests compare them on every trace at hand) and odd input is decided
-in one place.
+`kineto_scanned` builds the tables from those with Arrow and numpy, never
+touching an event in Python. It reads what the msgspec decoders read and
+refuses the rest (`scan` returns None): a piece that is not valid JSON,
+a time written as text, a name that is not UTF-8, an escaped or
+duplicated key. That piece then takes the msgspec path, as does one where
+a table reads an id written as text, so both give the same tables (the
+tests compare them on every trace at hand) and odd input is decided in
+one place.
 
 The extension is optional: `pip install` builds it where a C compiler and
 Python's headers are at hand, and goes on without it elsewhere.

@@ -38,6 +38,7 @@ All have `ph`, `cat`, and (complete events) the same fields.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Union
 
 import msgspec
@@ -58,6 +59,12 @@ EVENT_TABLES: dict[str, tuple[str, str | None]] = {
     "user_annotation": ("annotations", "user"),
     "gpu_user_annotation": ("annotations", "gpu_user"),
 }
+
+# The contract tables Kineto events fill, and each routed category's kind.
+TABLES: tuple[str, ...] = ("kernels", "api_calls", "cpu_ops", "annotations")
+EVENT_KINDS: dict[str, str | None] = {cat: kind for cat, (table, kind) in EVENT_TABLES.items()}
+# The profiler's own range around each step (`schedule` steps: ProfilerStep#12).
+PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
 
 # Unrouted categories a trace has many events of: flows (a third of a GPU
 # trace's events) and Python frames (often most of a `with_stack` one).
@@ -166,3 +173,11 @@ OTHER_EVENTS: tuple[type[PhasedEvent], ...] = tuple(
 PHASED_EVENTS = list[Union[(CompleteEvent, *OTHER_EVENTS)]]  # type: ignore[misc]
 
 NO_ARGS = KinetoArgs()
+
+
+def launch_dims_text(raw: bytes) -> str | None:
+    """A kernel's `grid` or `block` arg as the column's text, from its raw
+    JSON: a list as DuckDB casts it back (`[8, 1, 1]`, a list's repr),
+    another value by str(), null or absent (b"") as None."""
+    value = msgspec.json.decode(raw) if raw else None
+    return None if value is None else repr(value) if isinstance(value, list) else str(value)
