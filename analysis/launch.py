@@ -33,7 +33,6 @@ with the SQL's defaults:
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -385,7 +384,7 @@ def _host_sync_findings(syncs: pl.DataFrame, min_idle_share: float) -> list[Find
                     "and take torch.cuda.synchronize() and prints of tensors out of the step"
                     + ("; cudaFree or hipFree is the caching allocator handing memory back (torch.cuda.empty_cache(), "
                        "or a retry after running out): keep the memory cached, or leave headroom."
-                       if any(_base_call(call) in ("cudaFree", "hipFree", "cuMemFree") for call in calls) else ".")),
+                       if any(call in ("cudaFree", "hipFree", "cuMemFree") for call in calls) else ".")),
             subject={"run": run, "rank": rank},
             evidence={
                 "sync_gpu_idle_share": idle_ns / step_ns,
@@ -399,8 +398,3 @@ def _host_sync_findings(syncs: pl.DataFrame, min_idle_share: float) -> list[Find
             page=PAGE,
         ))
     return findings
-
-
-def _base_call(name: str) -> str:
-    """A runtime call's name less an nsys version suffix (`cudaFree_v3020`)."""
-    return re.sub(r"_v[0-9]+$", "", name)

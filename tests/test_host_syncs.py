@@ -69,7 +69,10 @@ def test_nsys_call_names_with_a_version_suffix_count(tmp_path: Path) -> None:
     trace = write_sync_loop_trace(tmp_path / "rank0.json", 0)
     trace.write_text(trace.read_text().replace('"cudaStreamSynchronize"', '"cudaStreamSynchronize_v3020"'))
     assert not ingest_paths([trace], out=tmp_path / "ds", run="nsys_names").failures
-    assert launch.host_syncs(open_dataset(tmp_path / "ds"))["sync_count"].to_list() == [1, 1, 1, 1]
+    syncs = launch.host_syncs(open_dataset(tmp_path / "ds"))
+    assert syncs["sync_count"].to_list() == [1, 1, 1, 1]
+    # Named as the runtime names them, the suffix left out.
+    assert syncs["sync_calls"].to_list() == [["cudaStreamSynchronize"]] * 4
 
 
 def test_async_calls_are_not_syncs(tmp_path: Path) -> None:

@@ -32,13 +32,13 @@
 --     in the last step, whose kernels are out of scope, as in every per-rank
 --     aggregate);
 --   sync_gpu_idle_share = sync_gpu_idle_ns / step_ns;
---   sync_calls: the calls' names; sync_ops: the CPU operators that made
+--   sync_calls: the calls' names (less the nsys suffix); sync_ops: the CPU operators that made
 --     them (by the calls' External id: aten::_local_scalar_dense is
 --     `.item()`, aten::copy_ or aten::_to_copy a copy to the host), where
 --     the trace links them (Kineto), sorted.
 -- requires: step_windows, loader_fetches
 with sync_calls as (
-    select run, rank, tid, name as call_name, start_ns, end_ns, external_id
+    select run, rank, tid, regexp_replace(name, '_v[0-9]+$', '') as call_name, start_ns, end_ns, external_id
     from api_calls
     where regexp_replace(name, '_v[0-9]+$', '') in (
         'cudaDeviceSynchronize', 'cudaStreamSynchronize', 'cudaEventSynchronize', 'cudaMemcpy', 'cudaMemcpy2D',
