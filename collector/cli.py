@@ -14,11 +14,14 @@ import sys
 import threading
 import unicodedata
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import click
 
 from collector.backend import BACKEND_NAMES
+
+if TYPE_CHECKING:
+    from collector.ingest.results import IngestReport
 
 DEFAULT_DATASET = "gpulens-data"
 
@@ -243,6 +246,7 @@ def ingest(paths, out, run_name, jobs, quiet, host):
     if report.results:
         click.echo(f"gpulens: {report.summary(out)}", err=True)
         _suggest_merging(out, report.runs)
+        _suggest_the_scanner(report)
     if report.failures:
         attempted = len(report.failures) + len(report.results)
         if attempted == 1:
@@ -292,6 +296,16 @@ def _suggest_merging(out: Path, runs: list[str]) -> None:
         if sources >= SUGGEST_MERGE_AT_SOURCES:
             click.echo(f"gpulens: run {run} is {sources:,} trace files a table: `gpulens compact {out}` "
                        "merges them into one each, which analyses read faster", err=True)
+
+
+def _suggest_the_scanner(report: IngestReport) -> None:
+    """A note where a large Kineto ingest ran without the compiled scanner
+    because none was built (the install found no compiler)."""
+    from collector.ingest import kineto_native
+
+    hint = kineto_native.not_built_hint(sum(r.events for r in report.results if r.format == "kineto"))
+    if hint is not None:
+        click.echo(f"gpulens: note: {hint}", err=True)
 
 
 class _IngestFailed(Exception):

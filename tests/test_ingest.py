@@ -426,6 +426,44 @@ def test_ingest_command_ends_with_a_summary_line(tmp_path: Path, capsys: pytest.
         0, f"gpulens: ingested 3 files into run job (ranks 0-2): 9 events in T; 1 other file skipped (not traces); dataset {out}")
 
 
+def _ingest_two_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    from dashboard import cli
+
+    for rank in range(2):
+        write(tmp_path / "job" / f"rank{rank}.json", kineto_json(rank=rank, kernels=2))
+    assert cli.main(["ingest", str(tmp_path / "job"), "--out", str(tmp_path / "out")]) == 0
+    return capsys.readouterr().err.splitlines()
+
+
+def test_ingest_says_when_a_large_kineto_ingest_lacked_the_compiled_scanner(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.ingest import kineto_native
+
+    monkeypatch.setattr(kineto_native, "_SCANNER", None)
+    monkeypatch.setattr(kineto_native, "_NOT_BUILT", True)  # no compiler at install
+    monkeypatch.setattr(kineto_native, "HINT_EVENTS", 6)  # these two files' events
+    assert _ingest_two_ranks(tmp_path, capsys)[-1] == f"gpulens: note: {kineto_native.NOT_BUILT_HINT}"
+
+
+def test_ingest_says_nothing_of_a_scanner_turned_off_on_purpose(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.ingest import kineto_native
+
+    monkeypatch.setattr(kineto_native, "_SCANNER", None)  # GPULENS_PURE_PYTHON=1
+    monkeypatch.setattr(kineto_native, "_NOT_BUILT", False)
+    monkeypatch.setattr(kineto_native, "HINT_EVENTS", 6)
+    assert _ingest_two_ranks(tmp_path, capsys)[-1].startswith("gpulens: ingested 2 files")
+
+
+def test_ingest_says_nothing_of_the_scanner_below_a_million_events(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.ingest import kineto_native
+
+    monkeypatch.setattr(kineto_native, "_SCANNER", None)
+    monkeypatch.setattr(kineto_native, "_NOT_BUILT", True)
+    assert _ingest_two_ranks(tmp_path, capsys)[-1].startswith("gpulens: ingested 2 files")
+
+
 def test_ingest_command_quiet_prints_only_problems_and_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dashboard import cli
 

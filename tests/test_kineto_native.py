@@ -321,3 +321,16 @@ def test_scan_reads_or_refuses_mangled_text_and_never_fails() -> None:
             read += 1
             assert len(piece.columns["cat"]) == piece.events
     assert 0 < read < 2000  # both answers were given
+
+
+def test_a_scanner_that_cannot_be_imported_is_noted_as_not_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import collector.ingest
+
+    # As where no compiler built it: the import fails.
+    monkeypatch.setitem(sys.modules, "collector.ingest._kineto_scan", None)
+    monkeypatch.delattr(collector.ingest, "_kineto_scan", raising=False)
+    monkeypatch.setattr(kineto_native, "_NOT_BUILT", False)
+    assert kineto_native._load() is None
+    assert kineto_native._NOT_BUILT

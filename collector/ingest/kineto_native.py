@@ -30,12 +30,24 @@ from collector.ingest.kineto_schema import BULK_SKIPPED, EVENT_TABLES
 VERSION = 1
 
 
+# Kineto events ingested at once past which `gpulens ingest` says, where
+# the scanner was never built, what building it would save.
+HINT_EVENTS = 1_000_000
+NOT_BUILT_HINT = ("Kineto traces were read without the compiled scanner, which was not built at install "
+                  "(no C compiler or Python headers): with them (`apt-get install gcc python3-dev`), "
+                  "`pip install` again for about twice the speed")
+# Whether the extension could not be imported (not: turned off, out of date).
+_NOT_BUILT = False
+
+
 def _load() -> ModuleType | None:
+    global _NOT_BUILT
     if os.environ.get("GPULENS_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
         from collector.ingest import _kineto_scan
     except ImportError:
+        _NOT_BUILT = True
         return None
     if getattr(_kineto_scan, "VERSION", None) != VERSION:
         # A build from older sources (an editable install after a pull).
@@ -84,6 +96,12 @@ class ScannedPiece:
 
 def available() -> bool:
     return _SCANNER is not None
+
+
+def not_built_hint(kineto_events: int) -> str | None:
+    """What to tell a user who ingested `kineto_events` without the scanner
+    because it was never built; None where that does not apply."""
+    return NOT_BUILT_HINT if _NOT_BUILT and _SCANNER is None and kineto_events >= HINT_EVENTS else None
 
 
 def scan(data: bytes) -> ScannedPiece | None:
