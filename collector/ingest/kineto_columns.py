@@ -41,10 +41,10 @@ from collector.ingest.kineto_schema import (
     EVENT_TABLES,
     NO_ARGS,
     PARAM_COMMS_OP,
-    PROFILER_STEP,
     TABLES,
     KinetoArgs,
     KinetoEvent,
+    annotation_kind,
     launch_dims_text,
 )
 
@@ -217,16 +217,7 @@ class Accumulator:
         return {**self._host(events), "external_id": int_array(list(map(_EXTERNAL, _args(events))))}
 
     def _annotations(self, events: list[KinetoEvent]) -> dict[str, pa.Array]:
-        kinds: list[str | None] = []
-        steps: list[int | None] = []
-        for event in events:
-            kind, step = _KINDS[event.cat], None  # type: ignore[index]
-            if kind == "user" and isinstance(event.name, str):
-                match = PROFILER_STEP.match(event.name)
-                if match:
-                    kind, step = "profiler_step", int(match.group(1))
-            kinds.append(kind)
-            steps.append(step)
+        kinds, steps = zip(*(annotation_kind(_KINDS[event.cat], event.name) for event in events))  # type: ignore[index]
         return {**self._host(events), "kind": pa.array(kinds, pa.string()), "step": pa.array(steps, pa.int64())}
 
     def _categories_of(self, names: list[Any], kinds: list[str], args: list[KinetoArgs]) -> list[str]:

@@ -81,6 +81,8 @@ class ScannedPiece:
     columns: dict[str, bytes]
     events: int
     other_cats: dict[str, int]
+    # Where the event array ends in `data`: just past its `]`.
+    end: int
 
     def __len__(self) -> int:
         return self.events
@@ -88,10 +90,6 @@ class ScannedPiece:
     def text(self) -> bytes:
         """The event array's text alone (what a msgspec decode of it reads)."""
         return self.data[: self.end]
-
-    @property
-    def end(self) -> int:
-        return self.columns["end"]  # type: ignore[return-value]
 
 
 def available() -> bool:
@@ -112,4 +110,4 @@ def scan(data: bytes) -> ScannedPiece | None:
     columns = _SCANNER.scan(data, _CAT_BYTES, ROUTED)
     if columns is None:
         return None
-    return ScannedPiece(data, columns, columns.pop("events"), columns.pop("other_cats"))
+    return ScannedPiece(data, columns, columns.pop("events"), columns.pop("other_cats"), columns.pop("end"))

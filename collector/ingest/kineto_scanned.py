@@ -27,9 +27,9 @@ from collector.ingest.kineto_schema import (
     EVENT_KINDS,
     EVENT_TABLES,
     PARAM_COMMS_OP,
-    PROFILER_STEP,
     TABLES,
     KinetoEvent,
+    annotation_kind,
     launch_dims_text,
 )
 from collector.ingest.kineto_stream import decode_events
@@ -185,17 +185,9 @@ class _PieceReader:
     def _annotations(self, rows: np.ndarray) -> tuple[dict[str, pa.Array], np.ndarray]:
         columns = self._host(rows)
         # Few rows (steps and user ranges): read as the decoded path does.
-        kinds: list[str | None] = []
-        steps: list[int | None] = []
         user = self.codes[rows] == _USER_ANNOTATION
-        for name, is_user in zip(columns["name"].to_pylist(), user.tolist()):
-            kind, step = ("user" if is_user else "gpu_user"), None
-            if is_user and name is not None:
-                match = PROFILER_STEP.match(name)
-                if match:
-                    kind, step = "profiler_step", int(match.group(1))
-            kinds.append(kind)
-            steps.append(step)
+        kinds, steps = zip(*(annotation_kind("user" if is_user else "gpu_user", name)
+                             for name, is_user in zip(columns["name"].to_pylist(), user.tolist())))
         columns["kind"] = pa.array(kinds, pa.string())
         columns["step"] = pa.array(steps, pa.int64())
         ranges = pc.starts_with(pc.fill_null(columns["name"], ""), COLLECTIVE_ANNOTATION_PREFIX).to_numpy(zero_copy_only=False)

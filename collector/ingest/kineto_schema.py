@@ -175,6 +175,16 @@ PHASED_EVENTS = list[Union[(CompleteEvent, *OTHER_EVENTS)]]  # type: ignore[misc
 NO_ARGS = KinetoArgs()
 
 
+def annotation_kind(kind: str | None, name: Any) -> tuple[str | None, int | None]:
+    """An annotation's kind and profiler step: a user range named
+    `ProfilerStep#N` is the profiler's step N; others keep their kind."""
+    if kind == "user" and isinstance(name, str):
+        match = PROFILER_STEP.match(name)
+        if match:
+            return "profiler_step", int(match.group(1))
+    return kind, None
+
+
 def launch_dims_text(raw: bytes) -> str | None:
     """A kernel's `grid` or `block` arg as the column's text, from its raw
     JSON: a list as DuckDB casts it back (`[8, 1, 1]`, a list's repr),
