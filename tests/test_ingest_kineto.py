@@ -19,7 +19,7 @@ import pytest
 
 from collector.errors import TraceError
 from collector.ingest import kineto, kineto_native, kineto_stream
-from collector.ingest.arrays import add_or_null, us_to_ns
+from collector.ingest.arrays import add_or_null, int_array, us_to_ns
 from collector.ingest.base import ParsedTrace
 from collector.ingest.kineto_collectives import parse_group_ranks, parse_split_sizes
 
@@ -152,6 +152,14 @@ def test_kineto_end_beyond_int64_is_null_not_wrapped(tmp_path: Path) -> None:
     kernels = kineto.parse(write_trace(tmp_path / "trace.json", trace), "demo").tables["kernels"].to_pylist()
     row = next(r for r in kernels if r["name"] == "endless_kernel")
     assert (row["start_ns"], row["dur_ns"], row["end_ns"]) == (BASE_NS + 1_500_000, 8 * 10**18, None)
+
+
+def test_int_array_nulls_what_is_no_integer_rather_than_truncating_it() -> None:
+    assert int_array([7, 1.5, 2.0, "12", True, 2**63, None]).to_pylist() == [7, None, 2, 12, None, None, None]
+
+
+def test_int_array_nulls_values_beyond_the_columns_type() -> None:
+    assert int_array([1, 2**31, -(2**31)], pa.int32()).to_pylist() == [1, None, -(2**31)]
 
 
 def test_add_or_null_keeps_sums_in_range_and_nulls_overflows() -> None:

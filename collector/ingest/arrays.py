@@ -80,17 +80,21 @@ def int_array(values: list[Any], type: pa.DataType = pa.int64()) -> pa.Array:
     """An integer array; values that are not integers become NULL.
 
     Tries the fast path first (every value already an int or None) and only
-    normalises value by value when that fails.
+    normalises value by value when that fails. The values' own type is
+    inferred first: asked for integers, pyarrow would truncate 1.5 to 1.
     """
     try:
-        return pa.array(values, type=type)
+        array = pa.array(values)
+        if pa.types.is_integer(array.type) or pa.types.is_null(array.type):
+            return array.cast(type)  # a safe cast: raises where a value does not fit
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        # An id beyond the column's range (a uint64 written by a profiler
-        # bug or a hash) is NULL too: one bad id must not cost the file.
-        bits = type.bit_width
-        low, high = (0, 1 << bits) if pa.types.is_unsigned_integer(type) else (-(1 << (bits - 1)), 1 << (bits - 1))
-        ints = (to_int(v) for v in values)
-        return pa.array([i if i is not None and low <= i < high else None for i in ints], type=type)
+        pass
+    # An id beyond the column's range (a uint64 written by a profiler bug or
+    # a hash) is NULL too: one bad id must not cost the file.
+    bits = type.bit_width
+    low, high = (0, 1 << bits) if pa.types.is_unsigned_integer(type) else (-(1 << (bits - 1)), 1 << (bits - 1))
+    ints = (to_int(v) for v in values)
+    return pa.array([i if i is not None and low <= i < high else None for i in ints], type=type)
 
 
 def str_array(values: list[Any]) -> pa.Array:
