@@ -39,7 +39,8 @@ def query(dataset, sql, output_format, max_rows, max_width):
     """Run DuckDB SQL over a dataset's tables.
 
     Views: telemetry, devices, events, processes, kernels, api_calls,
-    cpu_ops, annotations, collectives, nccl_topology, runs; and every
+    cpu_ops, annotations, collectives, nccl_topology, memory_events, runs;
+    and every
     analysis (analysis/sql/*.sql, the README's Analyses section), such as
     power_headroom, time_breakdown, stragglers, data_loading, host_syncs.
 

@@ -4,7 +4,7 @@
     con.sql("select host, max(power_w) from telemetry group by host")
 
 Views: telemetry, devices, events, processes (node tables) and kernels,
-api_calls, cpu_ops, annotations, collectives, nccl_topology, runs (trace
+api_calls, cpu_ops, annotations, collectives, nccl_topology, memory_events, runs (trace
 tables). `run`, `rank` and `host` are ordinary columns stored in the files,
 whatever the folder layout. A table with no files yet is an empty view
 with the contract's columns, so queries written against it still run.

@@ -214,7 +214,7 @@ ANNOTATIONS_SCHEMA = _schema(
         ("pid", pa.int64()),
         ("tid", pa.int64()),
         ("name", pa.string()),
-        # profiler_step | user | gpu_user | nvtx
+        # profiler_step | user | gpu_user | nvtx | instant (a mark: start_ns = end_ns)
         ("kind", pa.string()),
         # N of "ProfilerStep#N"; NULL for other annotations.
         ("step", pa.int64()),
@@ -350,6 +350,30 @@ COLLECTIVES_SCHEMA = _schema(
     "collectives",
 )
 
+# One row per allocator event of a rank: PyTorch's `[memory]` instants
+# (`profile_memory=True`), and `[OutOfMemory]` where an allocation failed.
+MEMORY_EVENTS_SCHEMA = _schema(
+    _RUN_RANK
+    + [
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        # [memory] | [OutOfMemory]
+        ("name", pa.string()),
+        ("ts_ns", pa.int64()),
+        # cpu | cuda (ROCm builds' GPUs too) | xpu | ... (PyTorch's device types)
+        ("device_type", pa.string()),
+        # NULL for the CPU (which the trace calls device -1)
+        ("device", pa.int32()),
+        ("addr", pa.int64()),
+        # The block allocated (positive) or freed (negative).
+        ("bytes", pa.int64()),
+        # The allocator's totals on the device just after the event.
+        ("total_allocated_bytes", pa.int64()),
+        ("total_reserved_bytes", pa.int64()),
+    ],
+    "memory_events",
+)
+
 NCCL_TOPOLOGY_SCHEMA = _schema(
     _RUN_RANK
     + [
@@ -397,6 +421,7 @@ TRACE_SCHEMAS: dict[str, pa.Schema] = {
     "annotations": ANNOTATIONS_SCHEMA,
     "collectives": COLLECTIVES_SCHEMA,
     "nccl_topology": NCCL_TOPOLOGY_SCHEMA,
+    "memory_events": MEMORY_EVENTS_SCHEMA,
     "runs": RUNS_SCHEMA,
     "gpu_phases": GPU_PHASES_SCHEMA,
     "rank_summary": RANK_SUMMARY_SCHEMA,

@@ -419,6 +419,101 @@ def test_kineto_trace_with_a_byte_order_mark(tmp_path: Path) -> None:
     assert kineto.parse(path, "r").tables["kernels"].num_rows == 6
 
 
+# --- instants and metadata events -------------------------------------------------------
+
+
+def allocation(ts: float, size: int, total: int, device: int = 0, device_type: int = 1, **extra) -> dict:
+    """A PyTorch allocator event (`profile_memory=True`), as Kineto writes it."""
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 100, "tid": 100, "ts": ts,
+            "args": {"Ev Idx": 7, "Device Type": device_type, "Device Id": device, "Addr": 139926520725504,
+                     "Bytes": size, "Total Allocated": total, "Total Reserved": 2 * 2**30, **extra}}
+
+
+MARKS = [
+    {"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces", "tid": "Trace PyTorch Profiler",
+     "ts": 1000.0},
+    allocation(1100.5, 4096, 1_000_004_096),
+    allocation(1101.0, 512, 512, device=-1, device_type=0),
+    allocation(1150.25, -4096, 1_000_000_000),
+    {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python3.10"}},
+    {"ph": "M", "name": "process_labels", "pid": 0, "tid": 0, "args": {"labels": "GPU 0"}},
+    {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
+    {"ph": "M", "name": "thread_name", "pid": 100, "tid": 100, "args": {"name": "thread 100 (pt_main_thread)"}},
+    {"ph": "M", "name": "thread_name", "pid": 100, "tid": 101, "args": {"name": "thread 101 (pt_main_thread)"}},
+    # Kineto names a thread again when it learns more: the last name holds.
+    {"ph": "M", "name": "thread_name", "pid": 100, "tid": 101, "args": {"name": "thread 101 (pt_autograd_0)"}},
+    {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 9999.5},
+]
+
+
+@pytest.fixture
+def marked(tmp_path: Path) -> ParsedTrace:
+    return kineto.parse(write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=synthetic_events() + MARKS)), "demo")
+
+
+def test_kineto_allocator_events_become_memory_events(marked: ParsedTrace) -> None:
+    assert rows(marked, "memory_events") == [
+        {"run": "demo", "rank": 3, "pid": 100, "tid": 100, "name": "[memory]", "ts_ns": BASE_NS + 1_100_500,
+         "device_type": "cuda", "device": 0, "addr": 139926520725504, "bytes": 4096,
+         "total_allocated_bytes": 1_000_004_096, "total_reserved_bytes": 2 * 2**30},
+        {"run": "demo", "rank": 3, "pid": 100, "tid": 100, "name": "[memory]", "ts_ns": BASE_NS + 1_101_000,
+         "device_type": "cpu", "device": None, "addr": 139926520725504, "bytes": 512,
+         "total_allocated_bytes": 512, "total_reserved_bytes": 2 * 2**30},
+        {"run": "demo", "rank": 3, "pid": 100, "tid": 100, "name": "[memory]", "ts_ns": BASE_NS + 1_150_250,
+         "device_type": "cuda", "device": 0, "addr": 139926520725504, "bytes": -4096,
+         "total_allocated_bytes": 1_000_000_000, "total_reserved_bytes": 2 * 2**30},
+    ]
+
+
+def test_kineto_failed_allocation_is_a_memory_event(tmp_path: Path) -> None:
+    failed = {**allocation(1200.0, 2**40, 70 * 2**30), "name": "[OutOfMemory]"}
+    parsed = kineto.parse(write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=synthetic_events() + [failed])), "r")
+    assert [(r["name"], r["bytes"]) for r in rows(parsed, "memory_events")] == [("[OutOfMemory]", 2**40)]
+
+
+def test_kineto_allocator_values_written_as_text_are_read_as_integers(tmp_path: Path) -> None:
+    odd = allocation(1100.5, 4096, 8192)
+    odd["args"].update({"Bytes": "4096", "Device Id": "1", "Addr": 1.5})
+    parsed = kineto.parse(write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=synthetic_events() + [odd])), "r")
+    row = rows(parsed, "memory_events")[0]
+    assert (row["bytes"], row["device"], row["addr"], row["total_allocated_bytes"]) == (4096, 1, None, 8192)
+
+
+def test_kineto_unknown_device_type_is_named_by_its_number(tmp_path: Path) -> None:
+    events = synthetic_events() + [allocation(1100.5, 64, 64, device_type=12), allocation(1101.5, 64, 128, device_type=42)]
+    parsed = kineto.parse(write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=events)), "r")
+    assert [r["device_type"] for r in rows(parsed, "memory_events")] == ["xpu", "device type 42"]
+
+
+def test_kineto_other_instants_are_instant_annotations(marked: ParsedTrace) -> None:
+    instants = [(r["name"], r["pid"], r["start_ns"], r["end_ns"], r["dur_ns"], r["step"])
+                for r in rows(marked, "annotations") if r["kind"] == "instant"]
+    assert instants == [
+        ("Iteration Start: PyTorch Profiler", None, BASE_NS + 1_000_000, BASE_NS + 1_000_000, 0, None),
+        ("Record Window End", None, BASE_NS + 9_999_500, BASE_NS + 9_999_500, 0, None),
+    ]
+
+
+def test_kineto_instants_follow_the_ranges_in_annotations(marked: ParsedTrace) -> None:
+    kinds = [r["kind"] for r in rows(marked, "annotations")]
+    assert kinds == ["profiler_step", "user", "user", "gpu_user", "instant", "instant"]
+
+
+def test_kineto_process_and_thread_names_go_to_runs_metadata(marked: ParsedTrace) -> None:
+    metadata = orjson.loads(rows(marked, "runs")[0]["metadata_json"])
+    # Not the GPU's streams (`stream 7`): their ids are in kernels.stream.
+    assert (metadata["process_name"], metadata["thread_names"]) == (
+        "python3.10", {"100": "pt_main_thread", "101": "pt_autograd_0"})
+
+
+def test_kineto_instants_and_metadata_events_are_not_skipped(marked: ParsedTrace) -> None:
+    assert skipped_events(marked) == {"ac2g": 1, "python_function": 1}
+
+
+def test_kineto_trace_without_allocator_events_has_no_memory_events(parsed: ParsedTrace) -> None:
+    assert "memory_events" not in parsed.tables
+
+
 # --- one odd value costs that value or that event, not the trace -----------------------
 
 
@@ -453,7 +548,7 @@ def test_kineto_time_text_not_a_number_is_counted_as_skipped(tmp_path: Path) -> 
     path = odd_trace(tmp_path, lambda events: gemm_of(events).update(dur=[30]))
     parsed = kineto.parse(path, "r")
     assert (skipped_events(parsed), parsed.events) == (
-        {"ac2g": 1, "python_function": 1, "(no cat)": 1, "kernel: ts or dur not a number": 1}, len(synthetic_events()))
+        {"ac2g": 1, "python_function": 1, "kernel: ts or dur not a number": 1}, len(synthetic_events()))
 
 
 def test_kineto_time_text_nan_is_null(tmp_path: Path) -> None:
@@ -632,6 +727,7 @@ WITHOUT_GPU_EVENTS = {"cpu_only_rank34.json.gz", "no_distributed_info.json.gz"}
 class _RawEvent(msgspec.Struct):
     ph: object = None
     cat: object = None
+    name: object = None
 
 
 class _RawTrace(msgspec.Struct):
@@ -644,11 +740,15 @@ def raw_counts(name: str) -> dict[str, int]:
     events = msgspec.json.decode(gzip.decompress((TRACES / name).read_bytes()), type=_RawTrace).traceEvents
     complete = [e for e in events if e.ph == "X"]
     count = lambda *cats: sum(1 for e in complete if e.cat in cats)  # noqa: E731
+    instants = [e for e in events if e.ph in ("i", "I")]
+    allocator = sum(1 for e in instants if e.name in ("[memory]", "[OutOfMemory]"))
     return {
         "kernels": count("kernel", "gpu_memcpy", "gpu_memset"),
         "api_calls": count("cuda_runtime", "cuda_driver"),
         "cpu_ops": count("cpu_op"),
-        "annotations": count("user_annotation", "gpu_user_annotation"),
+        # Ranges, then the other instants (the profiler's window marks).
+        "annotations": count("user_annotation", "gpu_user_annotation") + len(instants) - allocator,
+        "memory_events": allocator,
     }
 
 
@@ -716,6 +816,27 @@ def test_real_v100_every_nccl_kernel_is_an_all_reduce_collective() -> None:
 def test_real_sampled_rank1_collective_ops() -> None:
     collectives = parsed_real("sampled_128rank_rank1.json.gz").tables["collectives"].to_pylist()
     assert sorted(c["op"] for c in collectives) == ["all_gather"] * 2 + ["all_reduce"] * 4 + ["all_to_all"] * 4
+
+
+@needs_traces
+def test_real_v100_allocator_events_match_the_raw_trace() -> None:
+    raw = json.loads(gzip.decompress((TRACES / "v100_2rank_allreduce.json.gz").read_bytes()))["traceEvents"]
+    allocator = [e["args"] for e in raw if e.get("ph") == "i" and e.get("name") == "[memory]"]
+    memory = parsed_real("v100_2rank_allreduce.json.gz").tables["memory_events"]
+    got = memory.select(["device_type", "device", "bytes", "total_allocated_bytes"]).to_pylist()
+    kinds = {0: "cpu", 1: "cuda"}
+    assert got == [{"device_type": kinds[a["Device Type"]], "device": a["Device Id"] if a["Device Id"] >= 0 else None,
+                    "bytes": a["Bytes"], "total_allocated_bytes": a["Total Allocated"]} for a in allocator]
+    # 28,010 events, half of them frees; 6.2 GiB at the peak.
+    assert (len(got), sum(r["bytes"] < 0 for r in got), max(r["total_allocated_bytes"] for r in got)) == (
+        28_010, 14_005, 6_629_508_096)
+
+
+@needs_traces
+def test_real_a100_names_its_threads() -> None:
+    metadata = orjson.loads(rows(parsed_real("a100_2rank_allreduce_nccl2.17.json.gz"), "runs")[0]["metadata_json"])
+    assert (metadata["process_name"], metadata["thread_names"]) == (
+        "python3.10", {"2919752": "pt_autograd_0", "2910249": "pt_main_thread"})
 
 
 @needs_traces

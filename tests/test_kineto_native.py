@@ -110,7 +110,33 @@ def test_scan_codes_categories_and_counts_unknown_ones() -> None:
     assert codes == [0, kineto_native.CAT_OTHER, kineto_native.CATS.index("ac2g"), kineto_native.CAT_MISSING,
                      kineto_native.CAT_OTHER]
     assert piece.other_cats == {"Trace": 2}
-    assert list(piece.columns["complete"]) == [1, 1, 0, 0, 1]
+    assert piece.columns["phase"] == b"XXsMX"
+
+
+@built
+def test_scan_gives_a_phase_only_where_ph_is_one_character() -> None:
+    piece = scanned({"ph": "i", "name": "a"}, {"ph": "XX", "cat": "kernel"}, {"name": "no ph"}, {"ph": None})
+    assert piece.columns["phase"] == b"i\x00\x00\x00"
+
+
+@built
+def test_scan_reads_the_allocator_args_of_instants() -> None:
+    memory = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 9, "tid": 10, "ts": 5.5,
+              "args": {"Bytes": -512, "Total Allocated": 2**33, "Device Id": -1, "Device Type": 0, "Addr": "0x1"}}
+    piece = scanned(kernel(), memory, {"ph": "I", "name": "mark", "ts": 6.0})
+    columns = ("instant_row", "instant_alloc", "instant_total_allocated", "instant_device_id", "instant_device_type")
+    assert [ints(piece, column) for column in columns] == [[1, 2], [-512, 0], [2**33, 0], [-1, 0], [0, 0]]
+    # Addr written as text: odd, left to msgspec; the mark has no args at all.
+    assert (piece.columns["instant_present"], piece.columns["instant_odd"]) == (b"\x33\x00", b"\x08\x00")
+    assert (ints(piece, "pid")[1], ints(piece, "tid")[1], floats(piece, "ts")[1:], names(piece)) == (
+        9, 10, [5.5, 6.0], ["k", "[memory]", "mark"])
+
+
+@built
+def test_scan_counts_no_instant_or_metadata_event_among_other_categories() -> None:
+    piece = scanned({"ph": "i", "cat": "user_marks", "name": "a"}, {"ph": "M", "cat": "meta", "name": "thread_name"},
+                    {"ph": "X", "cat": "user_marks", "name": "b"})
+    assert piece.other_cats == {"user_marks": 1}
 
 
 @built
@@ -226,6 +252,7 @@ def test_a_simulated_training_run_reads_the_same_by_both_paths(tmp_path: Path, m
 _CATS = [*kineto_native.CATS, "Trace", "cuda_sync"]
 _NAMES = ["ncclDevKernel_AllReduce_Sum_f32_RING_LL", "sm90_xmma_gemm_bf16", "Memcpy HtoD (Pinned -> Device)",
           "ProfilerStep#3", "nccl:all_reduce", "record_param_comms", "aten::mm", 'quote " and \\ slash',
+          "[memory]", "[OutOfMemory]", "thread_name", "process_name", "process_labels",
           "caf\u00e9 \u2713 \U0001F600", "", None, 17]
 
 
@@ -243,7 +270,7 @@ def _maybe(rng: _Odd, usual, *odd):
 
 def _random_event(rng: _Odd) -> str:
     cat = _maybe(rng, rng.choice(_CATS), None, "ab\\u00e7")
-    event = {"ph": _maybe(rng, "X" if rng.random() < 0.8 else rng.choice("sfiM"), None, "B")}
+    event = {"ph": _maybe(rng, "X" if rng.random() < 0.7 else rng.choice("sfiIM"), None, "B", "ii")}
     if rng.random() < 0.97:
         event["cat"] = cat
     event["name"] = _maybe(rng, rng.choice(_NAMES[:-3]), *_NAMES[-3:])
@@ -265,6 +292,15 @@ def _random_event(rng: _Odd) -> str:
             "Group size": 8,
             "dtype": "Float",
             "unread": _maybe(rng, {"nested": [1, {"deep": "x"}]}, "text", None),
+            # Allocator events' and metadata events' args.
+            "Bytes": _maybe(rng, rng.randrange(-1 << 20, 1 << 20), None, "512", 2**64),
+            "Total Allocated": _maybe(rng, rng.randrange(1 << 34), None, 1.5),
+            "Total Reserved": rng.randrange(1 << 35),
+            "Addr": _maybe(rng, rng.randrange(1 << 47), None),
+            "Device Id": _maybe(rng, rng.choice([-1, 0, 1]), None, "0", 2**40),
+            "Device Type": _maybe(rng, rng.choice([0, 1]), None, 99, "cuda"),
+            "name": _maybe(rng, rng.choice(["thread 12 (pt_main_thread)", "python3.10", "stream 7 "]), None, 5),
+            "labels": _maybe(rng, rng.choice(["CPU", "GPU 0"]), None),
         }
         event["args"] = {k: v for k, v in args.items() if rng.random() < 0.8}
     elif rng.random() < 0.5:

@@ -3,10 +3,11 @@
  * `scan(data, cats, routed)` reads a JSON array of Chrome-trace events
  * (`[{...}, {...}]`, as `kineto_stream` cuts them) and returns one row per
  * event, column by column, as bytes the caller views with numpy: the
- * event's category code (its index in `cats`), whether it is complete
- * (`ph: X`), its times, ids, name and launch dimensions, and where the
- * event lies in `data` (so the few events the collectives need can be
- * decoded in full by msgspec).
+ * event's category code (its index in `cats`), its phase (the `ph`
+ * character: `X` for a complete event, 0 where `ph` is absent or not one
+ * character), its times, ids, name and launch dimensions, and where the
+ * event lies in `data` (so the few events the collectives need, and the
+ * instants and metadata events, can be decoded in full by msgspec).
  *
  * It reads only what it can read exactly as the msgspec decoders do, and
  * returns None for anything else: a piece that is not valid JSON (a wrong
@@ -17,8 +18,12 @@
  * paths' tables on every trace at hand.
  *
  * Fields are checked only where the tables read them: on complete events
- * of the first `routed` categories. Other events need only their `cat`
- * and `ph` (they are counted and skipped).
+ * of the first `routed` categories, and on instants (`ph` i or I: their
+ * name, pid, tid, time, and the args of PyTorch's allocator events, in
+ * the `instant_*` columns, one row per instant). Other events need only
+ * their `cat` and `ph` (they are counted and skipped), and metadata
+ * events (`M`) nothing: they are decoded by msgspec, and, like instants,
+ * never counted among the other categories.
  *
  * The loop over the events runs without the GIL, so the collector's
  * sampling thread is not held up while its trace watcher ingests.
@@ -53,8 +58,16 @@ typedef struct {
     double d;          /* V_INT, V_NUM */
 } value_t;
 
+/* Bits of the `instant_present` column: which allocator args an instant has. */
+enum {
+    I_ALLOC = 1 << 0, I_TOTAL_ALLOCATED = 1 << 1, I_TOTAL_RESERVED = 1 << 2, I_ADDR = 1 << 3,
+    I_DEVICE_ID = 1 << 4, I_DEVICE_TYPE = 1 << 5,
+};
+
 typedef struct {
     value_t external, correlation, device, stream, bytes, grid, block, collective;
+    /* PyTorch's allocator events (instants named [memory]). */
+    value_t alloc, total_allocated, total_reserved, addr, device_id, device_type;
 } args_t;
 
 typedef struct {
@@ -71,13 +84,17 @@ typedef struct {
 typedef struct {
     Py_ssize_t n, cap;
     int8_t *cat;
-    uint8_t *complete;
+    uint8_t *phase;
     uint16_t *present, *odd;
     double *ts, *dur;
     int64_t *pid, *tid, *external, *correlation, *device, *stream, *bytes;
     int64_t *span_start, *span_end;
     int32_t *name_off, *grid_off, *block_off;
     buf_t name_data, grid_data, block_data;
+    /* One row per instant: its event's row and its allocator args. */
+    Py_ssize_t in, icap;
+    int64_t *i_row, *i_alloc, *i_total_allocated, *i_total_reserved, *i_addr, *i_device_id, *i_device_type;
+    uint8_t *i_present, *i_odd;
 } columns_t;
 
 static const double POW10[23] = {
@@ -88,6 +105,7 @@ static const double POW10[23] = {
 /* ---- output buffers ------------------------------------------------------- */
 
 static int buf_put(buf_t *b, const char *src, Py_ssize_t n) {
+    if (n == 0) return 0; /* an empty name: nothing to copy (and no buffer yet, maybe) */
     if (b->len + n > b->cap) {
         Py_ssize_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n) cap *= 2;
@@ -110,7 +128,7 @@ static int buf_put(buf_t *b, const char *src, Py_ssize_t n) {
 
 static int columns_grow(columns_t *c, Py_ssize_t at_least) {
     Py_ssize_t cap = c->cap ? c->cap * 2 : at_least;
-    GROW(cat, cap); GROW(complete, cap); GROW(present, cap); GROW(odd, cap);
+    GROW(cat, cap); GROW(phase, cap); GROW(present, cap); GROW(odd, cap);
     GROW(ts, cap); GROW(dur, cap);
     GROW(pid, cap); GROW(tid, cap); GROW(external, cap); GROW(correlation, cap);
     GROW(device, cap); GROW(stream, cap); GROW(bytes, cap);
@@ -120,13 +138,23 @@ static int columns_grow(columns_t *c, Py_ssize_t at_least) {
     return 0;
 }
 
+static int instants_grow(columns_t *c) {
+    Py_ssize_t cap = c->icap ? c->icap * 2 : 256;
+    GROW(i_row, cap); GROW(i_alloc, cap); GROW(i_total_allocated, cap); GROW(i_total_reserved, cap);
+    GROW(i_addr, cap); GROW(i_device_id, cap); GROW(i_device_type, cap); GROW(i_present, cap); GROW(i_odd, cap);
+    c->icap = cap;
+    return 0;
+}
+
 static void columns_free(columns_t *c) {
-    free(c->cat); free(c->complete); free(c->present); free(c->odd); free(c->ts); free(c->dur);
+    free(c->cat); free(c->phase); free(c->present); free(c->odd); free(c->ts); free(c->dur);
     free(c->pid); free(c->tid); free(c->external); free(c->correlation);
     free(c->device); free(c->stream); free(c->bytes);
     free(c->span_start); free(c->span_end);
     free(c->name_off); free(c->grid_off); free(c->block_off);
     free(c->name_data.data); free(c->grid_data.data); free(c->block_data.data);
+    free(c->i_row); free(c->i_alloc); free(c->i_total_allocated); free(c->i_total_reserved);
+    free(c->i_addr); free(c->i_device_id); free(c->i_device_type); free(c->i_present); free(c->i_odd);
 }
 
 /* ---- JSON tokens ------------------------------------------------------------
@@ -370,11 +398,24 @@ static const char *read_object(const char *p, const char *end, void *target, pic
 static value_t *pick_arg(void *target, const char *key, Py_ssize_t key_len) {
     args_t *a = target;
     switch (key_len) {
-    case 4: if (KEY_IS("grid")) return &a->grid; break;
-    case 5: if (KEY_IS("block")) return &a->block; if (KEY_IS("bytes")) return &a->bytes; break;
+    case 4: if (KEY_IS("grid")) return &a->grid; if (KEY_IS("Addr")) return &a->addr; break;
+    case 5:
+        if (KEY_IS("block")) return &a->block;
+        if (KEY_IS("bytes")) return &a->bytes;
+        if (KEY_IS("Bytes")) return &a->alloc;
+        break;
     case 6: if (KEY_IS("device")) return &a->device; if (KEY_IS("stream")) return &a->stream; break;
-    case 11: if (KEY_IS("External id")) return &a->external; if (KEY_IS("correlation")) return &a->correlation; break;
-    case 15: if (KEY_IS("Collective name")) return &a->collective; break;
+    case 9: if (KEY_IS("Device Id")) return &a->device_id; break;
+    case 11:
+        if (KEY_IS("External id")) return &a->external;
+        if (KEY_IS("correlation")) return &a->correlation;
+        if (KEY_IS("Device Type")) return &a->device_type;
+        break;
+    case 14: if (KEY_IS("Total Reserved")) return &a->total_reserved; break;
+    case 15:
+        if (KEY_IS("Collective name")) return &a->collective;
+        if (KEY_IS("Total Allocated")) return &a->total_allocated;
+        break;
     }
     return NULL;
 }
@@ -547,7 +588,9 @@ typedef struct {
     const char *data;
 } scan_args_t;
 
-static int category(scan_args_t *a, const value_t *cat, int8_t *code) {
+/* The event's category code; the name of one not listed is noted (to be
+ * counted) where `count_other`. */
+static int category(scan_args_t *a, const value_t *cat, int8_t *code, int count_other) {
     if (cat->kind == V_ABSENT || cat->kind == V_NULL) { *code = CAT_MISSING; return ROW_OK; }
     if (cat->kind != V_STR || cat->escaped) return ROW_REFUSE;
     const char *text = cat->start + 1;
@@ -560,6 +603,7 @@ static int category(scan_args_t *a, const value_t *cat, int8_t *code) {
     }
     *code = CAT_OTHER;
     if (!valid_utf8((const unsigned char *)text, len)) return ROW_REFUSE;
+    if (!count_other) return ROW_OK;
     if (a->others == a->others_cap) {
         Py_ssize_t cap = a->others_cap ? a->others_cap * 2 : 64;
         Py_ssize_t *at = realloc(a->other_at, (size_t)cap * sizeof(*at));
@@ -590,24 +634,56 @@ static PyObject *other_cats(const scan_args_t *a) {
     return counts;
 }
 
+/* An instant's allocator arg: as int_field, into the instant columns. */
+static inline void instant_field(const value_t *v, int64_t *out, uint8_t bit, uint8_t *present, uint8_t *odd) {
+    *out = 0;
+    if (v->kind == V_INT) {
+        *out = v->i;
+        *present |= bit;
+    } else if (v->kind != V_ABSENT && v->kind != V_NULL) {
+        *odd |= bit;
+    }
+}
+
+static int put_instant(columns_t *c, const event_t *e, Py_ssize_t row) {
+    if (c->in == c->icap && instants_grow(c)) return ROW_NO_MEMORY;
+    Py_ssize_t k = c->in++;
+    const args_t *g = &e->args;
+    uint8_t present = 0, odd = 0;
+    c->i_row[k] = row;
+    instant_field(&g->alloc, &c->i_alloc[k], I_ALLOC, &present, &odd);
+    instant_field(&g->total_allocated, &c->i_total_allocated[k], I_TOTAL_ALLOCATED, &present, &odd);
+    instant_field(&g->total_reserved, &c->i_total_reserved[k], I_TOTAL_RESERVED, &present, &odd);
+    instant_field(&g->addr, &c->i_addr[k], I_ADDR, &present, &odd);
+    instant_field(&g->device_id, &c->i_device_id[k], I_DEVICE_ID, &present, &odd);
+    instant_field(&g->device_type, &c->i_device_type[k], I_DEVICE_TYPE, &present, &odd);
+    c->i_present[k] = present;
+    c->i_odd[k] = odd;
+    return ROW_OK;
+}
+
 static int put_row(columns_t *c, scan_args_t *a, const event_t *e, Py_ssize_t start, Py_ssize_t stop) {
     if (c->n == c->cap && columns_grow(c, 0)) return ROW_NO_MEMORY;
     Py_ssize_t row = c->n;
     uint16_t present = 0, odd = 0;
     int8_t code;
-    int status = category(a, &e->cat, &code);
-    if (status) return status;
 
-    int complete = 0;
+    uint8_t phase = 0;
     if (e->ph.kind == V_STR) {
         if (e->ph.escaped) return ROW_REFUSE;
-        complete = e->ph.len == 3 && e->ph.start[1] == 'X';
+        /* One character: a longer `ph` is no phase msgspec's tagged decoder knows. */
+        if (e->ph.len == 3) phase = (uint8_t)e->ph.start[1];
     } else if (e->ph.kind != V_ABSENT && e->ph.kind != V_NULL) {
         return ROW_REFUSE;
     }
+    int instant = phase == 'i' || phase == 'I';
+    /* Instants and metadata events are read, not counted as skipped. */
+    int status = category(a, &e->cat, &code, !instant && phase != 'M');
+    if (status) return status;
 
     c->cat[row] = code;
-    c->complete[row] = (uint8_t)complete;
+    c->phase[row] = phase;
+    int complete = phase == 'X';
     c->span_start[row] = start;
     c->span_end[row] = stop;
     c->ts[row] = c->dur[row] = 0;
@@ -623,15 +699,14 @@ static int put_row(columns_t *c, scan_args_t *a, const event_t *e, Py_ssize_t st
         int args = e->args_value.kind;
         if (args != V_ABSENT && args != V_NULL && args != V_OBJECT) return ROW_REFUSE;
     }
-    if (complete && routed) {
-        const args_t *g = &e->args;
+    if (instant) {
+        /* As msgspec's InstantEvent: a time is a number or null. */
+        if (time_field(&e->ts, &c->ts[row], P_TS, &present)) return ROW_REFUSE;
+        if ((status = put_instant(c, e, row))) return status;
+    }
+    if ((complete && routed) || instant) {
         int_field(&e->pid, &c->pid[row], P_PID, &present, &odd);
         int_field(&e->tid, &c->tid[row], P_TID, &present, &odd);
-        int_field(&g->external, &c->external[row], P_EXTERNAL, &present, &odd);
-        int_field(&g->correlation, &c->correlation[row], P_CORRELATION, &present, &odd);
-        int_field(&g->device, &c->device[row], P_DEVICE, &present, &odd);
-        int_field(&g->stream, &c->stream[row], P_STREAM, &present, &odd);
-        int_field(&g->bytes, &c->bytes[row], P_BYTES, &present, &odd);
         if (e->name.kind == V_STR) {
             int put = put_string(&c->name_data, &e->name);
             if (put) return put == -2 ? ROW_NO_MEMORY : ROW_REFUSE;
@@ -639,6 +714,14 @@ static int put_row(columns_t *c, scan_args_t *a, const event_t *e, Py_ssize_t st
         } else if (e->name.kind != V_ABSENT && e->name.kind != V_NULL) {
             return ROW_REFUSE;
         }
+    }
+    if (complete && routed) {
+        const args_t *g = &e->args;
+        int_field(&g->external, &c->external[row], P_EXTERNAL, &present, &odd);
+        int_field(&g->correlation, &c->correlation[row], P_CORRELATION, &present, &odd);
+        int_field(&g->device, &c->device[row], P_DEVICE, &present, &odd);
+        int_field(&g->stream, &c->stream[row], P_STREAM, &present, &odd);
+        int_field(&g->bytes, &c->bytes[row], P_BYTES, &present, &odd);
         if ((status = put_raw(&c->grid_data, c->grid_off, row, &g->grid, P_GRID, &present)) ||
             (status = put_raw(&c->block_data, c->block_off, row, &g->block, P_BLOCK, &present)))
             return status;
@@ -664,10 +747,11 @@ static PyObject *column_bytes(const void *data, Py_ssize_t count, size_t size) {
 static PyObject *result(const columns_t *c, Py_ssize_t end) {
     Py_ssize_t n = c->n;
     return Py_BuildValue(
-        "{s:n,s:n,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}",
+        "{s:n,s:n,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N"
+        ",s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}",
         "events", n, "end", end,
         "cat", column_bytes(c->cat, n, 1),
-        "complete", column_bytes(c->complete, n, 1),
+        "phase", column_bytes(c->phase, n, 1),
         "present", column_bytes(c->present, n, 2),
         "odd", column_bytes(c->odd, n, 2),
         "ts", column_bytes(c->ts, n, 8),
@@ -686,7 +770,16 @@ static PyObject *result(const columns_t *c, Py_ssize_t end) {
         "grid_offsets", column_bytes(c->grid_off, n + 1, 4),
         "grid_data", column_bytes(c->grid_data.data, c->grid_data.len, 1),
         "block_offsets", column_bytes(c->block_off, n + 1, 4),
-        "block_data", column_bytes(c->block_data.data, c->block_data.len, 1));
+        "block_data", column_bytes(c->block_data.data, c->block_data.len, 1),
+        "instant_row", column_bytes(c->i_row, c->in, 8),
+        "instant_alloc", column_bytes(c->i_alloc, c->in, 8),
+        "instant_total_allocated", column_bytes(c->i_total_allocated, c->in, 8),
+        "instant_total_reserved", column_bytes(c->i_total_reserved, c->in, 8),
+        "instant_addr", column_bytes(c->i_addr, c->in, 8),
+        "instant_device_id", column_bytes(c->i_device_id, c->in, 8),
+        "instant_device_type", column_bytes(c->i_device_type, c->in, 8),
+        "instant_present", column_bytes(c->i_present, c->in, 1),
+        "instant_odd", column_bytes(c->i_odd, c->in, 1));
 }
 
 PyDoc_STRVAR(scan_doc,
@@ -785,7 +878,7 @@ static struct PyModuleDef module = {
 
 /* Raised with every change to what `scan` returns, so that a build left
  * from older sources is noticed (kineto_native.VERSION) and not used. */
-#define SCAN_VERSION 1
+#define SCAN_VERSION 2
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
     PyObject *m = PyModule_Create(&module);

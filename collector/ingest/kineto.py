@@ -40,6 +40,7 @@ from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, rank_
 from collector.ingest.buffer import read_buffer
 from collector.ingest.kineto_collectives import build_collectives
 from collector.ingest.kineto_columns import TABLES, Accumulator
+from collector.ingest.kineto_marks import Marks
 from collector.ingest.kineto_schema import KinetoTrace
 from collector.ingest.kineto_stream import NotStreamable, TraceStream
 from collector.schema import TS_TYPE
@@ -122,10 +123,14 @@ def _parsed(path: Path, run: str, metadata: KinetoTrace, events: Accumulator) ->
     rank, rank_source = _rank(metadata, path)
     rows = {table: events.result(table, clock.offset_ns) for table in TABLES}
     tables = {table: _table(table, r.columns, run, rank) for table, r in rows.items() if r.columns}
+    memory = events.memory_events(clock.offset_ns)
+    if memory:
+        tables["memory_events"] = _table("memory_events", memory, run, rank)
     collectives = build_collectives(rows["kernels"], rows["cpu_ops"], rows["api_calls"], rows["annotations"])
     if collectives is not None:
         tables["collectives"] = _table("collectives", collectives, run, rank)
-    tables["runs"] = _runs_row(metadata, path, run, rank, rank_source, clock, rows, dict(sorted(events.skipped.items())))
+    tables["runs"] = _runs_row(metadata, path, run, rank, rank_source, clock, rows, dict(sorted(events.skipped.items())),
+                               events.marks)
     return ParsedTrace(format=FORMAT, tables=tables, events=events.events)
 
 
@@ -204,7 +209,7 @@ def _rank(trace: KinetoTrace, path: Path) -> tuple[int, str]:
 
 
 def _runs_row(trace: KinetoTrace, path: Path, run: str, rank: int, rank_source: str, clock: _Clock,
-              rows: dict[str, Any], skipped: dict[str, int]) -> pa.Table:
+              rows: dict[str, Any], skipped: dict[str, int], marks: Marks) -> pa.Table:
     info = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
     properties = trace.deviceProperties if isinstance(trace.deviceProperties, list) else []
     counts = pc.value_counts(rows["kernels"].columns["device"]).to_pylist()
@@ -225,6 +230,7 @@ def _runs_row(trace: KinetoTrace, path: Path, run: str, rank: int, rank_source: 
         "pg_count": info.get("pg_count"),
         "pg_config": info.get("pg_config"),
         "skipped_events": skipped,
+        **marks.names(pid),
     }
     row = {
         "run": [run],

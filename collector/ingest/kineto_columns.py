@@ -32,6 +32,7 @@ from collector.ingest.arrays import add_or_null, int_array, str_array, us_to_ns
 from collector.ingest import kineto_native
 from collector.ingest.categories import COMMUNICATION, categorise
 from collector.ingest.kineto_collectives import EventRows
+from collector.ingest.kineto_marks import Marks
 from collector.ingest.kineto_scanned import PieceTables, scanned_tables
 from collector.ingest.kineto_stream import decode_events
 from collector.ingest.kineto_schema import (
@@ -39,6 +40,7 @@ from collector.ingest.kineto_schema import (
     COLLECTIVE_ANNOTATION_PREFIX,
     EVENT_KINDS,
     EVENT_TABLES,
+    MARK_PHASES,
     NO_ARGS,
     PARAM_COMMS_OP,
     TABLES,
@@ -55,6 +57,10 @@ _DEVICE, _STREAM, _CORRELATION, _EXTERNAL, _GRID, _BLOCK, _BYTES, _COLLECTIVE_NA
 _KINDS = EVENT_KINDS
 _TABLE_CODES = {cat: TABLES.index(table) for cat, (table, kind) in EVENT_TABLES.items()}
 _UNROUTED = -1
+# The code of instants and metadata events, which `kineto_marks` reads: no
+# table's, nor counted as skipped.
+_MARK = 127
+_MARK_PHASE = dict.fromkeys(MARK_PHASES, True)
 # Categories skipped in bulk are counted by code; other unrouted ones by name.
 _TABLE_CODES.update({cat: _UNROUTED - 1 - i for i, cat in enumerate(BULK_SKIPPED)})
 # Kernel names' categories and launch dimensions' texts, kept across the
@@ -72,6 +78,7 @@ class Accumulator:
         self.rows: dict[str, int] = {table: 0 for table in TABLES}
         self.kept: dict[str, dict[int, KinetoEvent]] = {table: {} for table in TABLES}
         self.skipped: Counter[str] = Counter()
+        self.marks = Marks()
         self.events = 0
         self._categories = _memo(_CATEGORIES)
         self._dims = _memo(_DIMS)
@@ -99,6 +106,9 @@ class Accumulator:
     def _add_tables(self, piece: kineto_native.ScannedPiece, tables: PieceTables) -> None:
         self.events += piece.events
         self.skipped.update(tables.skipped)
+        self.marks.add(tables.marks)
+        if tables.memory:
+            self.marks.memory_parts.append(tables.memory)
         for table, (columns, kept) in tables.columns.items():
             offset = self.rows[table]
             for index, event in kept.items():
@@ -111,6 +121,7 @@ class Accumulator:
         for table, parts in self.parts.items():
             if len(parts) > 1:
                 self.parts[table] = [{name: _concat([part[name] for part in parts]) for name in parts[0]}]
+        self.marks.compact()
 
     def merge(self, later: Accumulator) -> None:
         """Append what `later` read from the events after this one's."""
@@ -120,6 +131,7 @@ class Accumulator:
             self.parts[table].extend(later.parts[table])
             self.rows[table] += later.rows[table]
         self.skipped.update(later.skipped)
+        self.marks.merge(later.marks)
         self.events += later.events
 
     def _route(self, batch: list[KinetoEvent]) -> dict[str, list[KinetoEvent]]:
@@ -127,9 +139,15 @@ class Accumulator:
 
         One table code per event (a dict lookup, mapped in C), then each
         table's events picked by position: no Python loop over the events.
+        Instants and metadata events go to `marks`.
         """
         cats = list(map(_CAT, batch))
         codes = np.fromiter(map(_TABLE_CODES.get, cats, repeat(_UNROUTED)), np.int8, len(cats))
+        marks = np.fromiter(map(_MARK_PHASE.get, map(_PH, batch), repeat(False)), np.bool_, len(cats))
+        if marks.any():
+            positions = np.flatnonzero(marks)
+            self.marks.add(_pick(batch, positions.tolist()))
+            codes[positions] = _MARK
         bulk = np.bincount(_UNROUTED - 1 - codes[codes < _UNROUTED], minlength=len(BULK_SKIPPED))
         for cat, count in zip(BULK_SKIPPED, bulk.tolist()):
             if count:
@@ -151,18 +169,26 @@ class Accumulator:
         return routed
 
     def result(self, table: str, offset_ns: int) -> EventRows:
-        """The table's columns, times moved by `offset_ns`, and its kept events."""
+        """The table's columns, times moved by `offset_ns`, and its kept
+        events. Annotations end with the trace's instants (`kineto_marks`)."""
         parts = self.parts[table]
+        if table == "annotations" and self.marks.instants:
+            parts = [*parts, self.marks.instant_columns()]
         if not parts:
             return EventRows({}, {})
         columns = {name: _concat([part[name] for part in parts]) for name in parts[0]}
-        start = us_to_ns(columns.pop("ts_us"))
+        start = _ns(columns.pop("ts_us"), offset_ns)
         columns["dur_ns"] = us_to_ns(columns.pop("dur_us"))
-        if offset_ns:
-            start = add_or_null(start, offset_ns)
         columns["start_ns"] = start
         columns["end_ns"] = add_or_null(start, columns["dur_ns"])
         return EventRows(columns, self.kept[table])
+
+    def memory_events(self, offset_ns: int) -> dict[str, pa.Array]:
+        """memory_events' columns (`kineto_marks`), times moved by `offset_ns`."""
+        columns = self.marks.memory_columns()
+        if columns:
+            columns["ts_ns"] = _ns(columns.pop("ts_us"), offset_ns)
+        return columns
 
     def first_ts_ns(self) -> int | None:
         """The earliest relative kernel start (which clock the trace uses)."""
@@ -327,6 +353,12 @@ def _detached(event: KinetoEvent) -> KinetoEvent:
 # The args kept as raw JSON (slices of the batch's text).
 _RAW_ARGS = tuple(name for name, default in zip(KinetoArgs.__struct_fields__, KinetoArgs.__struct_defaults__)
                   if isinstance(default, msgspec.Raw))
+
+
+def _ns(micros: pa.Array, offset_ns: int) -> pa.Array:
+    """Trace microseconds as nanoseconds, moved by `offset_ns`."""
+    nanos = us_to_ns(micros)
+    return add_or_null(nanos, offset_ns) if offset_ns else nanos
 
 
 def _concat(arrays: list[pa.Array]) -> pa.Array:

@@ -27,7 +27,7 @@ from collector.ingest.kineto_schema import BULK_SKIPPED, EVENT_TABLES
 
 
 # The scanner's output this module reads (`SCAN_VERSION` in the C file).
-VERSION = 1
+VERSION = 2
 
 
 # Kineto events ingested at once past which `gpulens ingest` says, where

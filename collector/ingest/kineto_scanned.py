@@ -2,12 +2,13 @@
 
 The scanner gives one row per event of the piece, column by column: its
 category code, whether it is complete, its times, ids, name and launch
-dimensions, and where it lies in the text. `scanned_tables` routes those
-rows to their tables and builds each table's columns with numpy and
-Arrow, the same columns `kineto_columns.Accumulator` builds from events
-msgspec decoded (the tests compare both on every trace at hand). The few
-events the collectives need (communication kernels, `record_param_comms`
-ops, `nccl:` ranges) are decoded in full by msgspec from their spans.
+dimensions, its phase, and where it lies in the text. `scanned_tables`
+routes those rows to their tables and builds each table's columns with
+numpy and Arrow, the same columns `kineto_columns.Accumulator` builds from
+events msgspec decoded (the tests compare both on every trace at hand).
+The few events the collectives need (communication kernels,
+`record_param_comms` ops, `nccl:` ranges), and the instants and metadata
+events (`kineto_marks`), are decoded in full by msgspec from their spans.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from collector.ingest.kineto_schema import (
     COLLECTIVE_ANNOTATION_PREFIX,
     EVENT_KINDS,
     EVENT_TABLES,
+    MARK_PHASES,
     PARAM_COMMS_OP,
     TABLES,
     KinetoEvent,
     annotation_kind,
     launch_dims_text,
 )
+from collector.ingest.kineto_marks import MEMORY_EVENT_NAMES, _device_type
 from collector.ingest.kineto_stream import decode_events
 
 # Per scanner code (offset by 2: CAT_OTHER, CAT_MISSING, then `CATS`), the
@@ -42,14 +45,23 @@ _SCANNED_KINDS = (None, None, *(EVENT_KINDS.get(cat) for cat in kineto_native.CA
 _MEMORY_KINDS = np.array([False, False, *(EVENT_KINDS.get(cat) in ("memcpy", "memset") for cat in kineto_native.CATS)])
 _USER_ANNOTATION = 2 + kineto_native.CATS.index("user_annotation")
 _INT32 = (-(1 << 31), (1 << 31) - 1)
+_COMPLETE = ord("X")
+# Bits of the scanner's `instant_present` (`I_*` in `_kineto_scan.c`).
+_I_ALLOC, _I_TOTAL_ALLOCATED, _I_TOTAL_RESERVED, _I_ADDR, _I_DEVICE_ID, _I_DEVICE_TYPE = (1 << bit for bit in range(6))
+_MARK_PHASES = np.array([ord(phase) for phase in MARK_PHASES], np.uint8)
 
 
 class PieceTables:
-    """What a scanned piece adds: per table its columns and kept events."""
+    """What a scanned piece adds: per table its columns and kept events;
+    its instants and metadata events, decoded."""
 
     def __init__(self) -> None:
         self.columns: dict[str, tuple[dict[str, pa.Array], dict[int, KinetoEvent]]] = {}
         self.skipped: Counter[str] = Counter()
+        self.marks: list[KinetoEvent] = []
+        # memory_events' columns (`kineto_marks.Marks.memory_columns`), where
+        # the piece's allocator events were read from the scanner's columns.
+        self.memory: dict[str, pa.Array] = {}
 
 
 def scanned_tables(piece: kineto_native.ScannedPiece, categories: dict[str, str],
@@ -79,7 +91,13 @@ class _PieceReader:
 
     def tables(self) -> PieceTables | None:
         out = PieceTables()
-        counts = np.bincount(self.codes, minlength=2 + len(kineto_native.CATS)).tolist()
+        phase = np.frombuffer(self.piece.columns["phase"], np.uint8)
+        marks = np.isin(phase, _MARK_PHASES)
+        if marks.any() and not self._marks(marks, out):
+            return None
+        # Instants and metadata events are read (by `kineto_marks`), not
+        # skipped (nor among the scanner's `other_cats`).
+        counts = np.bincount(self.codes[~marks], minlength=2 + len(kineto_native.CATS)).tolist()
         if counts[1]:
             out.skipped["(no cat)"] += counts[1]
         out.skipped.update(self.piece.other_cats)
@@ -87,10 +105,10 @@ class _PieceReader:
             if count and table < 0:
                 out.skipped[cat] += count
         tables = _SCANNED_TABLE[self.codes]
-        complete = np.frombuffer(self.piece.columns["complete"], np.bool_)
+        complete = phase == _COMPLETE
         odd = np.frombuffer(self.piece.columns["odd"], np.uint16)
         for code, table in enumerate(TABLES):
-            in_table = tables == code
+            in_table = (tables == code) & ~marks
             rows = np.flatnonzero(in_table & complete)
             other_phases = int(np.count_nonzero(in_table)) - len(rows)
             if other_phases:
@@ -226,21 +244,79 @@ class _PieceReader:
         values = pa.array([memo[text] for text in distinct], pa.string())
         return values.take(encoded.indices)
 
+    # --- instants and metadata events ------------------------------------------
+
+    def _marks(self, marks: np.ndarray, out: PieceTables) -> bool:
+        """Fill `out.memory` with the piece's allocator events, from the
+        scanner's columns, and `out.marks` with the other instants and the
+        metadata events, decoded by msgspec (all of them where an allocator
+        event has a value the scanner could not read as an integer); False
+        where msgspec refuses them."""
+        raw = self.piece.columns
+        instant_rows = self._raw("instant_row", np.int64)
+        names = self._strings("name", kineto_native.NAME).take(_numeric(instant_rows, pa.int64()))
+        allocator = pc.fill_null(pc.is_in(names, _texts(MEMORY_EVENT_NAMES)), False).to_numpy(zero_copy_only=False)
+        instant_odd = np.frombuffer(raw["instant_odd"], np.uint8)
+        odd = np.frombuffer(raw["odd"], np.uint16)[instant_rows] & (kineto_native.PID | kineto_native.TID)
+        from_columns = allocator.any() and not (instant_odd[allocator].any() or odd[allocator].any())
+        decode = marks.copy()
+        if from_columns:
+            decode[instant_rows[allocator]] = False
+            out.memory = self._memory(instant_rows[allocator], names.filter(pa.array(allocator)), allocator)
+        if decode.any():
+            decoded = self._decoded(np.flatnonzero(decode))
+            if decoded is None:
+                return False
+            out.marks = decoded
+        return True
+
+    def _memory(self, rows: np.ndarray, names: pa.Array, allocator: np.ndarray) -> dict[str, pa.Array]:
+        """memory_events' columns of the allocator events at `rows` (their
+        instants: `allocator`), as `kineto_marks` builds them."""
+        present = np.frombuffer(self.piece.columns["instant_present"], np.uint8)[allocator]
+
+        def arg(key: str, bit: int) -> tuple[np.ndarray, np.ndarray]:
+            return self._raw(f"instant_{key}", np.int64)[allocator], (present & bit) != 0
+
+        device_id, has_device = arg("device_id", _I_DEVICE_ID)
+        # NULL beyond int32 (as int_array) and for the CPU's -1.
+        has_device &= (device_id >= 0) & (device_id <= _INT32[1])
+        types, has_type = arg("device_type", _I_DEVICE_TYPE)
+        distinct, which = np.unique(types, return_inverse=True)
+        labels = pa.array([_device_type(code) for code in distinct.tolist()], pa.string())
+        return {
+            "pid": self._ints("pid", kineto_native.PID, rows),
+            "tid": self._ints("tid", kineto_native.TID, rows),
+            "name": names,
+            "ts_us": self._times(rows)["ts_us"],
+            "device_type": labels.take(_masked(which.reshape(-1), has_type, pa.int64())),
+            "device": _masked(device_id.astype(np.int32), has_device, pa.int32()),
+            "addr": _masked(*arg("addr", _I_ADDR), pa.int64()),
+            "bytes": _masked(*arg("alloc", _I_ALLOC), pa.int64()),
+            "total_allocated_bytes": _masked(*arg("total_allocated", _I_TOTAL_ALLOCATED), pa.int64()),
+            "total_reserved_bytes": _masked(*arg("total_reserved", _I_TOTAL_RESERVED), pa.int64()),
+        }
+
     # --- kept events ------------------------------------------------------------
 
     def _kept(self, rows: np.ndarray, kept_rows: np.ndarray) -> dict[int, KinetoEvent] | None:
         """The kept rows' events, decoded in full by msgspec from their spans."""
         if not len(kept_rows):
             return {}
-        starts = self._raw("span_start", np.int64)[rows[kept_rows]].tolist()
-        ends = self._raw("span_end", np.int64)[rows[kept_rows]].tolist()
+        events = self._decoded(rows[kept_rows])
+        return None if events is None else dict(zip(kept_rows.tolist(), events))
+
+    def _decoded(self, rows: np.ndarray) -> list[KinetoEvent] | None:
+        """The events of `rows`, decoded by msgspec from their spans, as a
+        batch of them alone would be; None where msgspec refuses them."""
+        starts = self._raw("span_start", np.int64)[rows].tolist()
+        ends = self._raw("span_end", np.int64)[rows].tolist()
         data = self.piece.data
         text = b"".join((b"[", b",".join(data[start:end] for start, end in zip(starts, ends)), b"]"))
         try:
-            events = decode_events(text)
+            return decode_events(text)
         except msgspec.DecodeError:
             return None
-        return dict(zip(kept_rows.tolist(), events))
 
 
 # The integer fields each table reads (bits of the scanner's `present`).

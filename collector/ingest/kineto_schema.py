@@ -112,6 +112,28 @@ class KinetoArgs(msgspec.Struct, gc=False):
     input_type: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw())
 
 
+# The `args` keys of instants and metadata events (`MARK_PHASES`) gpulens
+# reads: PyTorch's allocator events (`profile_memory=True`), and the names
+# metadata events give processes and threads.
+_MARK_ARGS = [
+    ("alloc_bytes", Any, msgspec.field(name="Bytes", default=None)),  # signed: a free is negative
+    ("total_allocated", Any, msgspec.field(name="Total Allocated", default=None)),
+    ("total_reserved", Any, msgspec.field(name="Total Reserved", default=None)),
+    ("addr", Any, msgspec.field(name="Addr", default=None)),
+    ("device_id", Any, msgspec.field(name="Device Id", default=None)),
+    ("device_type", Any, msgspec.field(name="Device Type", default=None)),
+    ("name", Any, None),  # process_name, thread_name
+    ("labels", Any, None),  # process_labels
+]
+MarkArgs = msgspec.defstruct("MarkArgs", _MARK_ARGS, gc=False)
+# Any event's args, for the lenient decoders, which read every phase as one struct.
+EventArgs = msgspec.defstruct("EventArgs", _MARK_ARGS, bases=(KinetoArgs,), gc=False)
+
+# Phases read beside complete events: instants (`i`, and `I` of the legacy
+# format) and metadata (`M`). See `kineto_marks`.
+MARK_PHASES: tuple[str, ...] = ("i", "I", "M")
+
+
 class KinetoEvent(msgspec.Struct, gc=False):
     ph: str | None = None
     cat: str | None = None
@@ -122,7 +144,7 @@ class KinetoEvent(msgspec.Struct, gc=False):
     # else on the Unix epoch (Kineto before ~2023) or an arbitrary origin.
     ts: float | None = None
     dur: float | None = None
-    args: KinetoArgs | None = None
+    args: EventArgs | None = None  # type: ignore[valid-type]
 
 
 class LooseTimesEvent(KinetoEvent, gc=False):
@@ -162,15 +184,35 @@ class CompleteEvent(PhasedEvent, tag="X"):
     ph = "X"
 
 
-# The other phases of the Chrome trace format (duration B/E, instant i/I,
-# counter C, async b/n/e and legacy S/T/p/F, flow s/t/f, sample P, object
-# N/O/D, metadata M, memory V/v, mark R, clock sync c, context ( and )).
-_OTHER_PHASES = "BEiICbneSTpFstfPNODMVvRc()"
+class InstantEvent(PhasedEvent, tag="i"):
+    """An instant (`ph: i`), or, as its subclasses, a legacy instant (`I`)
+    or a metadata event (`M`): the fields `kineto_marks` reads."""
+
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: float | None = None
+    args: MarkArgs | None = None  # type: ignore[valid-type]
+    ph = "i"
+
+
+class LegacyInstantEvent(InstantEvent, tag="I"):
+    ph = "I"
+
+
+class MetadataEvent(InstantEvent, tag="M"):
+    ph = "M"
+
+
+# The other phases of the Chrome trace format (duration B/E, counter C,
+# async b/n/e and legacy S/T/p/F, flow s/t/f, sample P, object N/O/D,
+# memory V/v, mark R, clock sync c, context ( and )): only their `cat`.
+_OTHER_PHASES = "BECbneSTpFstfPNODVvRc()"
 OTHER_EVENTS: tuple[type[PhasedEvent], ...] = tuple(
     msgspec.defstruct(f"PhaseEvent{ord(phase)}", [], bases=(PhasedEvent,), tag=phase, namespace={"ph": phase})
     for phase in _OTHER_PHASES
 )
-PHASED_EVENTS = list[Union[(CompleteEvent, *OTHER_EVENTS)]]  # type: ignore[misc]
+PHASED_EVENTS = list[Union[(CompleteEvent, InstantEvent, LegacyInstantEvent, MetadataEvent, *OTHER_EVENTS)]]  # type: ignore[misc]
 
 NO_ARGS = KinetoArgs()
 
