@@ -548,6 +548,11 @@ def test_file_line_names_a_multi_rank_files_ranks_and_collectives() -> None:
     assert result.line == "job.log: nccl_log, run job, ranks 0-3, 0 kernels, 40 collectives"
 
 
+def test_file_line_counts_allocator_events_where_the_trace_has_them() -> None:
+    result = FileResult("rank0.json", "kineto", "job", (0,), {"kernels": 9, "memory_events": 28010}, 400, 0.1)
+    assert result.line == "rank0.json: kineto, run job, rank 0, 9 kernels, 28010 memory events"
+
+
 def test_common_stem_strips_rank_suffix() -> None:
     assert common_stem([Path("sampled_128rank_rank0.json.gz"), Path("sampled_128rank_rank1.json.gz")]) == "sampled_128rank"
 

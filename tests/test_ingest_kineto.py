@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import pickle
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
@@ -883,6 +884,21 @@ def test_kineto_file_read_in_parts_gives_the_tables_of_the_whole(
     size = len(write_trace(tmp_path / "plain.json", synthetic_trace()).read_bytes())
     reads = _read_in_parts(path, [size * i // parts for i in range(1, parts)])
     assert _same_tables(kineto.parse_parts(path, "r", reads[::-1]), kineto.parse(path, "r"))
+
+
+@pytest.mark.parametrize("parts", [2, 5])
+def test_kineto_instants_read_in_parts_give_the_tables_of_the_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: int) -> None:
+    events = synthetic_events()
+    for at, mark in zip(range(2, 2 * len(MARKS), 2), MARKS):  # among the other events
+        events.insert(at, mark)
+    path = write_trace(tmp_path / "t.json", synthetic_trace(traceEvents=events))
+    monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 200)
+    size = path.stat().st_size
+    # Through pickle, as a worker's part comes back.
+    reads = [pickle.loads(pickle.dumps(read)) for read in _read_in_parts(path, [size * i // parts for i in range(1, parts)])]
+    got = kineto.parse_parts(path, "r", reads)
+    assert got.rows("memory_events") == 3 and _same_tables(got, kineto.parse(path, "r"))
 
 
 def _decoded(batch: kineto_stream.Batch) -> kineto_stream.Events:

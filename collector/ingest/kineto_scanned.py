@@ -254,7 +254,7 @@ class _PieceReader:
         where msgspec refuses them."""
         raw = self.piece.columns
         instant_rows = self._raw("instant_row", np.int64)
-        names = self._strings("name", kineto_native.NAME).take(_numeric(instant_rows, pa.int64()))
+        names = self._name(instant_rows)
         allocator = pc.fill_null(pc.is_in(names, _texts(MEMORY_EVENT_NAMES)), False).to_numpy(zero_copy_only=False)
         instant_odd = np.frombuffer(raw["instant_odd"], np.uint8)
         odd = np.frombuffer(raw["odd"], np.uint16)[instant_rows] & (kineto_native.PID | kineto_native.TID)

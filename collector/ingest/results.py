@@ -41,6 +41,8 @@ class FileResult:
         line = f"{self.path}: {self.format}, run {self.run}, {ranks}, {self.rows.get('kernels', 0)} kernels"
         if self.rows.get("collectives"):
             line += f", {self.rows['collectives']} collectives"
+        if self.rows.get("memory_events"):
+            line += f", {self.rows['memory_events']} memory events"
         return line
 
     @property
