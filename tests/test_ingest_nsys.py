@@ -214,9 +214,30 @@ def test_runs_row_describes_the_export(tmp_path: Path) -> None:
     ]
 
 
-def test_no_collectives_from_nsys(tmp_path: Path) -> None:
+_COLLECTIVE_COLUMNS = ["rank", "op", "bytes", "seq", "start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns", "kernel_name",
+                       "correlation_id"]
+
+
+def test_each_nccl_kernel_is_a_collective_its_op_from_its_name(tmp_path: Path) -> None:
+    # Its launch (1,005,000) is before the nccl: range starts: the name says.
     parsed = nsys.parse(build_export(tmp_path / "report.sqlite"), "r1")
-    assert sorted(parsed.tables) == ["annotations", "api_calls", "kernels", "runs"]
+    e = EPOCH_NS
+    assert _rows(parsed.tables["collectives"], _COLLECTIVE_COLUMNS) == [
+        {"rank": 0, "op": "all_reduce", "bytes": None, "seq": None, "start_ns": e + 1_020_000, "end_ns": e + 1_120_000,
+         "cpu_start_ns": None, "cpu_end_ns": None, "kernel_name": NCCL, "correlation_id": 12},
+    ]
+
+
+def test_an_nccl_range_around_the_launch_gives_the_collectives_op_and_cpu_time(tmp_path: Path) -> None:
+    ranges = [(1_003_000, 1_011_000, 59, None, None, None, "nccl:all_gather", GLOBAL_PID + LAUNCH_TID, None, None, 0, None, None)]
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite", extra_rows={"NVTX_EVENTS": ranges}), "r1")
+    row = _rows(parsed.tables["collectives"], ["op", "cpu_start_ns", "cpu_end_ns"])[0]
+    assert row == {"op": "all_gather", "cpu_start_ns": EPOCH_NS + 1_003_000, "cpu_end_ns": EPOCH_NS + 1_011_000}
+
+
+def test_collectives_are_not_counted_as_events_read(tmp_path: Path) -> None:
+    parsed = nsys.parse(build_export(tmp_path / "report.sqlite"), "r1")
+    assert parsed.events == sum(parsed.tables[t].num_rows for t in ("kernels", "api_calls", "annotations"))
 
 
 def test_without_session_start_times_stay_trace_relative(tmp_path: Path) -> None:

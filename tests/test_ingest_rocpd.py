@@ -207,6 +207,12 @@ def test_dispatches_and_copies_become_kernel_rows(tmp_path: Path, tracks: bool) 
     ]
 
 
+def test_the_rccl_kernel_is_a_collective(tmp_path: Path) -> None:
+    collectives = _rows(_parsed(tmp_path).tables["collectives"])
+    assert [(c["op"], c["bytes"], c["start_ns"], c["end_ns"], c["kernel_name"], c["correlation_id"]) for c in collectives] == [
+        (None, None, 2100, 4100, RCCL, 102)]
+
+
 def test_a_database_without_its_views_is_read_through_its_suffixed_tables(tmp_path: Path) -> None:
     with_views = rocpd.parse(write_rocpd(tmp_path / "4242_results.db"), "job")
     without = rocpd.parse(write_rocpd(tmp_path / "4243_results.db", views=False), "job")

@@ -241,13 +241,24 @@ def test_process_key_is_shared_by_the_trace_files_of_one_process(tmp_path: Path)
 def test_process_files_give_one_source_with_every_table(tmp_path: Path) -> None:
     files = _process(tmp_path, "kernel_trace", "hip_api_trace", "marker_api_trace", "memory_copy_trace", "agent_info")
     parsed = rocprof.parse_process(files[:4], "r1")
-    assert {name: table.num_rows for name, table in parsed.tables.items()} == {"kernels": 5, "api_calls": 3, "annotations": 2, "runs": 1}
+    assert {name: table.num_rows for name, table in parsed.tables.items()} == {
+        "kernels": 5, "api_calls": 3, "annotations": 2, "collectives": 1, "runs": 1}
     assert _rows(parsed.tables["kernels"], ["name", "kind", "device", "start_ns"]) == [
         {"name": FILL_BUFFER, "kind": "kernel", "device": 0, "start_ns": 1552000000100000},
         {"name": RCCL, "kind": "kernel", "device": 0, "start_ns": 1552000000200000},
         {"name": ELEMENTWISE, "kind": "kernel", "device": 0, "start_ns": 1552000000300000},
         {"name": "Memcpy HtoD (Host -> Device)", "kind": "memcpy", "device": 1, "start_ns": 1552000000500000},
         {"name": "Memcpy DtoH (Device -> Host)", "kind": "memcpy", "device": 0, "start_ns": 1552000000600000},
+    ]
+
+
+def test_rccl_kernel_is_a_collective_of_unknown_op(tmp_path: Path) -> None:
+    # RCCL's Generic kernel runs any collective, and the trace says no more.
+    files = _process(tmp_path, "kernel_trace", "hip_api_trace", "agent_info")
+    parsed = rocprof.parse_process(files[:2], "r1")
+    assert _rows(parsed.tables["collectives"], ["rank", "op", "bytes", "start_ns", "end_ns", "kernel_name", "correlation_id"]) == [
+        {"rank": 0, "op": None, "bytes": None, "start_ns": 1552000000200000, "end_ns": 1552000000290000, "kernel_name": RCCL,
+         "correlation_id": 103},
     ]
 
 

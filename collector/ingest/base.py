@@ -15,6 +15,7 @@ writes nothing for that file.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import re
 from dataclasses import dataclass, field
@@ -244,3 +245,16 @@ def normalise_op(name: str | None) -> str | None:
     if compact in _COMPACT_ALIASES:
         return _COMPACT_ALIASES[compact]
     return key
+
+
+_KERNEL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv|Broadcast|Reduce|Send|Recv)")
+
+
+@functools.lru_cache(maxsize=4096)
+def op_from_kernel_name(name: str) -> str | None:
+    """`ncclKernel_AllReduce_RING_LL_Sum_float(...)` → `all_reduce`.
+
+    None for RCCL's `Generic` kernels, which run any collective.
+    """
+    match = _KERNEL_OP.search(name.split("(", 1)[0])
+    return normalise_op(match.group(1)) if match else None

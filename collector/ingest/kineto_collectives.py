@@ -23,8 +23,6 @@ element size, so all-gather counts its output and reduce-scatter its input.
 
 from __future__ import annotations
 
-import bisect
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -34,7 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.ingest.arrays import to_int
-from collector.ingest.base import dtype_bytes, normalise_op
+from collector.ingest.base import dtype_bytes, normalise_op, op_from_kernel_name
+from collector.ingest.kernel_collectives import Enclosing
 from collector.ingest.kineto_schema import (
     COLLECTIVE_ANNOTATION_PREFIX,
     NO_ARGS,
@@ -189,19 +188,6 @@ def _split_sizes_from_text(text: str | None) -> tuple[tuple[int, ...] | None, bo
     return (tuple(sizes), truncated) if sizes else (None, False)
 
 
-_KERNEL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv|Broadcast|Reduce|Send|Recv)")
-
-
-@lru_cache(maxsize=4096)
-def op_from_kernel_name(name: str) -> str | None:
-    """`ncclKernel_AllReduce_RING_LL_Sum_float(...)` → `all_reduce`.
-
-    None for RCCL's `Generic` kernels, which run any collective.
-    """
-    match = _KERNEL_OP.search(name.split("(", 1)[0])
-    return _op_name(match.group(1)) if match else None
-
-
 # --- rows ----------------------------------------------------------------------
 
 COLUMNS = (
@@ -293,36 +279,6 @@ def fields_from_annotation(annotation: KinetoEvent | None, kernel_name: str) -> 
     }
 
 
-class _Enclosing:
-    """Per thread, which of a set of non-nested CPU ranges holds a time."""
-
-    def __init__(self) -> None:
-        self._by_tid: dict[Any, tuple[list[int], list[int], list[int]]] = {}
-
-    def add(self, tid: Any, start_ns: int | None, end_ns: int | None, index: int) -> None:
-        if start_ns is None or end_ns is None:
-            return
-        self._by_tid.setdefault(tid, ([], [], []))
-        starts, ends, indices = self._by_tid[tid]
-        starts.append(start_ns)
-        ends.append(end_ns)
-        indices.append(index)
-
-    def freeze(self) -> None:
-        for tid, (starts, ends, indices) in self._by_tid.items():
-            order = sorted(range(len(starts)), key=starts.__getitem__)
-            self._by_tid[tid] = ([starts[i] for i in order], [ends[i] for i in order], [indices[i] for i in order])
-
-    def find(self, tid: Any, time_ns: int) -> int | None:
-        if tid not in self._by_tid:
-            return None
-        starts, ends, indices = self._by_tid[tid]
-        position = bisect.bisect_right(starts, time_ns) - 1
-        if position >= 0 and ends[position] >= time_ns:
-            return indices[position]
-        return None
-
-
 def build_collectives(kernels: EventRows, cpu_ops: EventRows, api_calls: EventRows, annotations: EventRows) -> dict[str, list] | None:
     """Column lists for the `collectives` table, or None when there are none.
 
@@ -341,7 +297,7 @@ def build_collectives(kernels: EventRows, cpu_ops: EventRows, api_calls: EventRo
     op_interval = dict(zip(param_ops, zip(cpu_ops.take("start_ns", param_ops), cpu_ops.take("end_ns", param_ops))))
     op_external = dict(zip(param_ops, cpu_ops.take("external_id", param_ops)))
     param_by_external: dict[int, int] = {}
-    param_ranges = _Enclosing()
+    param_ranges = Enclosing()
     for j, tid in zip(param_ops, cpu_ops.take("tid", param_ops)):
         if op_external[j] is not None:
             param_by_external.setdefault(op_external[j], j)
@@ -350,7 +306,7 @@ def build_collectives(kernels: EventRows, cpu_ops: EventRows, api_calls: EventRo
 
     ranges = sorted(annotations.kept)
     annotation_interval = dict(zip(ranges, zip(annotations.take("start_ns", ranges), annotations.take("end_ns", ranges))))
-    annotation_ranges = _Enclosing()
+    annotation_ranges = Enclosing()
     for a, tid in zip(ranges, annotations.take("tid", ranges)):
         annotation_ranges.add(tid, *annotation_interval[a], a)
     annotation_ranges.freeze()

@@ -48,9 +48,10 @@ as `pids_without_gpu_work`. GPU rows without `globalPid` cannot be split:
 then every row gets the one rank.
 
 An export with no kernel, memcpy or memset rows is an error, as in the
-Kineto parser. NCCL kernels carry no collective arguments here, so
-`collectives` stays empty. Tables the export lacks (no memset, no NVTX)
-simply give no rows.
+Kineto parser. NCCL kernels carry no collective arguments here: each is
+one `collectives` row with its op from its name and no size, group or
+sequence number (`kernel_collectives`). Tables the export lacks (no
+memset, no NVTX) simply give no rows.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ import pyarrow as pa
 from collector.errors import TraceError
 from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, profiler_step, rank_from_filename
 from collector.ingest.categories import categorise
+from collector.ingest.kernel_collectives import collectives_from_kernels
 from collector.ingest.sqlite_db import (
     SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
     rank_notes, runs_table, schema_has, table_names, whole_number,
@@ -226,6 +228,10 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     without_gpu = processes.left_out({pid for columns in cpu.values() for pid in columns.get("pid", ())})
     parsed.tables["runs"] = _runs_table(conn, tables, path, run, processes, without_gpu, epoch_ns, graphs_whole)
     parsed.events = sum(table.num_rows for name, table in parsed.tables.items() if name != "runs")
+    # From the kernels (no collective args in this format), after `events`: not read, derived.
+    collectives = collectives_from_kernels(*map(parsed.tables.get, ("kernels", "api_calls", "annotations")))
+    if collectives is not None:
+        parsed.tables["collectives"] = collectives
     if graphs_whole:
         parsed.warnings.append(
             f"{graphs_whole:,} CUDA graph execution(s) traced whole (nsys --cuda-graph-trace=graph, the default): "
