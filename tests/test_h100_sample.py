@@ -45,16 +45,19 @@ def test_every_trace_ingested_with_its_raw_event_counts(con):
 @pytest.mark.parametrize("run, folder", [("h100-train", "train"), ("h100-small-batch", "small-batch")])
 def test_each_category_of_the_real_pytorch_trace_lands_row_for_row(con, run, folder):
     (path,) = (SAMPLE / "raw" / "kineto" / folder).glob("*.pt.trace.json.gz")
-    raw = Counter(event.get("cat") for event in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-                  if event.get("ph") == "X")
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    raw = Counter(event.get("cat") for event in events if event.get("ph") == "X")
+    # The profiler's window marks (`Iteration Start`, `Record Window End`): instant annotations.
+    instants = sum(1 for event in events if event.get("ph") == "i")
     rows = {table: one(con, f"select count(*) from {table} where run = ?", run)[0]
             for table in ("kernels", "api_calls", "cpu_ops", "annotations")}
     assert rows == {
         "kernels": raw["kernel"] + raw["gpu_memcpy"] + raw["gpu_memset"],
         "api_calls": raw["cuda_runtime"] + raw["cuda_driver"],
         "cpu_ops": raw["cpu_op"],
-        "annotations": raw["user_annotation"] + raw["gpu_user_annotation"],
+        "annotations": raw["user_annotation"] + raw["gpu_user_annotation"] + instants,
     }
+    assert instants == 2
 
 
 def test_large_batch_training_is_gpu_bound_and_small_batch_cpu_bound(con):
