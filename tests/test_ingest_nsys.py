@@ -192,7 +192,7 @@ def test_runtime_calls_become_api_calls(tmp_path: Path) -> None:
     ]
 
 
-def test_nvtx_ranges_become_annotations(tmp_path: Path) -> None:
+def test_nvtx_ranges_and_marks_become_annotations(tmp_path: Path) -> None:
     parsed = nsys.parse(build_export(tmp_path / "report.sqlite"), "r1")
     e = EPOCH_NS
     columns = ["run", "rank", "pid", "tid", "name", "kind", "step", "start_ns", "end_ns", "dur_ns"]
@@ -200,6 +200,8 @@ def test_nvtx_ranges_become_annotations(tmp_path: Path) -> None:
         {"run": "r1", "rank": 0, "pid": PID, "tid": MAIN_TID, "name": "ProfilerStep#3", "kind": "profiler_step", "step": 3, "start_ns": e + 850_000, "end_ns": e + 1_200_000, "dur_ns": 350_000},
         {"run": "r1", "rank": 0, "pid": PID, "tid": MAIN_TID, "name": "forward", "kind": "nvtx", "step": None, "start_ns": e + 860_000, "end_ns": e + 1_100_000, "dur_ns": 240_000},
         {"run": "r1", "rank": 0, "pid": PID, "tid": LAUNCH_TID, "name": "nccl:all_reduce", "kind": "nvtx", "step": None, "start_ns": e + 1_015_000, "end_ns": e + 1_125_000, "dur_ns": 110_000},
+        # nvtxMark: an instant, as a Kineto trace's.
+        {"run": "r1", "rank": 0, "pid": PID, "tid": MAIN_TID, "name": "checkpoint", "kind": "instant", "step": None, "start_ns": e + 1_150_000, "end_ns": e + 1_150_000, "dur_ns": 0},
     ]
 
 
@@ -275,7 +277,7 @@ def test_gzipped_export_is_read(tmp_path: Path) -> None:
     packed = tmp_path / "report.sqlite.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     parsed = nsys.parse(packed, "r1")
-    assert (parsed.rows("kernels"), parsed.rows("api_calls"), parsed.rows("annotations")) == (4, 4, 3)
+    assert (parsed.rows("kernels"), parsed.rows("api_calls"), parsed.rows("annotations")) == (4, 4, 4)
     assert parsed.tables["runs"].column("source_path").to_pylist() == [str(packed.resolve())]
 
 
@@ -318,7 +320,7 @@ def test_export_missing_a_needed_column_raises(tmp_path: Path) -> None:
 def test_runs_row_records_ingestion_and_events_are_counted(tmp_path: Path) -> None:
     parsed = nsys.parse(build_export(tmp_path / "report.sqlite"), "r1")
     assert parsed.tables["runs"].column("ingested_at").null_count == 0
-    assert parsed.events == 11
+    assert parsed.events == 12
 
 
 def test_each_process_with_gpu_work_is_a_rank_in_pid_order(tmp_path: Path) -> None:
@@ -361,6 +363,7 @@ def test_nvtx_ranges_take_their_process_rank(tmp_path: Path) -> None:
         {"rank": 0, "pid": PID, "name": "forward"},
         {"rank": 0, "pid": PID, "name": "nccl:all_reduce"},
         {"rank": 1, "pid": OTHER_PID, "name": "forward"},
+        {"rank": 0, "pid": PID, "name": "checkpoint"},
     ]
 
 

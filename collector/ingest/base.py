@@ -152,6 +152,8 @@ def open_maybe_gzip(path: Path):
 
 # A trace with nothing that ran on a GPU has nothing to analyse: an error.
 NO_GPU_EVENTS = "no GPU events (kernels, memcpy or memset)"
+# The annotations kind of a mark at one instant (a Kineto instant, an NVTX mark): start = end.
+INSTANT_KIND = "instant"
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 

@@ -34,11 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.ingest.arrays import int_array, str_array
+from collector.ingest.base import INSTANT_KIND
 from collector.ingest.kineto_schema import MarkArgs
 
 # Instants that are allocator events, by name.
 MEMORY_EVENT_NAMES: tuple[str, ...] = ("[memory]", "[OutOfMemory]")
-INSTANT_KIND = "instant"
 
 # c10::DeviceType, as PyTorch names them (ROCm builds report their GPUs as cuda).
 DEVICE_TYPES: dict[int, str] = {

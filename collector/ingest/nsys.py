@@ -21,6 +21,8 @@ What is read, and from where (the nsys SQLite schema reference):
   own reports do.
 - `NVTX_EVENTS` push/pop (eventType 59) and start/end (60) ranges →
   `annotations` kind `nvtx`; `ProfilerStep#N` → kind `profiler_step`.
+  Marks (34, `nvtxMark`) → kind `instant`, ending where they start, as
+  a Kineto trace's instants do.
 
 `globalTid` packs the process and thread: bits 24–47 are the pid and bits
 0–23 the tid (`globalTid / 0x1000000 % 0x1000000` and `globalTid %
@@ -65,7 +67,7 @@ from typing import Any
 import pyarrow as pa
 
 from collector.errors import TraceError
-from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, profiler_step, rank_from_filename
+from collector.ingest.base import INSTANT_KIND, NO_GPU_EVENTS, ParsedTrace, profiler_step, rank_from_filename
 from collector.ingest.categories import categorise
 from collector.ingest.kernel_collectives import collectives_from_kernels
 from collector.ingest.sqlite_db import (
@@ -81,6 +83,7 @@ _NSYS_MARKERS = (b"CUPTI_ACTIVITY_KIND_", b"TARGET_INFO_SESSION_START_TIME", b"N
 _PID_DIVISOR = 0x1000000
 _NVTX_PUSH_POP = 59
 _NVTX_START_END = 60
+_NVTX_MARK = 34
 
 
 def _times(alias: str) -> str:
@@ -165,16 +168,17 @@ from CUPTI_ACTIVITY_KIND_RUNTIME as r
 left join StringIds as s on s.id = r.nameId
 """
 
-# Ranges only: marks, domain and category records are not intervals.
+# Ranges and marks: domain and category records are neither.
 _NVTX_SQL = f"""
 select
     n.globalTid / {_PID_DIVISOR} % {_PID_DIVISOR} as pid,
     n.globalTid % {_PID_DIVISOR} as tid,
     coalesce(n.text, {{text_by_id}}) as name,
-    {_times('n')}
+    {_times('n')},
+    n.eventType as event_type
 from NVTX_EVENTS as n
 {{text_join}}
-where n.eventType in ({_NVTX_PUSH_POP}, {_NVTX_START_END})
+where n.eventType in ({_NVTX_PUSH_POP}, {_NVTX_START_END}, {_NVTX_MARK})
 """
 
 # CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind, spelled as Kineto
@@ -319,6 +323,10 @@ def _nvtx_ranges(conn: sqlite3.Connection, tables: set[str], params: dict[str, i
     steps = mapped(columns["name"], profiler_step)
     columns["kind"] = ["nvtx" if step is None else "profiler_step" for step in steps]
     columns["step"] = steps
+    for i, event_type in enumerate(columns.pop("event_type")):
+        if event_type == _NVTX_MARK:  # an instant: no end of its own
+            columns["kind"][i], columns["step"][i] = INSTANT_KIND, None
+            columns["end_ns"][i], columns["dur_ns"][i] = columns["start_ns"][i], 0
     return columns
 
 
