@@ -108,7 +108,7 @@ class Accumulator:
         self.skipped.update(tables.skipped)
         self.marks.add(tables.marks)
         if tables.memory:
-            self.marks.memory_parts.append(tables.memory)
+            self.marks.add_memory_columns(tables.memory)
         for table, (columns, kept) in tables.columns.items():
             offset = self.rows[table]
             for index, event in kept.items():

@@ -66,9 +66,6 @@ class Marks:
         # (name, pid, tid, the name or labels it gives), in file order.
         self.metadata: list[tuple[Any, Any, Any, Any]] = []
 
-    def __len__(self) -> int:
-        return sum(len(part["ts_us"]) for part in self.memory_parts) + len(self.instants) + len(self.metadata)
-
     def add(self, events: list[Any]) -> None:
         """Read decoded events of the phases `MARK_PHASES`, in file order.
         (Allocator events can be most of a trace: they are told apart and
@@ -92,6 +89,10 @@ class Marks:
                                  for event, is_allocator, is_metadata in zip(events, allocator, metadata)
                                  if not (is_allocator or is_metadata))
 
+    def add_memory_columns(self, columns: dict[str, pa.Array]) -> None:
+        """Allocator events already in columns (the scanner's path), next in file order."""
+        self.memory_parts.append(columns)
+
     def merge(self, later: Marks) -> None:
         """Append what `later` read from the events after this one's."""
         self.memory_parts.extend(later.memory_parts)
@@ -99,6 +100,7 @@ class Marks:
         self.metadata.extend(later.metadata)
 
     def compact(self) -> None:
+        """The allocator events as one array a column (cheap to send between processes)."""
         if len(self.memory_parts) > 1:
             parts = self.memory_parts
             self.memory_parts = [{name: pa.concat_arrays([part[name] for part in parts]) for name in parts[0]}]
@@ -164,7 +166,7 @@ def _memory_columns(events: list[Any]) -> dict[str, pa.Array]:
         "tid": int_array(list(map(_TID, events))),
         "name": str_array(list(map(_NAME, events))),
         "ts_us": pa.array(list(map(_TS, events)), pa.float64()),
-        "device_type": pa.array(list(map(_device_type, int_array(device_type).to_pylist())), pa.string()),
+        "device_type": pa.array(list(map(device_type_name, int_array(device_type).to_pylist())), pa.string()),
         "device": device,
         "addr": int_array(addr),
         "bytes": int_array(alloc),
@@ -174,7 +176,8 @@ def _memory_columns(events: list[Any]) -> dict[str, pa.Array]:
 
 
 @functools.cache
-def _device_type(code: int | None) -> str | None:
+def device_type_name(code: int | None) -> str | None:
+    """PyTorch's name of a `Device Type` number (`DEVICE_TYPES`)."""
     if code is None:
         return None
     return DEVICE_TYPES.get(code, f"device type {code}")

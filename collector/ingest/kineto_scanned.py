@@ -1,8 +1,9 @@
 """Kineto tables from a piece the compiled scanner read (`kineto_native`).
 
 The scanner gives one row per event of the piece, column by column: its
-category code, whether it is complete, its times, ids, name and launch
-dimensions, its phase, and where it lies in the text. `scanned_tables`
+category code, its phase (`ph`), its times, ids, name and launch
+dimensions, and where it lies in the text; and an instant's allocator
+args. `scanned_tables`
 routes those rows to their tables and builds each table's columns with
 numpy and Arrow, the same columns `kineto_columns.Accumulator` builds from
 events msgspec decoded (the tests compare both on every trace at hand).
@@ -34,7 +35,7 @@ from collector.ingest.kineto_schema import (
     annotation_kind,
     launch_dims_text,
 )
-from collector.ingest.kineto_marks import MEMORY_EVENT_NAMES, _device_type
+from collector.ingest.kineto_marks import MEMORY_EVENT_NAMES, device_type_name
 from collector.ingest.kineto_stream import decode_events
 
 # Per scanner code (offset by 2: CAT_OTHER, CAT_MISSING, then `CATS`), the
@@ -283,7 +284,7 @@ class _PieceReader:
         has_device &= (device_id >= 0) & (device_id <= _INT32[1])
         types, has_type = arg("device_type", _I_DEVICE_TYPE)
         distinct, which = np.unique(types, return_inverse=True)
-        labels = pa.array([_device_type(code) for code in distinct.tolist()], pa.string())
+        labels = pa.array([device_type_name(code) for code in distinct.tolist()], pa.string())
         return {
             "pid": self._ints("pid", kineto_native.PID, rows),
             "tid": self._ints("tid", kineto_native.TID, rows),
