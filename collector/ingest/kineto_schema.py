@@ -21,11 +21,12 @@ column value once. `traceEvents` is kept raw too and decoded in batches.
 Decoders read a batch of events in turn (`kineto_stream.decode_events`),
 each only where the one before refused the batch:
 - the fast one, `PHASED_EVENTS`, tags events by `ph`: complete events
-  (`X`) get every field above, events of any other phase (flows `s`/`f`,
-  about a third of a GPU trace, instants, metadata) only their `cat`, which
-  is all the parser needs of them (it counts them). Every phase of the
-  Chrome trace format is listed; an event with no `ph`, or one not listed,
-  fails the fast decoder;
+  (`X`) get every field above; instants (`i`, `I`) and metadata events
+  (`M`) their name, pid, tid, time and the args `kineto_marks` reads
+  (`MarkArgs`); events of any other phase (flows `s`/`f`, about a third
+  of a GPU trace) only their `cat`, which is all the parser needs of them
+  (it counts them). Every phase of the Chrome trace format is listed; an
+  event with no `ph`, or one not listed, fails the fast decoder;
 - the lenient one, `KinetoEvent`, reads any event;
 - the same two with msgspec's `strict=False`, which read a time written as
   numeric text (`"ts": "40.0"`, from some exporters and hand-edited traces)
@@ -43,12 +44,13 @@ from typing import Any, Union
 
 import msgspec
 
-# Event category (`cat`) → (contract table, kind). Only complete events
-# (`ph: "X"`) are read. Categories not listed are counted and skipped:
-# `python_function` (Python stack frames of `with_stack=True`: frames, not
-# operators, and often most of the file), `cpu_instant_event` (allocator
-# events), `Trace` (the profiler span), flows (`ac2g` launch → kernel links
-# duplicate the `correlation` arg; `fwdbwd`), `cuda_sync` and metadata.
+# Event category (`cat`) → (contract table, kind), for complete events
+# (`ph: "X"`); instants and metadata events, whatever their category, go to
+# `kineto_marks`. Complete events of categories not listed are counted and
+# skipped: `python_function` (Python stack frames of `with_stack=True`:
+# frames, not operators, and often most of the file), `Trace` (the
+# profiler span), `cuda_sync`; and so are flows (`ac2g` launch → kernel
+# links duplicate the `correlation` arg; `fwdbwd`).
 EVENT_TABLES: dict[str, tuple[str, str | None]] = {
     "kernel": ("kernels", "kernel"),
     "gpu_memcpy": ("kernels", "memcpy"),
@@ -69,7 +71,7 @@ PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
 # Unrouted categories a trace has many events of: flows (a third of a GPU
 # trace's events) and Python frames (often most of a `with_stack` one).
 # The parsers count them by code rather than one by one.
-BULK_SKIPPED: tuple[str, ...] = ("ac2g", "fwdbwd", "python_function", "cpu_instant_event")
+BULK_SKIPPED: tuple[str, ...] = ("ac2g", "fwdbwd", "python_function")
 
 # The CPU op PyTorch records around every c10d collective, carrying its
 # parameters in `args` (PyTorch ≥ 2.1; earlier versions record it bare).
