@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import random
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
@@ -664,6 +665,14 @@ def test_kineto_whole_file_over_the_repair_limit_with_nan_ingests(tmp_path: Path
 
 def _not_called(*args, **kwargs):
     raise AssertionError("re-read by Python's json")
+
+
+def test_us_to_ns_gives_the_decimal_written_to_the_nanosecond() -> None:
+    # Three decimals, as Kineto writes them, up to 2**43 us (101.8 days).
+    rng = random.Random(7)
+    texts = [f"{rng.choice('-+')}{rng.randrange(2**43)}.{rng.randrange(1000):03d}" for _ in range(20_000)]
+    texts += ["0.0005", "-0.0005", "0.0015", "8796093022207.999", "4469105770633.943"]
+    assert us_to_ns([float(t) for t in texts]).to_pylist() == [round(Decimal(t) * 1000) for t in texts]
 
 
 def test_us_to_ns_of_non_finite_or_out_of_range_is_null() -> None:
