@@ -31,9 +31,7 @@ import pyarrow.compute as pc
 
 from collector.ingest.base import build_table, normalise_op, op_from_kernel_name
 from collector.ingest.categories import COMMUNICATION
-
-# ProcessGroupNCCL's range around a collective: `nccl:all_reduce`.
-COLLECTIVE_RANGE_PREFIX = "nccl:"
+from collector.ingest.kineto_schema import COLLECTIVE_ANNOTATION_PREFIX
 
 
 class Enclosing:
@@ -64,6 +62,15 @@ class Enclosing:
         if position >= 0 and ends[position] >= time_ns:
             return indices[position]
         return None
+
+
+def add_collectives_from_kernels(tables: dict[str, pa.Table]) -> None:
+    """Add `collectives` to a parsed source's tables where its kernels hold
+    communication kernels. After the parser counts the events it read:
+    these rows are derived, not read."""
+    collectives = collectives_from_kernels(*map(tables.get, ("kernels", "api_calls", "annotations")))
+    if collectives is not None:
+        tables["collectives"] = collectives
 
 
 def collectives_from_kernels(kernels: pa.Table | None, api_calls: pa.Table | None = None,
@@ -131,7 +138,7 @@ class _Ranges:
 def _collective_ranges(annotations: pa.Table | None) -> _Ranges:
     if annotations is None or not annotations.num_rows:
         return _Ranges(pa.table({"rank": [], "tid": [], "name": [], "start_ns": [], "end_ns": []}))
-    named = pc.fill_null(pc.starts_with(annotations.column("name"), COLLECTIVE_RANGE_PREFIX), False)
+    named = pc.fill_null(pc.starts_with(annotations.column("name"), COLLECTIVE_ANNOTATION_PREFIX), False)
     return _Ranges(annotations.filter(named))
 
 

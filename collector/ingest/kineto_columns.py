@@ -142,8 +142,9 @@ class Accumulator:
         Instants and metadata events go to `marks`.
         """
         cats = list(map(_CAT, batch))
+        phases = list(map(_PH, batch))
         codes = np.fromiter(map(_TABLE_CODES.get, cats, repeat(_UNROUTED)), np.int8, len(cats))
-        marks = np.fromiter(map(_MARK_PHASE.get, map(_PH, batch), repeat(False)), np.bool_, len(cats))
+        marks = np.fromiter(map(_MARK_PHASE.get, phases, repeat(False)), np.bool_, len(cats))
         if marks.any():
             positions = np.flatnonzero(marks)
             self.marks.add(_pick(batch, positions.tolist()))
@@ -158,13 +159,13 @@ class Accumulator:
                 self.skipped[cat if cat is not None else "(no cat)"] += count
         routed: dict[str, list[KinetoEvent]] = {}
         for code, table in enumerate(TABLES):
-            events = _pick(batch, np.flatnonzero(codes == code).tolist())
-            phases = list(map(_PH, events))
-            complete = phases.count("X")
-            if complete != len(phases):
+            positions = np.flatnonzero(codes == code).tolist()
+            events, table_phases = _pick(batch, positions), _pick(phases, positions)
+            complete = table_phases.count("X")
+            if complete != len(table_phases):
                 # Only complete events (`ph: X`) have an interval.
-                self.skipped[f"{table}: ph other than X"] += len(phases) - complete
-                events = [event for event, phase in zip(events, phases) if phase == "X"]
+                self.skipped[f"{table}: ph other than X"] += len(table_phases) - complete
+                events = [event for event, phase in zip(events, table_phases) if phase == "X"]
             routed[table] = events
         return routed
 
@@ -315,8 +316,8 @@ def _args(events: list[KinetoEvent]) -> list[KinetoArgs]:
     return args
 
 
-def _pick(batch: list[KinetoEvent], positions: list[int]) -> list[KinetoEvent]:
-    """The events at `positions`, in order."""
+def _pick(batch: list[Any], positions: list[int]) -> list[Any]:
+    """The items (events, or their phases) at `positions`, in order."""
     if len(positions) > 1:
         return list(itemgetter(*positions)(batch))
     return [batch[i] for i in positions]

@@ -69,7 +69,7 @@ import pyarrow as pa
 from collector.errors import TraceError
 from collector.ingest.base import INSTANT_KIND, NO_GPU_EVENTS, ParsedTrace, profiler_step, rank_from_filename
 from collector.ingest.categories import categorise
-from collector.ingest.kernel_collectives import collectives_from_kernels
+from collector.ingest.kernel_collectives import add_collectives_from_kernels
 from collector.ingest.sqlite_db import (
     SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
     rank_notes, runs_table, schema_has, table_names, whole_number,
@@ -232,10 +232,7 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     without_gpu = processes.left_out({pid for columns in cpu.values() for pid in columns.get("pid", ())})
     parsed.tables["runs"] = _runs_table(conn, tables, path, run, processes, without_gpu, epoch_ns, graphs_whole)
     parsed.events = sum(table.num_rows for name, table in parsed.tables.items() if name != "runs")
-    # From the kernels (no collective args in this format), after `events`: not read, derived.
-    collectives = collectives_from_kernels(*map(parsed.tables.get, ("kernels", "api_calls", "annotations")))
-    if collectives is not None:
-        parsed.tables["collectives"] = collectives
+    add_collectives_from_kernels(parsed.tables)  # no collective args in this format
     if graphs_whole:
         parsed.warnings.append(
             f"{graphs_whole:,} CUDA graph execution(s) traced whole (nsys --cuda-graph-trace=graph, the default): "

@@ -59,7 +59,7 @@ from collector.boot_clock import BootClockTrace
 from collector.errors import TraceError
 from collector.ingest.base import ParsedTrace, profiler_step
 from collector.ingest.categories import categorise
-from collector.ingest.kernel_collectives import collectives_from_kernels
+from collector.ingest.kernel_collectives import add_collectives_from_kernels
 from collector.ingest.rocprof import COPY_NAMES, NO_GPU_EVENTS, rank_from_path
 from collector.ingest.sqlite_db import (
     SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, jsonb_loads, mapped, parse_file, processes_of,
@@ -110,10 +110,7 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     without_gpu = processes.left_out({pid for columns in regions.values() for pid in columns.get("pid", ())})
     parsed.tables["runs"] = _runs_table(conn, names, path, run, processes, gpu, agents, without_gpu, skipped, host)
     parsed.events = sum(table.num_rows for name, table in parsed.tables.items() if name != "runs")
-    # From the kernels (no collective args in this format), after `events`: not read, derived.
-    collectives = collectives_from_kernels(*map(parsed.tables.get, ("kernels", "api_calls", "annotations")))
-    if collectives is not None:
-        parsed.tables["collectives"] = collectives
+    add_collectives_from_kernels(parsed.tables)  # no collective args in this format
     return parsed
 
 

@@ -83,7 +83,7 @@ from collector import boot_clock
 from collector.ingest.base import ParsedTrace, build_table, profiler_step, rank_from_filename
 from collector.ingest.buffer import read_buffer
 from collector.ingest.categories import categorise
-from collector.ingest.kernel_collectives import collectives_from_kernels
+from collector.ingest.kernel_collectives import add_collectives_from_kernels
 from collector.schema import TS_TYPE
 
 FORMAT = "rocprof"
@@ -230,10 +230,7 @@ def _parse_files(paths: list[Path], run: str, source_path: str) -> ParsedTrace:
             parsed.tables[name] = table
     if "kernels" not in parsed.tables:
         raise _no_gpu_events(files)
-    # From the kernels (no collective args in this format), after `events`: not read, derived.
-    collectives = collectives_from_kernels(*map(parsed.tables.get, ("kernels", "api_calls", "annotations")))
-    if collectives is not None:
-        parsed.tables["collectives"] = collectives
+    add_collectives_from_kernels(parsed.tables)  # no collective args in this format
     host = boot_clock.host_from_folder(paths[0], boot_clock.BootClock.now())
     newest = max(paths, key=lambda path: path.stat().st_mtime_ns)  # a process's files are written together, at its end
     parsed.boot_clock = boot_clock.BootClockTrace(
