@@ -40,8 +40,7 @@ def query(dataset, sql, output_format, max_rows, max_width):
 
     Views: telemetry, devices, events, processes, kernels, api_calls,
     cpu_ops, annotations, collectives, nccl_topology, memory_events, runs;
-    and every
-    analysis (analysis/sql/*.sql, the README's Analyses section), such as
+    and every analysis (analysis/sql/*.sql, the README's Analyses section), such as
     power_headroom, time_breakdown, stragglers, data_loading, host_syncs.
 
         gpulens query gpulens-data "select gpu_index, max(power_w) from telemetry group by 1"
