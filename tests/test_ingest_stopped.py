@@ -4,6 +4,7 @@ staging file behind; what a killed one left, the next ingest removes."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -174,3 +175,28 @@ def test_a_write_stopped_while_staging_leaves_no_staging_folder(tmp_path: Path, 
     with pytest.raises(KeyboardInterrupt):
         store.write_source(tmp_path / "out", "r", "source", parsed.tables)
     assert list((tmp_path / "out" / STAGING_DIR).iterdir()) == []
+
+
+def test_a_table_that_cannot_be_written_keeps_the_earlier_ingest_and_no_staging(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tables are written on several threads: one failing must still
+    # leave the source's earlier files in place, and nothing staged.
+    from collector.errors import DatasetError
+    from collector.ingest import kineto
+
+    out = tmp_path / "out"
+    parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
+    store.write_source(out, "r", "source", parsed.tables)
+    before = {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))}
+    write_parquet = store.pq.write_table
+
+    def disk_full_on_kernels(table, path, **options) -> None:
+        if Path(path).name == "kernels.parquet":
+            raise OSError(28, "No space left on device")
+        write_parquet(table, path, **options)
+
+    monkeypatch.setattr(store.pq, "write_table", disk_full_on_kernels)
+    with pytest.raises(DatasetError, match=f"^{re.escape(str(out))}: cannot write: No space left on device$"):
+        store.write_source(out, "r", "source", parsed.tables)
+    assert {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))} == before
+    assert list((out / STAGING_DIR).iterdir()) == []
