@@ -24,7 +24,8 @@ rank, as `comm_calls` does without `seq`); bus bandwidth needs sizes.
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from operator import itemgetter
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,22 +38,18 @@ from collector.ingest.kineto_schema import COLLECTIVE_ANNOTATION_PREFIX
 class Enclosing:
     """Per thread, which of a set of non-nested CPU ranges holds a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, tids: Iterable[Any], starts: Iterable[int | None], ends: Iterable[int | None],
+                 indices: Iterable[int]) -> None:
+        """The ranges given column by column; those missing a time are left out."""
+        by_tid: dict[Any, list[tuple[int, int, int]]] = {}
+        for tid, start_ns, end_ns, index in zip(tids, starts, ends, indices):
+            if start_ns is not None and end_ns is not None:
+                by_tid.setdefault(tid, []).append((start_ns, end_ns, index))
         self._by_tid: dict[Any, tuple[list[int], list[int], list[int]]] = {}
-
-    def add(self, tid: Any, start_ns: int | None, end_ns: int | None, index: int) -> None:
-        if start_ns is None or end_ns is None:
-            return
-        self._by_tid.setdefault(tid, ([], [], []))
-        starts, ends, indices = self._by_tid[tid]
-        starts.append(start_ns)
-        ends.append(end_ns)
-        indices.append(index)
-
-    def freeze(self) -> None:
-        for tid, (starts, ends, indices) in self._by_tid.items():
-            order = sorted(range(len(starts)), key=starts.__getitem__)
-            self._by_tid[tid] = ([starts[i] for i in order], [ends[i] for i in order], [indices[i] for i in order])
+        for tid, found in by_tid.items():
+            found.sort(key=itemgetter(0))  # by start, stable: ranges that start together keep their order
+            starts_ns, ends_ns, held = zip(*found)
+            self._by_tid[tid] = (list(starts_ns), list(ends_ns), list(held))
 
     def find(self, tid: Any, time_ns: int) -> int | None:
         if tid not in self._by_tid:
@@ -118,11 +115,9 @@ class _Ranges:
 
     def __init__(self, annotations: pa.Table) -> None:
         self.rows = annotations.select(["name", "start_ns", "end_ns"]).to_pylist()
-        self.enclosing = Enclosing()
-        for index, (rank, tid, row) in enumerate(zip(annotations.column("rank").to_pylist(),
-                                                     annotations.column("tid").to_pylist(), self.rows)):
-            self.enclosing.add((rank, tid), row["start_ns"], row["end_ns"], index)
-        self.enclosing.freeze()
+        threads = zip(annotations.column("rank").to_pylist(), annotations.column("tid").to_pylist())
+        self.enclosing = Enclosing(threads, (row["start_ns"] for row in self.rows), (row["end_ns"] for row in self.rows),
+                                   range(len(self.rows)))
 
     def __bool__(self) -> bool:
         return bool(self.rows)

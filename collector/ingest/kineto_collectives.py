@@ -55,9 +55,14 @@ class EventRows:
     kept: dict[int, KinetoEvent]
 
     def take(self, column: str, indices: list[int]) -> list[Any]:
+        return self.take_columns((column,), indices)[0]
+
+    def take_columns(self, columns: tuple[str, ...], indices: list[int]) -> list[list[Any]]:
+        """Each column's values at `indices`, as lists."""
         if not indices:  # also where the table has no rows, hence no columns
-            return []
-        return self.columns[column].take(pa.array(indices, type=pa.int64())).to_pylist()
+            return [[] for _ in columns]
+        at = pa.array(indices, type=pa.int64())
+        return [self.columns[column].take(at).to_pylist() for column in columns]
 
 
 # --- value normalisation -------------------------------------------------------
@@ -294,42 +299,50 @@ def build_collectives(kernels: EventRows, cpu_ops: EventRows, api_calls: EventRo
     if not comm and not param_ops:
         return None
 
-    op_interval = dict(zip(param_ops, zip(cpu_ops.take("start_ns", param_ops), cpu_ops.take("end_ns", param_ops))))
-    op_external = dict(zip(param_ops, cpu_ops.take("external_id", param_ops)))
+    op_start, op_end, op_external, op_tid = cpu_ops.take_columns(("start_ns", "end_ns", "external_id", "tid"), param_ops)
+    op_interval = dict(zip(param_ops, zip(op_start, op_end)))
+    external_of_op = dict(zip(param_ops, op_external))
     param_by_external: dict[int, int] = {}
-    param_ranges = Enclosing()
-    for j, tid in zip(param_ops, cpu_ops.take("tid", param_ops)):
-        if op_external[j] is not None:
-            param_by_external.setdefault(op_external[j], j)
-        param_ranges.add(tid, *op_interval[j], j)
-    param_ranges.freeze()
+    for j, external in zip(param_ops, op_external):
+        if external is not None:
+            param_by_external.setdefault(external, j)
+    param_ranges = Enclosing(op_tid, op_start, op_end, param_ops)
 
     ranges = sorted(annotations.kept)
-    annotation_interval = dict(zip(ranges, zip(annotations.take("start_ns", ranges), annotations.take("end_ns", ranges))))
-    annotation_ranges = Enclosing()
-    for a, tid in zip(ranges, annotations.take("tid", ranges)):
-        annotation_ranges.add(tid, *annotation_interval[a], a)
-    annotation_ranges.freeze()
+    a_start, a_end, a_tid = annotations.take_columns(("start_ns", "end_ns", "tid"), ranges)
+    annotation_interval = dict(zip(ranges, zip(a_start, a_end)))
+    annotation_ranges = Enclosing(a_tid, a_start, a_end, ranges)
 
-    k_correlation = dict(zip(comm, kernels.take("correlation_id", comm)))
-    k_external = dict(zip(comm, kernels.take("external_id", comm)))
-    k_interval = dict(zip(comm, zip(kernels.take("start_ns", comm), kernels.take("end_ns", comm))))
-    launches = _launches(api_calls, {c for c in k_correlation.values() if c is not None})
+    k_correlation, k_external, k_start, k_end = kernels.take_columns(("correlation_id", "external_id", "start_ns", "end_ns"), comm)
+    launches = _launches(api_calls, {c for c in k_correlation if c is not None})
 
     kernels_of_op: dict[int, list[int]] = {}
-    unclaimed: list[tuple[int, int | None, int | None]] = []  # kernel, param op, annotation
-    for i in comm:
-        launch = launches.get(k_correlation[i]) if k_correlation[i] is not None else None
-        j = param_by_external.get(k_external[i]) if k_external[i] is not None else None
+    unclaimed: list[tuple[int, int | None, int | None]] = []  # kernel's place in comm, param op, annotation
+    for place, (correlation, external) in enumerate(zip(k_correlation, k_external)):
+        launch = launches.get(correlation) if correlation is not None else None
+        j = param_by_external.get(external) if external is not None else None
         annotation = None
         if launch is not None:
             if j is None:
                 j = param_ranges.find(*launch)
             annotation = annotation_ranges.find(*launch)
         if j is not None and (cpu_ops.kept[j].args or NO_ARGS).collective_name is not None:
-            kernels_of_op.setdefault(j, []).append(i)
+            kernels_of_op.setdefault(j, []).append(place)
         else:
-            unclaimed.append((i, j, annotation))
+            unclaimed.append((place, j, annotation))
+
+    def attach(row: dict[str, Any], places: list[int]) -> dict[str, Any]:
+        """The kernels' interval (first start to last end), first kernel's name and correlation."""
+        if not places:
+            row["start_ns"], row["end_ns"] = row.get("cpu_start_ns"), row.get("cpu_end_ns")
+            return row
+        first = places[0] if len(places) == 1 else min(places, key=lambda place: k_start[place] or 0)
+        row["start_ns"] = k_start[first]
+        ends = [end for end in (k_end[place] for place in places) if end is not None]
+        row["end_ns"] = max(ends) if ends else None
+        row["kernel_name"] = kernels.kept[comm[first]].name
+        row["correlation_id"] = k_correlation[first]
+        return row
 
     rows: list[dict[str, Any]] = []
     for j in param_ops:
@@ -338,11 +351,10 @@ def build_collectives(kernels: EventRows, cpu_ops: EventRows, api_calls: EventRo
             continue
         row = fields_from_args(args)
         row["cpu_start_ns"], row["cpu_end_ns"] = op_interval[j]
-        row["external_id"] = op_external[j]
-        _attach_kernels(row, kernels, kernels_of_op.get(j, []), k_interval, k_correlation)
-        rows.append(row)
-    for i, j, annotation in unclaimed:
-        kernel = kernels.kept[i]
+        row["external_id"] = external_of_op[j]
+        rows.append(attach(row, kernels_of_op.get(j, [])))
+    for place, j, annotation in unclaimed:
+        kernel = kernels.kept[comm[place]]
         args = kernel.args or NO_ARGS
         if args.collective_name is not None:
             row = fields_from_args(args)
@@ -352,9 +364,8 @@ def build_collectives(kernels: EventRows, cpu_ops: EventRows, api_calls: EventRo
             row["cpu_start_ns"], row["cpu_end_ns"] = op_interval[j]
         elif annotation is not None:
             row["cpu_start_ns"], row["cpu_end_ns"] = annotation_interval[annotation]
-        row["external_id"] = op_external[j] if j is not None else k_external[i]
-        _attach_kernels(row, kernels, [i], k_interval, k_correlation)
-        rows.append(row)
+        row["external_id"] = external_of_op[j] if j is not None else k_external[place]
+        rows.append(attach(row, [place]))
     if not rows:
         return None
     rows.sort(key=lambda r: (r["start_ns"] is None, r["start_ns"] or 0))
@@ -369,21 +380,7 @@ def _launches(api_calls: EventRows, correlations: set[int]) -> dict[int, tuple[i
     mask = pc.fill_null(pc.is_in(api_calls.columns["correlation_id"], value_set=wanted), False)
     calls = pc.indices_nonzero(mask).to_pylist()
     launches: dict[int, tuple[int, int]] = {}
-    for correlation, tid, start in zip(api_calls.take("correlation_id", calls), api_calls.take("tid", calls),
-                                       api_calls.take("start_ns", calls)):
+    for correlation, tid, start in zip(*api_calls.take_columns(("correlation_id", "tid", "start_ns"), calls)):
         if start is not None:
             launches.setdefault(correlation, (tid, start))
     return launches
-
-
-def _attach_kernels(row: dict[str, Any], kernels: EventRows, indices: list[int],
-                    interval: dict[int, tuple[int | None, int | None]], correlation: dict[int, int | None]) -> None:
-    if not indices:
-        row["start_ns"], row["end_ns"] = row.get("cpu_start_ns"), row.get("cpu_end_ns")
-        return
-    first = min(indices, key=lambda i: interval[i][0] or 0)
-    row["start_ns"] = interval[first][0]
-    ends = [interval[i][1] for i in indices if interval[i][1] is not None]
-    row["end_ns"] = max(ends) if ends else None
-    row["kernel_name"] = kernels.kept[first].name
-    row["correlation_id"] = correlation[first]
