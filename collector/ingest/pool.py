@@ -30,7 +30,7 @@ from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from collector.errors import one_line
-from collector.ingest.formats import format_modules
+from collector.ingest.formats import FORMAT_MODULES, module_for
 from collector.ingest import plan
 from collector.ingest.results import FileFailure, FileResult, PartOutcome, SkippedFile
 from collector.ingest.store import owner_tag, remove_abandoned_staging, staging_folder
@@ -84,10 +84,13 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                     yield outcome
                     bar.advance(_task_of(outcome))
         return
-    # Import the parsers once here: forked workers then share those pages
-    # instead of each importing its own copy (~13 MB each). And keep the
+    # Import the Kineto parser once here: forked workers then share those
+    # pages instead of each importing its own copy. It is the one every
+    # file's sniffing imports (the first tried), and the format of most
+    # runs; the others (15 ms more before the first file, on every run) are
+    # imported by the processes whose files need them. And keep the
     # collector from touching (so copying) the shared objects there.
-    format_modules()
+    module_for(FORMAT_MODULES[0])
     _warm_conversions()
     # Imported here: a run small enough for one process never pays for them.
     import multiprocessing
