@@ -374,3 +374,18 @@ def test_quantile_interpolation_rounds_the_exact_value_once():
         assert _interpolate(lo, hi, d) == float(exact)
     assert _interpolate(1000.0, 2000.0, 0.95 * 8 - 7) == 1599.9999999999998
     assert _interpolate(7.0, 9.0, 0.0) == 7.0
+
+
+def test_derive_gives_back_every_table_but_kernels_and_annotations_as_it_was(tmp_path):
+    # The writer writes those while derive runs (store._StagedWriter).
+    from collector.derive import CHANGED_TABLES, DERIVED_TABLES
+    from collector.ingest import kineto
+    from collector.sim_trace import write_training_traces
+
+    (path,) = write_training_traces(tmp_path, ranks=1, steps=3, kernels_per_step=60)
+    tables = kineto.parse(path, "r").tables
+    derived = derive_trace_tables(tables)
+    assert CHANGED_TABLES == ("kernels", "annotations")
+    assert {"api_calls", "cpu_ops", "collectives", "runs"} <= set(tables)
+    assert all(derived[name] is tables[name] for name in tables if name not in CHANGED_TABLES)
+    assert set(derived) == set(tables) | set(DERIVED_TABLES)

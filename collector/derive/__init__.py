@@ -96,6 +96,9 @@ from collector.schema import (
 
 # The tables derive_trace_tables adds beside the parsed ones.
 DERIVED_TABLES = ("gpu_phases", "rank_summary", "step_launches", "kernel_names")
+# The input tables derive_trace_tables gives back with columns added; it
+# returns every other one as it is (so a writer may write those meanwhile).
+CHANGED_TABLES = ("kernels", "annotations")
 
 KERNEL_DERIVED_COLUMNS = (
     "launch_call_name", "launch_call_start_ns", "launch_call_ns", "launch_delay_ns", "launch_queue_ns", "step",

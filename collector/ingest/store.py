@@ -52,13 +52,13 @@ import shutil
 import socket
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.derive import derive_trace_tables
+from collector.derive import CHANGED_TABLES, DERIVED_TABLES, derive_trace_tables
 from collector.errors import DatasetError
 from collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,
                                     unmerge_sources)
@@ -67,7 +67,7 @@ from collector.schema import TRACE_SCHEMAS
 TRACES_DIR = "traces"
 STAGING_DIR = ".staging"
 _STAGING_PREFIX = "ingest-"
-# Most threads writing one source's tables: see _write_tables.
+# Most threads writing one source's tables: see _StagedWriter.
 _WRITE_THREADS = 3
 # Folders under STAGING_DIR are named `<kind>-<pid>.<host>-...` by the
 # process that owns them (`owner_tag`), so a later ingest can tell those of a
@@ -148,11 +148,16 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
     (and lose the one an earlier ingest wrote). Raises DatasetError naming
     the file that could not be written.
     """
-    tables = derive_trace_tables(tables)
     staging = _staging_folder(out, source)
     try:
         try:
-            staged = _write_tables({table: data for table, data in tables.items() if data.num_rows}, staging)
+            with _StagedWriter(staging, _WRITE_THREADS) as writer:
+                # What derive leaves alone is written while it runs.
+                writer.write({table: data for table, data in tables.items()
+                              if table not in CHANGED_TABLES and table not in DERIVED_TABLES})
+                tables = derive_trace_tables(tables)
+                writer.write({table: data for table, data in tables.items() if table not in writer.staged})
+            staged = writer.staged
         except OSError as error:
             raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
         # Under the run's lock, so that a merge (`gpulens compact`) never
@@ -184,11 +189,16 @@ def write_sources(out: Path, run: str, sources: list[tuple[str, dict[str, pa.Tab
     staging = _staging_folder(out, ids[0])
     try:
         try:
-            # Sources of different formats (or gpulens versions) may lack a column.
-            staged = _write_tables({table: pa.concat_tables([tables[table] for _, tables in derived
-                                                             if table in tables and tables[table].num_rows],
-                                                            promote_options="permissive")
-                                    for table in counts}, staging, threads=1)
+            # A batch of small sources is written on this thread alone: its
+            # ingest has many files, and every core is busy with one (threads
+            # only added overhead there: 64 small ranks 0.78 -> 0.80 s).
+            with _StagedWriter(staging, threads=1) as writer:
+                # Sources of different formats (or gpulens versions) may lack a column.
+                writer.write({table: pa.concat_tables([tables[table] for _, tables in derived
+                                                       if table in tables and tables[table].num_rows],
+                                                      promote_options="permissive")
+                              for table in counts})
+            staged = writer.staged
             listing = staging / BATCH_SOURCES
             listing.write_text(json.dumps({"sources": ids, "rows": counts}))
             _fsync_file(listing)
@@ -325,27 +335,46 @@ def trace_parquet_options(schema: pa.Schema) -> dict:
     return {"compression": "zstd", "use_dictionary": text, "column_encoding": integers}
 
 
-def _write_tables(tables: dict[str, pa.Table], staging: Path, threads: int = _WRITE_THREADS) -> dict[str, Path]:
-    """Write each table to `<staging>/<table>.parquet` and sync it; the
-    files. On up to `threads` threads, largest first: pyarrow encodes and
-    compresses without holding the GIL, so a big rank's ten files are
-    written on the cores its ingest leaves idle (the V100 trace's: 44 → 27
-    ms). A batch of small sources is written on one: its ingest has many
-    files, every core busy with one, and threads only added overhead there
-    (64 small ranks: 0.78 → 0.80 s)."""
-    staged = {table: staging / f"{table}.parquet" for table in tables}
-    largest_first = sorted(tables, key=lambda table: tables[table].nbytes, reverse=True)
-    threads = min(threads, len(tables), os.cpu_count() or 1)
-    if threads <= 1:
-        for table in largest_first:
-            _write_staged(tables[table], staged[table])
-        return staged
-    with ThreadPoolExecutor(threads) as pool:
-        # Leaving the block waits for every write, a failed one's included,
-        # before the caller removes the staging folder.
-        for _ in pool.map(lambda table: _write_staged(tables[table], staged[table]), largest_first):
-            pass
-    return staged
+class _StagedWriter:
+    """Writes tables to `<staging>/<table>.parquet`, each file synced, on up
+    to `threads` threads (largest first within each `write`), and waits
+    for them all on leaving its block, where the first error is raised.
+
+    pyarrow encodes and compresses without holding the GIL, so a big
+    rank's files are written on the cores its ingest leaves idle, and
+    while derive runs (the V100 trace's ten files alone: 44 -> 27 ms).
+    Empty tables get no file. `staged`: the files, by table.
+    """
+
+    def __init__(self, staging: Path, threads: int) -> None:
+        self.staging = staging
+        self.staged: dict[str, Path] = {}
+        threads = min(threads, os.cpu_count() or 1)
+        self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        self._pending: list[Future] = []
+
+    def write(self, tables: dict[str, pa.Table]) -> None:
+        for table in sorted(tables, key=lambda name: tables[name].nbytes, reverse=True):
+            data = tables[table]
+            if not data.num_rows:
+                continue
+            path = self.staged[table] = self.staging / f"{table}.parquet"
+            if self._pool is None:
+                _write_staged(data, path)
+            else:
+                self._pending.append(self._pool.submit(_write_staged, data, path))
+
+    def __enter__(self) -> _StagedWriter:
+        return self
+
+    def __exit__(self, *raised: object) -> None:
+        if self._pool is None:
+            return
+        # Every write ends before the caller removes the staging folder.
+        self._pool.shutdown(wait=True)
+        if raised[0] is None:
+            for future in self._pending:
+                future.result()  # the first write's error, if any
 
 
 def _write_staged(table: pa.Table, path: Path) -> Path:
