@@ -370,8 +370,9 @@ class _StagedWriter:
     def __exit__(self, *raised: object) -> None:
         if self._pool is None:
             return
-        # Every write ends before the caller removes the staging folder.
-        self._pool.shutdown(wait=True)
+        # Every write ends before the caller removes the staging folder;
+        # stopped by an error (or Ctrl-C), those not begun are dropped.
+        self._pool.shutdown(wait=True, cancel_futures=raised[0] is not None)
         if raised[0] is None:
             for future in self._pending:
                 future.result()  # the first write's error, if any
