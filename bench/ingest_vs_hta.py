@@ -1,7 +1,7 @@
 """Trace loading speed and memory: `gpulens ingest` against Holistic Trace Analysis.
 
     python bench/ingest_vs_hta.py --quick     # real traces + 8 ranks, 400,000 events
-    python bench/ingest_vs_hta.py             # 8 ranks, 5 million events, 3 rounds
+    python bench/ingest_vs_hta.py             # 8 ranks, 5 million events, 3 rounds (7 for small inputs)
     python bench/ingest_vs_hta.py --skip-real --hta-max-ranks 2   # the same, HTA on 2 ranks
 
 HTA needs about 30 s and 1 GB per 600,000-event rank (on a 2-core AMD EPYC
@@ -53,6 +53,9 @@ Measures, per load:
   pages, which the child held between fork and exec.)
 The machine's load average is printed with each input: other work on the
 machine slows both tools and makes the rounds disagree.
+Inputs under a million events get 7 rounds (`--small-input-rounds`), the
+others 3 (`--rounds`): a small input's load takes under a second, where
+one round slowed by the machine moves a median of three.
 Reported: the median wall and the largest peak over the rounds, the ratios
 and gpulens' events per second per core (events / wall / worker count).
 Targets: gpulens >= 10x faster than HTA's load, <= 1/3 of its peak memory.
@@ -90,6 +93,8 @@ REAL_SETS = {
 # The run of many small ranks: events per rank, and its profiler steps.
 SMALL_RANK_EVENTS = 5_000
 SMALL_RANK_STEPS = 4
+# Inputs under this many events get --small-input-rounds rounds.
+SMALL_INPUT_EVENTS = 1_000_000
 SPEED_TARGET = 10.0
 MEMORY_TARGET = 3.0
 _SAMPLE_S = 0.02
@@ -332,7 +337,10 @@ def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str 
     # Every core even for one file: gpulens reads a big file in parts.
     jobs = args.jobs
     loads: dict[str, list[Load]] = {"hta": [], "gpulens": []}
-    for round_no in range(1, args.rounds + 1):
+    # A small input's rounds take seconds, and one disturbed round (this VM
+    # has loads of 0.5 s take 1.0) moves a median of three: more of them.
+    rounds = max(args.rounds, args.small_input_rounds) if events < SMALL_INPUT_EVENTS else args.rounds
+    for round_no in range(1, rounds + 1):
         parts = []
         if hta_python:
             hta = load_hta(hta_python, hta_folder, args.hta_timeout_s)
@@ -421,6 +429,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40, help="profiler steps per rank in the simulated run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--small-input-rounds", type=int, default=7,
+                        help=f"rounds for inputs under {SMALL_INPUT_EVENTS:,} events (at least --rounds)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="gpulens worker processes")
     parser.add_argument("--hta-python", default=None, help="interpreter with HTA installed; 'none' skips HTA")
     parser.add_argument("--hta-max-ranks", type=int, default=0, help="load only the first N ranks with HTA (0: all)")
