@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,15 +50,19 @@ def us_to_ns(values: Sequence[float | int | None] | pa.Array) -> pa.Array:
     """int64 nanoseconds from microsecond numbers (None, NaN, ±inf and
     values beyond int64 nanoseconds are NULL)."""
     micros = values.cast(pa.float64()) if isinstance(values, pa.Array) else pa.array(values, type=pa.float64())
-    in_range = pc.less(pc.abs(micros), _MAX_US)  # false for NaN
-    if in_range.false_count:
-        micros = pc.if_else(in_range, micros, None)
-    whole = pc.trunc(micros)
-    fraction_ns = pc.round(pc.multiply(pc.subtract(micros, whole), 1000.0))
-    return pc.add(
-        pc.multiply(pc.cast(whole, pa.int64()), 1000),
-        pc.cast(fraction_ns, pa.int64()),
-    )
+    # In numpy: a handful of operations on a few thousand values each, where
+    # each Arrow call costs about 10 µs whatever its size (a small rank
+    # made 90 of them here, half of all its Arrow calls).
+    floats = micros.to_numpy(zero_copy_only=False)  # NULL as NaN
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, dropped below
+        in_range = np.abs(floats) < _MAX_US  # false for NaN
+        whole = np.trunc(floats)
+        fraction_ns = np.round((floats - whole) * 1000.0)
+    if in_range.all():
+        return pa.array(whole.astype(np.int64) * 1000 + fraction_ns.astype(np.int64), type=pa.int64())
+    whole[~in_range] = 0
+    fraction_ns[~in_range] = 0
+    return pa.array(whole.astype(np.int64) * 1000 + fraction_ns.astype(np.int64), mask=~in_range, type=pa.int64())
 
 
 def to_int(value: Any) -> int | None:
