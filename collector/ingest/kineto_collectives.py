@@ -54,9 +54,6 @@ class EventRows:
     columns: dict[str, Any]
     kept: dict[int, KinetoEvent]
 
-    def take(self, column: str, indices: list[int]) -> list[Any]:
-        return self.take_columns((column,), indices)[0]
-
     def take_columns(self, columns: tuple[str, ...], indices: list[int]) -> list[list[Any]]:
         """Each column's values at `indices`, as lists."""
         if not indices:  # also where the table has no rows, hence no columns
@@ -336,7 +333,7 @@ def build_collectives(kernels: EventRows, cpu_ops: EventRows, api_calls: EventRo
         if not places:
             row["start_ns"], row["end_ns"] = row.get("cpu_start_ns"), row.get("cpu_end_ns")
             return row
-        first = places[0] if len(places) == 1 else min(places, key=lambda place: k_start[place] or 0)
+        first = min(places, key=lambda place: k_start[place] or 0)
         row["start_ns"] = k_start[first]
         ends = [end for end in (k_end[place] for place in places) if end is not None]
         row["end_ns"] = max(ends) if ends else None
