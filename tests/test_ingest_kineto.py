@@ -693,6 +693,25 @@ def test_collective_bytes_of_every_pytorch_dtype(tmp_path: Path, dtype: str, ele
     assert rows(result, "collectives")[0]["bytes"] == 1048576 * element_bytes
 
 
+def test_collective_args_alike_but_for_their_type_are_read_apart() -> None:
+    # Each distinct set of args is normalised once: 1 and true (equal keys
+    # to Python) must not share a memo; true is no group size.
+    from collector.ingest.kineto_collectives import fields_from_args
+    from collector.ingest.kineto_schema import KinetoArgs
+
+    read = [fields_from_args(KinetoArgs(collective_name="allreduce", group_size=size, seq=seq))
+            for seq, size in enumerate([1, True, 1.0, 1, 1.5])]
+    assert [(fields["group_size"], fields["seq"]) for fields in read] == [(1, 0), (None, 1), (1, 2), (1, 3), (None, 4)]
+
+
+def test_collective_ranks_written_as_a_list_are_read() -> None:
+    from collector.ingest.kineto_collectives import fields_from_args
+    from collector.ingest.kineto_schema import KinetoArgs
+
+    fields = fields_from_args(KinetoArgs(collective_name="allreduce", process_group_ranks=[0, 2, 4, 6], seq=3))
+    assert (fields["group_ranks"], fields["group_size"], fields["seq"]) == ([0, 2, 4, 6], 4, 3)
+
+
 def test_kineto_sniff_needs_trace_events() -> None:
     assert (kineto.sniff(b'{"traceEvents": []}', Path("x")), kineto.sniff(b'{"a": 1}', Path("x"))) == (True, False)
 

@@ -210,23 +210,39 @@ def _bytes(in_nelems: int | None, out_nelems: int | None, dtype: str | None) -> 
 
 def fields_from_args(args: KinetoArgs) -> dict[str, Any]:
     """The collective columns a record_param_comms op (or kernel) states."""
-    group_size = to_int(args.group_size)
-    ranks = parse_group_ranks(args.process_group_ranks, group_size, to_int(args.global_rank_start), to_int(args.global_rank_stride))
-    if group_size is None and ranks is not None:
-        group_size = len(ranks)
-    op = _op_name(clean_str(args.collective_name))
-    dtype = normalise_dtype(clean_str(args.dtype))
-    in_nelems, out_nelems = to_int(args.in_msg_nelems), to_int(args.out_msg_nelems)
-    in_splits, in_truncated = parse_split_sizes(args.in_split_size)
-    out_splits, out_truncated = parse_split_sizes(args.out_split_size)
+    stated = (args.collective_name, args.dtype, args.in_msg_nelems, args.out_msg_nelems, args.in_split_size,
+              args.out_split_size, args.group_size, args.process_group_ranks, args.global_rank_start,
+              args.global_rank_stride, args.process_group_name, args.process_group_desc)
+    try:
+        # A training loop repeats each collective's args every step, its
+        # sequence number aside: each distinct set is normalised once.
+        fields = _fields(*stated)
+    except TypeError:  # a list among them (unhashable): normalised each time
+        fields = _fields.__wrapped__(*stated)
+    return {**fields, "seq": to_int(args.seq)}
+
+
+# typed: 1, 1.0 and True are not the same key (to_int reads True as no number).
+@lru_cache(maxsize=4096, typed=True)
+def _fields(collective_name: Any, dtype: Any, in_msg_nelems: Any, out_msg_nelems: Any, in_split_size: Any,
+            out_split_size: Any, group_size: Any, process_group_ranks: Any, global_rank_start: Any,
+            global_rank_stride: Any, process_group_name: Any, process_group_desc: Any) -> dict[str, Any]:
+    """`fields_from_args` but for `seq`; callers copy the dict, not its lists."""
+    size = to_int(group_size)
+    ranks = parse_group_ranks(process_group_ranks, size, to_int(global_rank_start), to_int(global_rank_stride))
+    if size is None and ranks is not None:
+        size = len(ranks)
+    normalised_dtype = normalise_dtype(clean_str(dtype))
+    in_nelems, out_nelems = to_int(in_msg_nelems), to_int(out_msg_nelems)
+    in_splits, in_truncated = parse_split_sizes(in_split_size)
+    out_splits, out_truncated = parse_split_sizes(out_split_size)
     return {
-        "process_group": clean_str(args.process_group_name),
-        "process_group_desc": clean_str(args.process_group_desc),
-        "seq": to_int(args.seq),
-        "op": op,
-        "bytes": _bytes(in_nelems, out_nelems, dtype),
-        "group_size": group_size,
-        "dtype": dtype,
+        "process_group": clean_str(process_group_name),
+        "process_group_desc": clean_str(process_group_desc),
+        "op": _op_name(clean_str(collective_name)),
+        "bytes": _bytes(in_nelems, out_nelems, normalised_dtype),
+        "group_size": size,
+        "dtype": normalised_dtype,
         "in_nelems": in_nelems,
         "out_nelems": out_nelems,
         "in_split_sizes": in_splits,
