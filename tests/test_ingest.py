@@ -896,6 +896,23 @@ def test_gpulens_ingest_writes_parquet_without_arrows_mimalloc(tmp_path: Path) -
     assert list((tmp_path / "out").rglob("*.parquet"))
 
 
+def test_gpulens_ingest_ends_at_once_with_its_exit_status_and_every_line(tmp_path: Path) -> None:
+    # As the process's entry point it ends without Python's teardown
+    # (os._exit): its status, what it printed and what it wrote must all be there.
+    import subprocess
+    import sys
+
+    good, bad = write(tmp_path / "good.json", kineto_json()), write(tmp_path / "bad.json", "{")
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "ingest", str(good), str(bad), "--out", str(out)],
+                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    lines = result.stderr.splitlines()
+    assert (result.returncode, lines[0].split(":")[0], lines[-1]) == (
+        1, str(good), "gpulens: error: 1 of 2 files could not be ingested")
+    assert len(rows_in(out, "kernels")) == 2
+    assert not list((out / ".staging").iterdir())
+
+
 # --- --host: the host of traces that name none ---------------------------------------
 
 
