@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import datetime as dt
 import decimal
@@ -59,21 +60,24 @@ def query(dataset, sql, output_format, max_rows, max_width):
 
     refuse_pandas()  # this process only writes rows as text: see collector.no_pandas
     con = open_dataset(dataset, analyses_on_demand=True, tables=tables_named_in(sql), footer_cache=True)
-    create_views_named_in(con, sql)
-    # JSON has its own forms of booleans and lists; text takes DuckDB's.
-    reader = stream_sql(con, sql, duckdb_text=output_format != "json")
-    out = sys.stdout
-    if output_format == "json":
-        write_json(reader, out)
-    elif output_format == "csv":
-        write_csv(reader, out)
-    else:
-        terminal = out.isatty()
-        if max_rows is None:
-            max_rows = TERMINAL_MAX_ROWS if terminal else 0
-        if max_width is None:
-            max_width = shutil.get_terminal_size().columns if terminal else 0
-        write_table(reader, out, max_rows=max_rows, max_width=max_width)
+    # Closed here, not at exit (`gpulens query` ends without Python's
+    # teardown): a query that spilled to disk leaves no temporary files.
+    with contextlib.closing(con):
+        create_views_named_in(con, sql)
+        # JSON has its own forms of booleans and lists; text takes DuckDB's.
+        reader = stream_sql(con, sql, duckdb_text=output_format != "json")
+        out = sys.stdout
+        if output_format == "json":
+            write_json(reader, out)
+        elif output_format == "csv":
+            write_csv(reader, out)
+        else:
+            terminal = out.isatty()
+            if max_rows is None:
+                max_rows = TERMINAL_MAX_ROWS if terminal else 0
+            if max_width is None:
+                max_width = shutil.get_terminal_size().columns if terminal else 0
+            write_table(reader, out, max_rows=max_rows, max_width=max_width)
 
 
 def write_json(reader: pa.RecordBatchReader, out: TextIO) -> None:

@@ -98,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # The commands that end the process as soon as their work is done (see
-# below). `ingest` leaves nothing behind to close: its workers, threads,
-# files and staging folders end inside it. (`query` not: a DuckDB that
-# spilled to disk removes its temporary files when it is closed.)
-_EXIT_AT_ONCE_COMMANDS = ("ingest",)
+# below): they leave nothing to close. Ingest's workers, threads, files
+# and staging folders end inside it; query closes its DuckDB (one that
+# spilled to disk removes its temporary files then).
+_EXIT_AT_ONCE_COMMANDS = ("ingest", "query")
 
 
 def _exit_without_teardown(status: int) -> None:

@@ -94,6 +94,14 @@ def test_interval_text_matches_duckdbs_own(interval):
     assert interval_text(value) == text
 
 
+def test_query_writes_every_row_before_it_ends(dataset):
+    # The command ends without Python's teardown (os._exit): its output,
+    # more than a pipe's buffer, must all be flushed first.
+    result = _gpulens("query", str(dataset), "select range as i from range(200000)", "--format", "csv")
+    lines = result.stdout.splitlines()
+    assert (result.returncode, len(lines), lines[1], lines[-1]) == (0, 200_001, "0", "199999")
+
+
 def test_bad_sql_gives_duckdb_message_on_one_line_and_exit_2(dataset):
     result = _gpulens("query", str(dataset), "select nosuchcolumn from telemetry")
     assert result.returncode == 2
