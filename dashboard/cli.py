@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     command = next((a for a in arguments if not a.startswith("-")), None)
     status = _run(argv, command)
-    if argv is None and command in _EXIT_AT_ONCE_COMMANDS:
+    if argv is None and command in _EXIT_AT_ONCE_COMMANDS and not _observed():
         _exit_without_teardown(status)
     return status
 
@@ -102,6 +102,15 @@ def main(argv: list[str] | None = None) -> int:
 # and staging folders end inside it; query closes its DuckDB (one that
 # spilled to disk removes its temporary files then).
 _EXIT_AT_ONCE_COMMANDS = ("ingest", "query")
+
+
+def _observed() -> bool:
+    """A profiler or coverage tool runs in this process: it writes what it
+    gathered at exit, so the process must end as Python's do."""
+    if sys.gettrace() is not None or sys.getprofile() is not None or "coverage" in sys.modules:
+        return True
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+: tools need not trace
+    return monitoring is not None and any(monitoring.get_tool(tool) is not None for tool in range(6))
 
 
 def _exit_without_teardown(status: int) -> None:

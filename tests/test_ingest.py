@@ -913,6 +913,19 @@ def test_gpulens_ingest_ends_at_once_with_its_exit_status_and_every_line(tmp_pat
     assert not list((out / ".staging").iterdir())
 
 
+def test_gpulens_ingest_under_a_profiler_ends_as_python_does(tmp_path: Path) -> None:
+    # A profiler (or coverage) writes what it gathered at exit: the quick
+    # exit would lose it.
+    import subprocess
+    import sys
+
+    trace, stats = write(tmp_path / "t.json", kineto_json()), tmp_path / "ingest.prof"
+    result = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "dashboard.cli", "ingest",
+                             str(trace), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert (result.returncode, stats.is_file()) == (0, True)
+
+
 # --- --host: the host of traces that name none ---------------------------------------
 
 
