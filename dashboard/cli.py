@@ -99,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
 
 # The commands that end the process as soon as their work is done (see
 # below): they leave nothing to close. Ingest's workers, threads, files
-# and staging folders end inside it; query closes its DuckDB (one that
-# spilled to disk removes its temporary files then).
-_EXIT_AT_ONCE_COMMANDS = ("ingest", "query")
+# and staging folders end inside it; query and report close their DuckDB
+# (one that spilled to disk removes its temporary files then), and
+# report's scratch folder is gone before it writes.
+_EXIT_AT_ONCE_COMMANDS = ("ingest", "query", "report")
 
 
 def _observed() -> bool:
@@ -116,7 +117,8 @@ def _observed() -> bool:
 def _exit_without_teardown(status: int) -> None:
     """End the process now, its output flushed, without Python's teardown:
     with pyarrow and numpy loaded, freeing every module and object took
-    about 60 ms, a sixth of ingesting two small traces. Only as the
+    about 60 ms, a sixth of ingesting two small traces (0.24 s of a
+    report, with polars and plotly too). Only as the
     process's own entry point (`argv` not given): a caller in Python goes
     on. Everything the command wrote is closed and synced by then, its
     workers and threads ended."""

@@ -554,3 +554,19 @@ def test_report_json_of_two_runs_matches_the_schema(two_run_report) -> None:
     report = json.loads(render_json(two_run_report))
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
     assert list(report["metrics_by_run"]) == ["h100-small-batch", "h100-train"]
+
+
+def test_the_report_command_ends_at_once_with_its_report_whole(small: Path, tmp_path: Path) -> None:
+    # As the process's entry point it ends without Python's teardown
+    # (os._exit): the report on stdout, its last line on stderr and its
+    # status must all be there, and no scratch folder left behind.
+    import subprocess
+    import sys
+    import tempfile
+
+    scratch_before = set(Path(tempfile.gettempdir()).glob("gpulens-report-*"))
+    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "report", str(small), "--format", "json"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    assert _findings(json.loads(result.stdout), "straggler_rank")[0]["subject"]["rank"] == 4
+    assert set(Path(tempfile.gettempdir()).glob("gpulens-report-*")) == scratch_before

@@ -13,6 +13,7 @@ renders.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,7 +146,9 @@ def build_report(
     # The findings, the sections and the metrics ask for several of the same
     # analyses (power_headroom, time_breakdown, stragglers): each runs once
     # (a 16-host fleet's report: power_headroom's 2.2 s was paid twice).
-    with results_kept(con):
+    # Closed here, not at exit (`gpulens report` ends without Python's
+    # teardown): a DuckDB that spilled to disk removes its files on close.
+    with contextlib.closing(con), results_kept(con):
         source = describe_source(con, dataset, inputs or [str(dataset)], temporary)
         if not source.has_telemetry and not source.has_traces:
             raise DatasetError(f"{inputs[0] if inputs else dataset}: no telemetry and no trace rows: nothing to report")
