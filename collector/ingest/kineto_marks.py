@@ -16,10 +16,13 @@ Beside its complete events (`ph: X`), a Kineto trace holds:
   `metadata_json` as `process_name` and `thread_names`, so a CPU op's
   `tid` can be named.
 
-Both ways of reading a trace hand this module the same decoded events, in
-file order: msgspec's decoders (`InstantEvent`, `MetadataEvent`, or the
-lenient `KinetoEvent`), and the compiled scanner's path, which decodes
-these events alone from their spans. So the rows do not depend on the path.
+Both ways of reading a trace give this module the same rows, in file
+order: msgspec's decoders hand it decoded events (`InstantEvent`,
+`MetadataEvent`, or the lenient `KinetoEvent`); the compiled scanner's
+path hands it the allocator events already in columns (`kineto_scanned`,
+the same columns `_memory_columns` builds), and the other instants and
+metadata events decoded from their spans. So the rows do not depend on
+the path.
 """
 
 from __future__ import annotations
@@ -107,10 +110,8 @@ class Marks:
 
     def memory_columns(self) -> dict[str, pa.Array]:
         """memory_events' columns, times still in microseconds (`ts_us`)."""
-        parts = self.memory_parts
-        if not parts:
-            return {}
-        return {name: pa.concat_arrays([part[name] for part in parts]) for name in parts[0]}
+        self.compact()
+        return dict(self.memory_parts[0]) if self.memory_parts else {}
 
     def instant_columns(self) -> dict[str, pa.Array]:
         """The other instants as annotations' columns (`ts_us`, `dur_us` 0)."""
