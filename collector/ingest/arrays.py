@@ -58,11 +58,11 @@ def us_to_ns(values: Sequence[float | int | None] | pa.Array) -> pa.Array:
         in_range = np.abs(floats) < _MAX_US  # false for NaN
         whole = np.trunc(floats)
         fraction_ns = np.round((floats - whole) * 1000.0)
-    if in_range.all():
-        return pa.array(whole.astype(np.int64) * 1000 + fraction_ns.astype(np.int64), type=pa.int64())
-    whole[~in_range] = 0
-    fraction_ns[~in_range] = 0
-    return pa.array(whole.astype(np.int64) * 1000 + fraction_ns.astype(np.int64), mask=~in_range, type=pa.int64())
+    out_of_range = None if in_range.all() else ~in_range
+    if out_of_range is not None:
+        whole[out_of_range] = 0  # NULL below: zero, so that the casts stay defined
+        fraction_ns[out_of_range] = 0
+    return pa.array(whole.astype(np.int64) * 1000 + fraction_ns.astype(np.int64), mask=out_of_range, type=pa.int64())
 
 
 def to_int(value: Any) -> int | None:
