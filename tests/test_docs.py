@@ -72,3 +72,12 @@ ENVIRONMENT = sorted(_code_names(r'"(GPULENS_[A-Z_]+)"', "collector") | _code_na
 @pytest.mark.parametrize("variable", ENVIRONMENT)
 def test_every_environment_variable_is_in_the_readme(variable: str) -> None:
     assert variable in README
+
+
+@pytest.mark.parametrize("name", [name for name, _ in _commands()])
+def test_help_text_shows_a_percent_sign_once(name: str) -> None:
+    # click prints help as written: an argparse-style `%%` would show doubled.
+    from click.testing import CliRunner
+
+    shown = CliRunner().invoke(cli, [name, "--help"], terminal_width=200).output
+    assert "%%" not in shown

@@ -35,7 +35,7 @@ _SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "m
 @click.option("--compare", "baseline", type=click.Path(path_type=Path), default=None,
               help="Baseline to show deltas against: a dataset, trace files, or a JSON report.")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:PCT",
-              help="Exit 3 if METRIC got worse than the baseline by more than PCT %% (repeatable). Metrics: "
+              help="Exit 3 if METRIC got worse than the baseline by more than PCT % (repeatable). Metrics: "
                    "step_time, busbw, transfer_busbw, idle_share, exposed_comm_share, tklqt_per_step, "
                    "energy_per_step, power_throttled_share.")
 @click.option("--dataset", "keep", type=click.Path(file_okay=False, path_type=Path), default=None,
