@@ -16,7 +16,8 @@ Then it opens the dataset and materialises every analysis view
 (`analysis/sql/*.sql`) in turn, printing wall time, CPU time and the
 process's peak memory after each; the building blocks with a row per
 kernel or per telemetry sample (`scoped_kernels`, `kernel_launches`,
-`host_telemetry`, `power_samples`) are timed as a full scan instead. Target: <= 1 s each on a 2-core machine.
+`host_telemetry`, `power_samples`) are timed as a full scan instead.
+Target: <= 1 s each on a 2-core machine.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from dashboard.cli import cli
 
@@ -77,7 +78,5 @@ def test_every_environment_variable_is_in_the_readme(variable: str) -> None:
 @pytest.mark.parametrize("name", [name for name, _ in _commands()])
 def test_help_text_shows_a_percent_sign_once(name: str) -> None:
     # click prints help as written: an argparse-style `%%` would show doubled.
-    from click.testing import CliRunner
-
     shown = CliRunner().invoke(cli, [name, "--help"], terminal_width=200).output
     assert "%%" not in shown
