@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -198,5 +199,80 @@ def test_a_table_that_cannot_be_written_keeps_the_earlier_ingest_and_no_staging(
     monkeypatch.setattr(store.pq, "write_table", disk_full_on_kernels)
     with pytest.raises(DatasetError, match=f"^{re.escape(str(out))}: cannot write: No space left on device$"):
         store.write_source(out, "r", "source", parsed.tables)
+    assert {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))} == before
+    assert list((out / STAGING_DIR).iterdir()) == []
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="tables are written on threads only with two cores or more")
+def test_an_interrupt_while_waiting_for_the_writes_lets_them_finish_first(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # SIGTERM's Terminated (or Ctrl-C) can come while this thread waits for
+    # the writer threads; the staging folder is removed right after, so a
+    # write still running would put its file back into it.
+    from collector.ingest import kineto
+
+    parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
+    writing = threading.Event()
+    write_staged = store._write_staged
+
+    def slow_write(table, path: Path) -> Path:
+        writing.set()
+        time.sleep(0.3)
+        return write_staged(table, path)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store, "_write_staged", slow_write)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with store._StagedWriter(tmp_path / "staging", threads=2) as writer:
+                (tmp_path / "staging").mkdir()
+                writer.write({"kernels": parsed.tables["kernels"]})
+                writing.wait(5)
+                signal.setitimer(signal.ITIMER_REAL, 0.05)  # while leaving the block waits
+        assert sorted(path.name for path in (tmp_path / "staging").iterdir()) == ["kernels.parquet"]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_staging_folder_interrupted_as_it_is_made_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_folder = Path.mkdir
+
+    def made_then_interrupted(self: Path, *args: object, **kwargs: object) -> None:
+        make_folder(self, *args, **kwargs)
+        if self.name.startswith("ingest-"):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "mkdir", made_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with store.staged_folder(tmp_path / "out", "ingest-"):
+            pass
+    assert list((tmp_path / "out" / STAGING_DIR).iterdir()) == []
+
+
+def test_an_interrupt_between_two_moves_into_place_puts_the_earlier_files_back(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.ingest import kineto
+
+    out = tmp_path / "out"
+    parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
+    store.write_source(out, "r", "source", parsed.tables)
+    before = {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))}
+    replace = os.replace
+    moves = []
+
+    def interrupted_at_the_third_move(source, destination) -> None:
+        moves.append(destination)
+        if len(moves) == 3:  # the first table aside and in place, then Ctrl-C
+            raise KeyboardInterrupt
+        replace(source, destination)
+
+    monkeypatch.setattr(store.os, "replace", interrupted_at_the_third_move)
+    with pytest.raises(KeyboardInterrupt):
+        store.write_source(out, "r", "source", parsed.tables)
+    monkeypatch.undo()
     assert {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))} == before
     assert list((out / STAGING_DIR).iterdir()) == []

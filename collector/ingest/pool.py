@@ -16,7 +16,6 @@ import functools
 import gc
 import os
 import pickle
-import shutil
 import signal
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from collector.errors import one_line
 from collector.ingest.formats import FORMAT_MODULES, module_for
 from collector.ingest import plan
 from collector.ingest.results import FileFailure, FileResult, PartOutcome, SkippedFile
-from collector.ingest.store import owner_tag, remove_abandoned_staging, staging_folder
+from collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
 from collector.no_pandas import refuse_pandas
 from collector.progress import StderrProgress
 
@@ -96,60 +95,59 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # The workers spill parts' events here (`_spill`); this process removes
-    # it at the end, whatever was left in it.
-    spill_dir = staging_folder(out, f"parts-{owner_tag()}-")
-    gc.freeze()
     queue = _TaskQueue(sorted(tasks, key=sizes.__getitem__, reverse=True))
     finished: SimpleQueue = SimpleQueue()  # the workers' outcomes, then None
-    try:
-        context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        started, pool_workers = set(multiprocessing.active_children()), []
-        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start,
-                                 initargs=(os.getpid(), str(spill_dir))) as pool:
-            try:
-                # This process takes the largest file: it lives to the end anyway,
-                # while a worker with no file left exits (see _feed) and gives
-                # its memory back. The first submissions start the workers: before
-                # any other thread exists (the feeder, the progress bar), so none
-                # is running when they fork.
-                own = queue.take(1)
-                first = [(pool.submit(ingest_task, task, str(out)), task) for task in queue.take(workers - 1)]
-                pool_workers = [process for process in multiprocessing.active_children() if process not in started]
-                feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
-                feeder.start()
-                with _Progress(_files_of(tasks), progress) as bar:
-                    workers_done = False
-                    while True:
-                        mine, own = own or queue.take(1), []
-                        if mine:
-                            for outcome in ingest_task(mine[0], str(out)):
-                                yield outcome
-                                bar.advance(_task_of(outcome))
-                        elif workers_done:
-                            break
-                        # What the workers finished meanwhile; once this process has
-                        # no file left, everything they still finish (and files put
-                        # back in the queue when the pool broke are taken above).
-                        while not workers_done and (not mine or not finished.empty()):
-                            outcome = finished.get()
-                            if outcome is None:
-                                workers_done = True
-                            else:
-                                yield outcome
-                                bar.advance(_task_of(outcome))
-                feeder.join()
-            except BaseException:
-                # Stopped early (SIGTERM, Ctrl-C, closed): leaving the pool would
-                # wait for every worker to finish its file.
-                _stop(pool_workers)
-                raise
-            finally:
-                queue.close()  # if this ends early, the feeder hands out nothing more
-    finally:
-        gc.unfreeze()
-        shutil.rmtree(spill_dir, ignore_errors=True)
-        remove_abandoned_staging(out)  # the write folders of workers stopped above
+    # The workers spill parts' events here (`_spill`); it goes at the end,
+    # whatever was left in it.
+    with staged_folder(out, f"parts-{owner_tag()}-") as spill_dir:
+        gc.freeze()
+        try:
+            context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+            started, pool_workers = set(multiprocessing.active_children()), []
+            with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start,
+                                     initargs=(os.getpid(), str(spill_dir))) as pool:
+                try:
+                    # This process takes the largest file: it lives to the end anyway,
+                    # while a worker with no file left exits (see _feed) and gives
+                    # its memory back. The first submissions start the workers: before
+                    # any other thread exists (the feeder, the progress bar), so none
+                    # is running when they fork.
+                    own = queue.take(1)
+                    first = [(pool.submit(ingest_task, task, str(out)), task) for task in queue.take(workers - 1)]
+                    pool_workers = [process for process in multiprocessing.active_children() if process not in started]
+                    feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
+                    feeder.start()
+                    with _Progress(_files_of(tasks), progress) as bar:
+                        workers_done = False
+                        while True:
+                            mine, own = own or queue.take(1), []
+                            if mine:
+                                for outcome in ingest_task(mine[0], str(out)):
+                                    yield outcome
+                                    bar.advance(_task_of(outcome))
+                            elif workers_done:
+                                break
+                            # What the workers finished meanwhile; once this process has
+                            # no file left, everything they still finish (and files put
+                            # back in the queue when the pool broke are taken above).
+                            while not workers_done and (not mine or not finished.empty()):
+                                outcome = finished.get()
+                                if outcome is None:
+                                    workers_done = True
+                                else:
+                                    yield outcome
+                                    bar.advance(_task_of(outcome))
+                    feeder.join()
+                except BaseException:
+                    # Stopped early (SIGTERM, Ctrl-C, closed): leaving the pool would
+                    # wait for every worker to finish its file.
+                    _stop(pool_workers)
+                    raise
+                finally:
+                    queue.close()  # if this ends early, the feeder hands out nothing more
+        finally:
+            gc.unfreeze()
+            remove_abandoned_staging(out)  # the write folders of workers stopped above
 
 
 def _warm_conversions() -> None:

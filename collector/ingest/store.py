@@ -42,6 +42,7 @@ elsewhere (`collector/writer.py`) with its own syncs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -50,10 +51,11 @@ import re
 import secrets
 import shutil
 import socket
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -148,8 +150,7 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
     (and lose the one an earlier ingest wrote). Raises DatasetError naming
     the file that could not be written.
     """
-    staging = _staging_folder(out, source)
-    try:
+    with staged_folder(out, _write_prefix(source)) as staging:
         try:
             with _StagedWriter(staging, _WRITE_THREADS) as writer:
                 # What derive leaves alone is written while it runs.
@@ -169,8 +170,6 @@ def write_source(out: Path, run: str, source: str, tables: dict[str, pa.Table]) 
             _remove_stale(out, run, source, written)
         _remove_from_other_runs(out, run, [source])
         return written
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_sources(out: Path, run: str, sources: list[tuple[str, dict[str, pa.Table]]]) -> list[dict[str, int]]:
@@ -186,8 +185,7 @@ def write_sources(out: Path, run: str, sources: list[tuple[str, dict[str, pa.Tab
               for table in TRACE_SCHEMAS}
     counts = {table: rows for table, rows in counts.items() if any(rows)}
     ids = [source for source, _ in derived]
-    staging = _staging_folder(out, ids[0])
-    try:
+    with staged_folder(out, _write_prefix(ids[0])) as staging:
         try:
             # A batch of small sources is written on this thread alone: its
             # ingest has many files, and every core is busy with one (threads
@@ -211,25 +209,41 @@ def write_sources(out: Path, run: str, sources: list[tuple[str, dict[str, pa.Tab
             unmerge_sources(run_dir(out, run), set(ids), keep_batches_within=True)
             place_batch(run_dir(out, run), token, staged, listing, ids)
         _remove_from_other_runs(out, run, ids)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return [{table: rows[i] for table, rows in counts.items() if rows[i]} for i in range(len(ids))]
 
 
-def _staging_folder(out: Path, source: str) -> Path:
-    """A new folder under the dataset's staging folder for one write."""
-    return staging_folder(out, f"{_STAGING_PREFIX}{owner_tag()}-{source}-")
+def _write_prefix(source: str) -> str:
+    """The start of the name of a staging folder for one write."""
+    return f"{_STAGING_PREFIX}{owner_tag()}-{source}-"
 
 
-def staging_folder(out: Path, prefix: str) -> Path:
+@contextlib.contextmanager
+def staged_folder(out: Path, prefix: str) -> Iterator[Path]:
     """A new folder under the dataset's staging folder, its name starting
-    with `prefix` (which names its owner: see `owner_tag`)."""
+    with `prefix` (which names its owner: see `owner_tag`), removed on
+    leaving the block.
+
+    Its name is chosen before it is made, and it is made and removed inside
+    one try: SIGTERM's Terminated (or Ctrl-C) is raised wherever Python
+    happens to be, and a folder made before the try, or half removed when
+    the exception came, stayed behind. (`remove_abandoned_staging` cannot
+    take it: its owner is this process, alive until it exits.) A folder
+    still holding a source's earlier file (`previous-*`, which `_swap_in`
+    could not put back) is kept, as that is the file's only copy."""
+    folder = out / STAGING_DIR / f"{prefix}{secrets.token_hex(6)}"
     try:
-        staging_root = out / STAGING_DIR
-        staging_root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=staging_root))
-    except OSError as error:
-        raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            folder.mkdir()
+        except OSError as error:
+            raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
+        yield folder
+    finally:
+        try:
+            _remove_staged(folder)
+        except BaseException:  # a signal's exception: finish removing it, then raise that
+            _remove_staged(folder)
+            raise
 
 
 def owner_tag(pid: int | None = None) -> str:
@@ -310,15 +324,17 @@ def _swap_in(out: Path, run: str, source: str, staged: dict[str, Path], staging:
                 moved_aside.append((aside, destination))
             os.replace(temporary, destination)
             placed.append(destination)
-    except OSError as error:
+    except BaseException as error:  # a failed move, or a signal's exception between two
         for path in placed:
             path.unlink(missing_ok=True)
         for aside, original in moved_aside:
             try:
                 os.replace(aside, original)
             except OSError:
-                pass  # reported below: the dataset may have lost this table's old file
-        raise DatasetError(f"{destination}: cannot write: {error.strerror or error}") from None
+                pass  # the old file stays in the staging folder, which is then kept
+        if isinstance(error, OSError):
+            raise DatasetError(f"{destination}: cannot write: {error.strerror or error}") from None
+        raise
 
 
 def trace_parquet_options(schema: pa.Schema) -> dict:
@@ -372,7 +388,17 @@ class _StagedWriter:
             return
         # Every write ends before the caller removes the staging folder;
         # stopped by an error (or Ctrl-C), those not begun are dropped.
-        self._pool.shutdown(wait=True, cancel_futures=raised[0] is not None)
+        try:
+            self._pool.shutdown(wait=True, cancel_futures=raised[0] is not None)
+        except BaseException:
+            # A signal's exception (SIGTERM's Terminated, Ctrl-C) raised
+            # while this waited: the writes already running still end
+            # first, or they would put files back into a folder being
+            # removed. Waited for by their futures: a thread whose join was
+            # interrupted counts as ended (Python 3.11, bpo-45274).
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            wait_for(self._pending)
+            raise
         if raised[0] is None:
             for future in self._pending:
                 future.result()  # the first write's error, if any
