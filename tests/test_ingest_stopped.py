@@ -204,24 +204,28 @@ def test_a_table_that_cannot_be_written_keeps_the_earlier_ingest_and_no_staging(
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="tables are written on threads only with two cores or more")
-def test_an_interrupt_while_waiting_for_the_writes_lets_them_finish_first(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupt_while_waiting_for_the_writes_lets_those_running_finish_and_drops_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # SIGTERM's Terminated (or Ctrl-C) can come while this thread waits for
     # the writer threads; the staging folder is removed right after, so a
-    # write still running would put its file back into it.
+    # write still running would put its file back into it. Writes not begun
+    # are dropped, and must not be waited for (they never run).
     from collector.ingest import kineto
 
     parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
-    writing = threading.Event()
+    tables = dict(parsed.tables)  # kernels, cpu_ops, runs: two threads take two, one waits
+    running = threading.Semaphore(0)
     write_staged = store._write_staged
 
     def slow_write(table, path: Path) -> Path:
-        writing.set()
+        running.release()
         time.sleep(0.3)
         return write_staged(table, path)
 
+    interrupts = iter([KeyboardInterrupt, TimeoutError])  # then: still waiting 3 s later
+
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        raise next(interrupts)
 
     monkeypatch.setattr(store, "_write_staged", slow_write)
     previous = signal.signal(signal.SIGALRM, interrupt)
@@ -229,10 +233,12 @@ def test_an_interrupt_while_waiting_for_the_writes_lets_them_finish_first(tmp_pa
         with pytest.raises(KeyboardInterrupt):
             with store._StagedWriter(tmp_path / "staging", threads=2) as writer:
                 (tmp_path / "staging").mkdir()
-                writer.write({"kernels": parsed.tables["kernels"]})
-                writing.wait(5)
-                signal.setitimer(signal.ITIMER_REAL, 0.05)  # while leaving the block waits
-        assert sorted(path.name for path in (tmp_path / "staging").iterdir()) == ["kernels.parquet"]
+                writer.write(tables)
+                running.acquire(timeout=5)
+                running.acquire(timeout=5)  # two writes running, one waiting for a thread
+                signal.setitimer(signal.ITIMER_REAL, 0.05, 3.0)  # while leaving the block waits
+        largest_two = sorted(tables, key=lambda name: tables[name].nbytes, reverse=True)[:2]
+        assert sorted(path.name for path in (tmp_path / "staging").iterdir()) == sorted(f"{name}.parquet" for name in largest_two)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

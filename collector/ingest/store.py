@@ -395,9 +395,11 @@ class _StagedWriter:
             # while this waited: the writes already running still end
             # first, or they would put files back into a folder being
             # removed. Waited for by their futures: a thread whose join was
-            # interrupted counts as ended (Python 3.11, bpo-45274).
+            # interrupted counts as ended (Python 3.11, bpo-45274). Not the
+            # cancelled ones: wait() never counts a future cancelled before
+            # it ran as done, and would wait for it forever.
             self._pool.shutdown(wait=False, cancel_futures=True)
-            wait_for(self._pending)
+            wait_for([future for future in self._pending if not future.cancelled()])
             raise
         if raised[0] is None:
             for future in self._pending:
