@@ -282,3 +282,33 @@ def test_an_interrupt_between_two_moves_into_place_puts_the_earlier_files_back(t
     monkeypatch.undo()
     assert {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))} == before
     assert list((out / STAGING_DIR).iterdir()) == []
+
+
+@linux_only
+def test_a_stop_while_the_pool_starts_is_the_stop_that_is_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C (or SIGTERM's Terminated) can come while the process pool starts
+    # the thread that manages it; the pool's waiting shutdown then failed to
+    # join that thread ("cannot join thread before it is started").
+    job = tmp_path / "job"
+    write_training_traces(job, ranks=2, steps=8, kernels_per_step=400)  # 10 MB: past PARALLEL_MIN_CONTENT_BYTES
+    start_thread = threading.Thread.start
+
+    def interrupted_before_the_managers_start(thread: threading.Thread) -> None:
+        if type(thread).__name__ == "_ExecutorManagerThread":  # concurrent.futures.process's
+            raise KeyboardInterrupt
+        start_thread(thread)
+
+    def still_stopping(signum: int, frame: object) -> None:
+        raise TimeoutError("the ingest was still stopping 20 s later")
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_before_the_managers_start)
+    previous = signal.signal(signal.SIGALRM, still_stopping)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 20)
+        with pytest.raises(KeyboardInterrupt):
+            ingest_paths([job], tmp_path / "out", jobs=2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    monkeypatch.undo()
+    assert (_running(_children(os.getpid())), list((tmp_path / "out" / STAGING_DIR).iterdir())) == ([], [])

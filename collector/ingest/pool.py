@@ -103,48 +103,55 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
         gc.freeze()
         try:
             context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-            started, pool_workers = set(multiprocessing.active_children()), []
-            with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start,
-                                     initargs=(os.getpid(), str(spill_dir))) as pool:
-                try:
-                    # This process takes the largest file: it lives to the end anyway,
-                    # while a worker with no file left exits (see _feed) and gives
-                    # its memory back. The first submissions start the workers: before
-                    # any other thread exists (the feeder, the progress bar), so none
-                    # is running when they fork.
-                    own = queue.take(1)
-                    first = [(pool.submit(ingest_task, task, str(out)), task) for task in queue.take(workers - 1)]
-                    pool_workers = [process for process in multiprocessing.active_children() if process not in started]
-                    feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
-                    feeder.start()
-                    with _Progress(_files_of(tasks), progress) as bar:
-                        workers_done = False
-                        while True:
-                            mine, own = own or queue.take(1), []
-                            if mine:
-                                for outcome in ingest_task(mine[0], str(out)):
-                                    yield outcome
-                                    bar.advance(_task_of(outcome))
-                            elif workers_done:
-                                break
-                            # What the workers finished meanwhile; once this process has
-                            # no file left, everything they still finish (and files put
-                            # back in the queue when the pool broke are taken above).
-                            while not workers_done and (not mine or not finished.empty()):
-                                outcome = finished.get()
-                                if outcome is None:
-                                    workers_done = True
-                                else:
-                                    yield outcome
-                                    bar.advance(_task_of(outcome))
-                    feeder.join()
-                except BaseException:
-                    # Stopped early (SIGTERM, Ctrl-C, closed): leaving the pool would
-                    # wait for every worker to finish its file.
-                    _stop(pool_workers)
-                    raise
-                finally:
-                    queue.close()  # if this ends early, the feeder hands out nothing more
+            started = set(multiprocessing.active_children())
+            pool = ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start,
+                                       initargs=(os.getpid(), str(spill_dir)))
+            stopped = False
+            try:
+                # This process takes the largest file: it lives to the end anyway,
+                # while a worker with no file left exits (see _feed) and gives
+                # its memory back. The first submissions start the workers: before
+                # any other thread exists (the feeder, the progress bar), so none
+                # is running when they fork.
+                own = queue.take(1)
+                first = [(pool.submit(ingest_task, task, str(out)), task) for task in queue.take(workers - 1)]
+                feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
+                feeder.start()
+                with _Progress(_files_of(tasks), progress) as bar:
+                    workers_done = False
+                    while True:
+                        mine, own = own or queue.take(1), []
+                        if mine:
+                            for outcome in ingest_task(mine[0], str(out)):
+                                yield outcome
+                                bar.advance(_task_of(outcome))
+                        elif workers_done:
+                            break
+                        # What the workers finished meanwhile; once this process has
+                        # no file left, everything they still finish (and files put
+                        # back in the queue when the pool broke are taken above).
+                        while not workers_done and (not mine or not finished.empty()):
+                            outcome = finished.get()
+                            if outcome is None:
+                                workers_done = True
+                            else:
+                                yield outcome
+                                bar.advance(_task_of(outcome))
+                feeder.join()
+            except BaseException:
+                # Stopped early (SIGTERM, Ctrl-C, closed): shutting the pool down
+                # would wait for every worker to finish its file, so they are
+                # stopped here.
+                stopped = True
+                _stop([process for process in multiprocessing.active_children() if process not in started])
+                raise
+            finally:
+                queue.close()  # if this ends early, the feeder hands out nothing more
+                # Stopped, the pool is left without waiting: its workers are gone,
+                # and stopped while it started its manager thread, a waiting
+                # shutdown (as leaving a `with` block does) raised "cannot join
+                # thread before it is started" in place of the stop.
+                pool.shutdown(wait=not stopped, cancel_futures=stopped)
         finally:
             gc.unfreeze()
             remove_abandoned_staging(out)  # the write folders of workers stopped above
