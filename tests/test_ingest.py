@@ -201,6 +201,16 @@ def test_ingest_same_file_twice_is_idempotent(tmp_path: Path) -> None:
     assert (len(rows_in(out, "kernels")), len(rows_in(out, "runs")), len(dataset_files(out))) == (5, 1, 6)
 
 
+def test_ingesting_a_file_again_leaves_nothing_staged(tmp_path: Path) -> None:
+    # The files it replaces are moved aside into the staging folder first;
+    # they go with it once the new ones are in place.
+    trace = write(tmp_path / "in" / "t.json", kineto_json(kernels=5))
+    out = tmp_path / "out"
+    ingest_paths([trace], out, run="r", jobs=1)
+    ingest_paths([trace], out, run="r", jobs=1)
+    assert list((out / STAGING_DIR).iterdir()) == []
+
+
 def test_ingest_changed_file_replaces_its_rows(tmp_path: Path) -> None:
     trace = write(tmp_path / "in" / "t.json", kineto_json(kernels=5))
     out = tmp_path / "out"

@@ -55,7 +55,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -227,9 +227,11 @@ def staged_folder(out: Path, prefix: str) -> Iterator[Path]:
     one try: SIGTERM's Terminated (or Ctrl-C) is raised wherever Python
     happens to be, and a folder made before the try, or half removed when
     the exception came, stayed behind. (`remove_abandoned_staging` cannot
-    take it: its owner is this process, alive until it exits.) A folder
-    still holding a source's earlier file (`previous-*`, which `_swap_in`
-    could not put back) is kept, as that is the file's only copy."""
+    take it: its owner is this process, alive until it exits.) Left by an
+    exception, a folder still holding a source's earlier file (`previous-*`,
+    which `_swap_in` could not put back) is kept: that is the file's only
+    copy. Left normally, it goes whole, the earlier files moved aside into
+    it with it."""
     folder = out / STAGING_DIR / f"{prefix}{secrets.token_hex(6)}"
     try:
         try:
@@ -238,12 +240,20 @@ def staged_folder(out: Path, prefix: str) -> Iterator[Path]:
         except OSError as error:
             raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
         yield folder
-    finally:
-        try:
-            _remove_staged(folder)
-        except BaseException:  # a signal's exception: finish removing it, then raise that
-            _remove_staged(folder)
-            raise
+    except BaseException:
+        _even_if_interrupted(_remove_staged, folder)
+        raise
+    _even_if_interrupted(shutil.rmtree, folder, ignore_errors=True)
+
+
+def _even_if_interrupted(step: Callable[..., object], *args: object, **kwargs: object) -> None:
+    """`step(*args, **kwargs)`; stopped by a signal's exception, done again
+    to the end before that is raised (a second SIGTERM is ignored)."""
+    try:
+        step(*args, **kwargs)
+    except BaseException:
+        step(*args, **kwargs)
+        raise
 
 
 def owner_tag(pid: int | None = None) -> str:
