@@ -268,17 +268,28 @@ def _terminated_on_sigterm() -> Iterator[None]:
 
     def terminate(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        Terminated.requested = True
         raise Terminated()
+
+    def unraisable(hooked: object) -> None:
+        # Terminated raised where Python can only print it (a __del__, a
+        # weakref callback): not a traceback for the user, as the ingest
+        # stops at its next file all the same (Terminated.requested).
+        if not isinstance(getattr(hooked, "exc_value", None), Terminated):
+            previous_hook(hooked)
 
     try:
         previous = signal.signal(signal.SIGTERM, terminate)
     except ValueError:  # not the main thread (a caller's): SIGTERM stays as it was
         yield
         return
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
+        Terminated.requested = False
 
 
 # A run with this many per-source files a table is worth `gpulens compact`:

@@ -52,6 +52,17 @@ class Terminated(BaseException):
     file's failure (`except Exception`) takes it for one."""
 
     exit_code = 143  # 128 + SIGTERM, as a shell reports a process it ended
+    # Set by the SIGTERM handler as it raises this. Raised inside a __del__
+    # or a weakref callback (where the signal happened to land), the
+    # exception is only printed, and the command would go on to the end:
+    # it checks this between files instead (`raise_if_terminated`).
+    requested = False
+
+
+def raise_if_terminated() -> None:
+    """Raise Terminated if SIGTERM came and its exception was swallowed."""
+    if Terminated.requested:
+        raise Terminated()
 
 
 class QueryError(GpulensError):

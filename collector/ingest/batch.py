@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from collector.errors import DatasetError, TraceError, one_line
+from collector.errors import DatasetError, TraceError, one_line, raise_if_terminated
 from collector.ingest.base import timing_warnings, with_host
 from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, module_for
@@ -78,6 +78,7 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     # its workers and removes its staging folder now, not when collected.
     with contextlib.closing(_run(planned, out, jobs, progress, file_sizes)) as outcomes:
         for outcome in _assemble(outcomes, str(out)):
+            raise_if_terminated()  # SIGTERM's exception swallowed where it landed: stop here
             if isinstance(outcome, FileResult):
                 report.results.append(outcome)
             elif isinstance(outcome, SkippedFile):
