@@ -237,7 +237,7 @@ def ingest(paths, out, run_name, jobs, quiet, host):
 
     prepare_ingest_process()  # this process only ingests
 
-    with _terminated_on_sigterm():
+    with terminated_on_sigterm():
         report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty(), host=host)
     prefixes = {logging.INFO: "", logging.WARNING: "gpulens: warning: ", logging.ERROR: "gpulens: error: "}
     for level, line in report.notices():
@@ -257,11 +257,11 @@ def ingest(paths, out, run_name, jobs, quiet, host):
 
 
 @contextlib.contextmanager
-def _terminated_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises Terminated here, so that an ingest unwinds as on Ctrl-C:
-    it stops its workers and removes its staging files (killed outright, its
-    workers would wait for their next file forever). A second SIGTERM while
-    it does is ignored."""
+def terminated_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises Terminated here, so that a command unwinds as on Ctrl-C:
+    an ingest stops its workers and removes its staging files (killed
+    outright, its workers would wait for their next file forever), a report
+    its scratch folder. A second SIGTERM while it does is ignored."""
     import signal
 
     from collector.errors import Terminated

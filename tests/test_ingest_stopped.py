@@ -320,7 +320,7 @@ def test_a_sigterm_whose_exception_python_swallowed_still_stops_the_ingest_at_it
     # The handler raises Terminated wherever the main thread is; inside a
     # __del__ or a weakref callback Python only reports it, and the ingest
     # went on to the end (1 SIGTERM in 25 at one moment of a 2-rank ingest).
-    from collector.cli import _terminated_on_sigterm
+    from collector.cli import terminated_on_sigterm
     from collector.errors import Terminated
 
     files = [write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank)) for rank in range(3)]
@@ -331,7 +331,7 @@ def test_a_sigterm_whose_exception_python_swallowed_still_stops_the_ingest_at_it
             for _ in range(1000):  # the handler runs here, and its exception goes no further
                 pass
 
-    with _terminated_on_sigterm():
+    with terminated_on_sigterm():
         SignalledInDel()
         with pytest.raises(Terminated):
             ingest_paths(files, tmp_path / "out", jobs=1)

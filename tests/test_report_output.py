@@ -175,3 +175,55 @@ def test_report_compare_with_json_that_is_no_report_says_it_is_neither(tmp_path:
         f"gpulens: error: {baseline}: neither a gpulens JSON report nor a trace gpulens can read (expected a JSON "
         "report from `gpulens report --format json`, Kineto JSON, Nsight Systems SQLite, a rocprofv3 database or "
         "CSV, or an NCCL log)")
+
+
+# --- stopped by SIGTERM -----------------------------------------------------------------
+
+
+def _sigterm_while_building(monkeypatch: pytest.MonkeyPatch, swallowed: bool) -> None:
+    """Have SIGTERM reach the report as it is built: where its exception
+    surfaces, or inside a __del__, where Python only reports it (as DuckDB
+    swallows it in a callback of its own)."""
+    import signal
+
+    from dashboard.report import build
+
+    build_report = build.build_report
+
+    class SignalledInDel:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs here
+                pass
+
+    def build_then_signalled(*args, **kwargs):
+        built = build_report(*args, **kwargs)
+        if swallowed:
+            SignalledInDel()
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+        return built
+
+    monkeypatch.setattr(build, "build_report", build_then_signalled)
+
+
+@pytest.mark.parametrize("swallowed", [False, True], ids=["raised", "swallowed"])
+def test_a_report_stopped_by_sigterm_writes_nothing_and_leaves_no_scratch_folder(
+        trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        swallowed: bool) -> None:
+    import signal
+
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch_root))
+    _sigterm_while_building(monkeypatch, swallowed)
+    # Where the report left SIGTERM as it found it, the signal must not end pytest.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        code, _, err = gpulens("report", str(trace), "-o", str(tmp_path / "report.json"), capsys=capsys)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (code, err, (tmp_path / "report.json").exists(), list(scratch_root.iterdir())) == (
+        143, "gpulens: terminated\n", False, [])

@@ -54,6 +54,8 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         gpulens report traces/job42/ --format md > findings.md
         gpulens report new-data --compare baseline.json --fail-on step_time:5 --fail-on busbw:10 -o report.json
     """
+    from collector.cli import terminated_on_sigterm
+    from collector.errors import raise_if_terminated
     from dashboard.report.build import build_report
     from dashboard.report.compare import RegressionFound, parse_fail_on
     from dashboard.report.inputs import refuse_output_among_inputs, resolve_inputs
@@ -68,16 +70,29 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         refuse_output_among_inputs(output, list(inputs), baseline)
 
     terminal = sys.stderr.isatty()
-    with tempfile.TemporaryDirectory(prefix="gpulens-report-") as scratch:
-        # Ingest first, with ingest's own progress bar: its worker processes
-        # must fork before any progress thread runs.
-        dataset, temporary = resolve_inputs(list(inputs), Path(scratch) / "dataset", keep, run=run_name, progress=terminal)
-        baseline_dataset, label = _resolve_baseline(baseline, Path(scratch) / "baseline")
-        with _Progress(terminal) as progress:
-            built = build_report(dataset, compare=baseline_dataset, fail_on=thresholds, inputs=list(inputs),
-                                 temporary=temporary, title=title, progress=progress, compare_label=label)
-            progress("writing")
-            data = _render(built, output_format)
+    # SIGTERM unwinds (Terminated), so that the scratch folder, which holds
+    # the traces' ingested dataset, goes too.
+    with terminated_on_sigterm(), tempfile.TemporaryDirectory(prefix="gpulens-report-") as scratch:
+        try:
+            # Ingest first, with ingest's own progress bar: its worker processes
+            # must fork before any progress thread runs.
+            dataset, temporary = resolve_inputs(list(inputs), Path(scratch) / "dataset", keep, run=run_name,
+                                                progress=terminal)
+            baseline_dataset, label = _resolve_baseline(baseline, Path(scratch) / "baseline")
+            with _Progress(terminal) as progress:
+                built = build_report(dataset, compare=baseline_dataset, fail_on=thresholds, inputs=list(inputs),
+                                     temporary=temporary, title=title, progress=progress, compare_label=label)
+                progress("writing")
+                data = _render(built, output_format)
+        except Exception:
+            # DuckDB stops a query on the signal with its own "Query
+            # interrupted": the stop is what to report, not that error.
+            raise_if_terminated()
+            raise
+        # Where DuckDB swallowed it instead (the signal came in one of the
+        # Python callbacks it calls while planning), the report is done, but
+        # SIGTERM still means no report and exit 143.
+        raise_if_terminated()
     _write(output, data)
     counts = {s: sum(1 for f in built.findings if f.severity == s) for s in ("critical", "warning", "info")}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
