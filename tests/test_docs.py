@@ -80,3 +80,10 @@ def test_help_text_shows_a_percent_sign_once(name: str) -> None:
     # click prints help as written: an argparse-style `%%` would show doubled.
     shown = CliRunner().invoke(cli, [name, "--help"], terminal_width=200).output
     assert "%%" not in shown
+
+
+def test_report_help_names_every_metric_fail_on_takes() -> None:
+    from analysis.metrics import METRICS
+
+    shown = CliRunner().invoke(cli, ["report", "--help"], terminal_width=1000).output
+    assert [m.name for m in METRICS if m.name not in shown] == []

@@ -37,7 +37,7 @@ _SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "m
 @click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:PCT",
               help="Exit 3 if METRIC got worse than the baseline by more than PCT % (repeatable). Metrics: "
                    "step_time, busbw, transfer_busbw, idle_share, exposed_comm_share, tklqt_per_step, "
-                   "energy_per_step, power_throttled_share.")
+                   "energy_per_step, power_throttled_share, data_loader_idle_share, sync_idle_share.")
 @click.option("--dataset", "keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="When INPUTS are trace files: ingest them into this dataset and keep it (default: a temporary one).")
 @click.option("--run", "run_name", default=None, help="Run name for ingested trace files (default: from their names).")
