@@ -261,7 +261,13 @@ def terminated_on_sigterm() -> Iterator[None]:
     """SIGTERM raises Terminated here, so that a command unwinds as on Ctrl-C:
     an ingest stops its workers and removes its staging files (killed
     outright, its workers would wait for their next file forever), a report
-    its scratch folder. A second SIGTERM while it does is ignored."""
+    its scratch folder. A second SIGTERM while it does is ignored.
+
+    Both signals' exceptions are also noted (`Terminated.requested`,
+    `.interrupted`): raised inside a __del__ or a weakref callback, Python
+    only prints them, and the command checks the note between files
+    (`raise_if_terminated`). Ctrl-C is handled so only where SIGINT has
+    Python's own handler (not in a background job, which ignores it)."""
     import signal
 
     from collector.errors import Terminated
@@ -271,25 +277,34 @@ def terminated_on_sigterm() -> Iterator[None]:
         Terminated.requested = True
         raise Terminated()
 
+    def interrupt(signum: int, frame: object) -> None:
+        Terminated.interrupted = True
+        raise KeyboardInterrupt
+
     def unraisable(hooked: object) -> None:
-        # Terminated raised where Python can only print it (a __del__, a
-        # weakref callback): not a traceback for the user, as the ingest
-        # stops at its next file all the same (Terminated.requested).
-        if not isinstance(getattr(hooked, "exc_value", None), Terminated):
+        # A stop raised where Python can only print it: not a traceback for
+        # the user, as the command stops at its next file all the same.
+        stop = getattr(hooked, "exc_value", None)
+        if not (isinstance(stop, Terminated) or (isinstance(stop, KeyboardInterrupt) and Terminated.interrupted)):
             previous_hook(hooked)
 
     try:
         previous = signal.signal(signal.SIGTERM, terminate)
-    except ValueError:  # not the main thread (a caller's): SIGTERM stays as it was
+    except ValueError:  # not the main thread (a caller's): the signals stay as they were
         yield
         return
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, interrupt)
     previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
         sys.unraisablehook = previous_hook
-        Terminated.requested = False
+        Terminated.requested = Terminated.interrupted = False
 
 
 # A run with this many per-source files a table is worth `gpulens compact`:

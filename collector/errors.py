@@ -57,12 +57,18 @@ class Terminated(BaseException):
     # exception is only printed, and the command would go on to the end:
     # it checks this between files instead (`raise_if_terminated`).
     requested = False
+    # The same for Ctrl-C's KeyboardInterrupt, where `terminated_on_sigterm`
+    # handles SIGINT too.
+    interrupted = False
 
 
 def raise_if_terminated() -> None:
-    """Raise Terminated if SIGTERM came and its exception was swallowed."""
+    """Raise Terminated (or KeyboardInterrupt) if SIGTERM (or Ctrl-C) came
+    and its exception was swallowed where it was raised."""
     if Terminated.requested:
         raise Terminated()
+    if Terminated.interrupted:
+        raise KeyboardInterrupt
 
 
 class QueryError(GpulensError):

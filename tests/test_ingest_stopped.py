@@ -337,3 +337,25 @@ def test_a_sigterm_whose_exception_python_swallowed_still_stops_the_ingest_at_it
             ingest_paths(files, tmp_path / "out", jobs=1)
     ranks = [row["rank"] for row in rows_in(tmp_path / "out", "runs")]  # the file it was on when it looked
     assert (ranks, list((tmp_path / "out" / STAGING_DIR).iterdir()), capsys.readouterr().err) == ([0], [], "")
+
+
+@linux_only
+def test_a_ctrl_c_whose_exception_python_swallowed_still_stops_the_ingest_at_its_next_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from collector.cli import terminated_on_sigterm
+
+    files = [write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank)) for rank in range(3)]
+
+    class InterruptedInDel:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs here, and its exception goes no further
+                pass
+
+    with terminated_on_sigterm():
+        InterruptedInDel()
+        with pytest.raises(KeyboardInterrupt):
+            ingest_paths(files, tmp_path / "out", jobs=1)
+    ranks = [row["rank"] for row in rows_in(tmp_path / "out", "runs")]
+    assert (ranks, list((tmp_path / "out" / STAGING_DIR).iterdir()), capsys.readouterr().err) == ([0], [], "")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own again
