@@ -178,17 +178,24 @@ def test_a_write_stopped_while_staging_leaves_no_staging_folder(tmp_path: Path, 
     assert list((tmp_path / "out" / STAGING_DIR).iterdir()) == []
 
 
-def test_a_table_that_cannot_be_written_keeps_the_earlier_ingest_and_no_staging(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    # The tables are written on several threads: one failing must still
-    # leave the source's earlier files in place, and nothing staged.
-    from collector.errors import DatasetError
+def _written_once(tmp_path: Path):
+    """A source written once into a dataset: (the dataset, the source's
+    parsed trace, its files' bytes)."""
     from collector.ingest import kineto
 
     out = tmp_path / "out"
     parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
     store.write_source(out, "r", "source", parsed.tables)
-    before = {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))}
+    return out, parsed, {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))}
+
+
+def test_a_table_that_cannot_be_written_keeps_the_earlier_ingest_and_no_staging(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tables are written on several threads: one failing must still
+    # leave the source's earlier files in place, and nothing staged.
+    from collector.errors import DatasetError
+
+    out, parsed, before = _written_once(tmp_path)
     write_parquet = store.pq.write_table
 
     def disk_full_on_kernels(table, path, **options) -> None:
@@ -261,12 +268,7 @@ def test_a_staging_folder_interrupted_as_it_is_made_is_removed(tmp_path: Path, m
 
 def test_an_interrupt_between_two_moves_into_place_puts_the_earlier_files_back(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.ingest import kineto
-
-    out = tmp_path / "out"
-    parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
-    store.write_source(out, "r", "source", parsed.tables)
-    before = {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))}
+    out, parsed, before = _written_once(tmp_path)
     replace = os.replace
     moves = []
 
@@ -315,47 +317,28 @@ def test_a_stop_while_the_pool_starts_is_the_stop_that_is_raised(tmp_path: Path,
 
 
 @linux_only
-def test_a_sigterm_whose_exception_python_swallowed_still_stops_the_ingest_at_its_next_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # The handler raises Terminated wherever the main thread is; inside a
-    # __del__ or a weakref callback Python only reports it, and the ingest
-    # went on to the end (1 SIGTERM in 25 at one moment of a 2-rank ingest).
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_stop_whose_exception_python_swallowed_still_stops_the_ingest_at_its_next_file(
+        signum: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The handlers raise wherever the main thread is; inside a __del__ or a
+    # weakref callback Python only reports the exception, and the ingest
+    # went on to the end (1 SIGTERM in 12 at one moment of a 2-rank ingest).
     from collector.cli import terminated_on_sigterm
     from collector.errors import Terminated
 
     files = [write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank)) for rank in range(3)]
+    handlers = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
 
     class SignalledInDel:
         def __del__(self) -> None:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
             for _ in range(1000):  # the handler runs here, and its exception goes no further
                 pass
 
     with terminated_on_sigterm():
         SignalledInDel()
-        with pytest.raises(Terminated):
+        with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
             ingest_paths(files, tmp_path / "out", jobs=1)
     ranks = [row["rank"] for row in rows_in(tmp_path / "out", "runs")]  # the file it was on when it looked
     assert (ranks, list((tmp_path / "out" / STAGING_DIR).iterdir()), capsys.readouterr().err) == ([0], [], "")
-
-
-@linux_only
-def test_a_ctrl_c_whose_exception_python_swallowed_still_stops_the_ingest_at_its_next_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from collector.cli import terminated_on_sigterm
-
-    files = [write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank)) for rank in range(3)]
-
-    class InterruptedInDel:
-        def __del__(self) -> None:
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(1000):  # the handler runs here, and its exception goes no further
-                pass
-
-    with terminated_on_sigterm():
-        InterruptedInDel()
-        with pytest.raises(KeyboardInterrupt):
-            ingest_paths(files, tmp_path / "out", jobs=1)
-    ranks = [row["rank"] for row in rows_in(tmp_path / "out", "runs")]
-    assert (ranks, list((tmp_path / "out" / STAGING_DIR).iterdir()), capsys.readouterr().err) == ([0], [], "")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own again
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers  # as they were
