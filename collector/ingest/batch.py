@@ -78,7 +78,7 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     # its workers and removes its staging folder now, not when collected.
     with contextlib.closing(_run(planned, out, jobs, progress, file_sizes)) as outcomes:
         for outcome in _assemble(outcomes, str(out)):
-            raise_if_terminated()  # SIGTERM's exception swallowed where it landed: stop here
+            raise_if_terminated()  # a stop (SIGTERM, Ctrl-C) whose exception was swallowed where it landed
             if isinstance(outcome, FileResult):
                 report.results.append(outcome)
             elif isinstance(outcome, SkippedFile):
