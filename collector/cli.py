@@ -14,7 +14,7 @@ import sys
 import threading
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import click
 
@@ -257,7 +257,7 @@ def ingest(paths, out, run_name, jobs, quiet, host):
 
 
 @contextlib.contextmanager
-def terminated_on_sigterm() -> Iterator[None]:
+def terminated_on_sigterm(on_stop: Callable[[], object] | None = None) -> Iterator[None]:
     """SIGTERM raises Terminated here, so that a command unwinds as on Ctrl-C:
     an ingest stops its workers and removes its staging files (killed
     outright, its workers would wait for their next file forever), a report
@@ -267,7 +267,10 @@ def terminated_on_sigterm() -> Iterator[None]:
     `.interrupted`): raised inside a __del__ or a weakref callback, Python
     only prints them, and the command checks the note between files
     (`raise_if_terminated`). Ctrl-C is handled so only where SIGINT has
-    Python's own handler (not in a background job, which ignores it)."""
+    Python's own handler (not in a background job, which ignores it).
+    `on_stop` is called first on either (`query` interrupts its DuckDB
+    query, which would otherwise run on where the exception was swallowed
+    in one of DuckDB's own Python callbacks)."""
     import signal
 
     from collector.errors import Terminated
@@ -275,11 +278,18 @@ def terminated_on_sigterm() -> Iterator[None]:
     def terminate(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         Terminated.requested = True
+        stopping()
         raise Terminated()
 
     def interrupt(signum: int, frame: object) -> None:
         Terminated.interrupted = True
+        stopping()
         raise KeyboardInterrupt
+
+    def stopping() -> None:
+        if on_stop is not None:
+            with contextlib.suppress(Exception):  # the stop goes on whatever this meets
+                on_stop()
 
     def unraisable(hooked: object) -> None:
         # A stop raised where Python can only print it: not a traceback for

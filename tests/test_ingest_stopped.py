@@ -342,3 +342,20 @@ def test_a_stop_whose_exception_python_swallowed_still_stops_the_ingest_at_its_n
     ranks = [row["rank"] for row in rows_in(tmp_path / "out", "runs")]  # the file it was on when it looked
     assert (ranks, list((tmp_path / "out" / STAGING_DIR).iterdir()), capsys.readouterr().err) == ([0], [], "")
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers  # as they were
+
+
+@linux_only
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_stop_calls_on_stop_before_its_exception(signum: int) -> None:
+    # `gpulens query` interrupts its DuckDB query there: where the exception
+    # is swallowed in one of DuckDB's Python callbacks, the query still ends.
+    from collector.cli import terminated_on_sigterm
+    from collector.errors import Terminated
+
+    calls: list[str] = []
+    with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
+        with terminated_on_sigterm(on_stop=lambda: calls.append("interrupted")):
+            os.kill(os.getpid(), signum)
+            for _ in range(1000):  # the handler runs here
+                pass
+    assert calls == ["interrupted"]

@@ -526,3 +526,33 @@ def test_open_dataset_makes_only_the_table_views_asked_for(dataset):
     con = open_dataset(dataset, with_analyses=False, tables={"kernels", "runs"})
     views = {row[0] for row in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
     assert {view for view in views if not view.startswith("_")} == {"kernels", "runs"}
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process's CPU time from /proc")
+def test_query_stopped_by_sigterm_says_so_and_exits_143(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # DuckDB stops the query on the signal with an error of its own (or a
+    # KeyboardInterrupt); the stop is what gets reported, and the connection
+    # is closed, so a query that spilled leaves no temporary files.
+    import signal
+    import time
+
+    cwd = tmp_path_factory.mktemp("cwd")  # where DuckDB would spill
+    query = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "query", str(dataset),
+                              "select count(*) from range(20000000000) t(i) where i % 7 = 3"],
+                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        deadline = time.monotonic() + 60
+        while _cpu_seconds(query.pid) < 1.5 and time.monotonic() < deadline:  # well into the query
+            time.sleep(0.05)
+        query.send_signal(signal.SIGTERM)
+        _, stderr = query.communicate(timeout=30)
+    finally:
+        query.kill()
+    assert (query.returncode, stderr, list(cwd.iterdir())) == (
+        143, "gpulens: terminated\n", [])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from collector.errors import DatasetError, UsageError
+from collector.errors import DatasetError, UsageError, raise_if_terminated
 from collector.progress import StderrProgress
 from collector.writer import new_temporary_file
 
@@ -55,7 +55,6 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         gpulens report new-data --compare baseline.json --fail-on step_time:5 --fail-on busbw:10 -o report.json
     """
     from collector.cli import terminated_on_sigterm
-    from collector.errors import raise_if_terminated
     from dashboard.report.build import build_report
     from dashboard.report.compare import RegressionFound, parse_fail_on
     from dashboard.report.inputs import refuse_output_among_inputs, resolve_inputs
@@ -84,9 +83,9 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
                                      temporary=temporary, title=title, progress=progress, compare_label=label)
                 progress("writing")
                 data = _render(built, output_format)
-        except Exception:
-            # DuckDB stops a query on the signal with its own "Query
-            # interrupted": the stop is what to report, not that error.
+        except (Exception, KeyboardInterrupt):
+            # DuckDB stops a query on SIGTERM with a KeyboardInterrupt or its
+            # own "Query interrupted": the stop is what to report.
             raise_if_terminated()
             raise
         # Where DuckDB swallowed it instead (the signal came in one of the
@@ -202,4 +201,7 @@ class _Progress(StderrProgress):
         super().__init__(enabled, len(SECTIONS) + 4, "report: {task.description:<32}")
 
     def __call__(self, label: str) -> None:
+        # Between two parts: where a stop's exception was swallowed (in one
+        # of DuckDB's own Python callbacks), the report stops here.
+        raise_if_terminated()
         self.update(description=label, advance=1)
