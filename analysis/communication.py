@@ -37,6 +37,7 @@ from analysis.findings import Finding, format_duration_ns
 from analysis.registry import run_analysis
 from collector.errors import UsageError
 from collector.hardware import NETWORK_KINDS, network_peak_bytes_per_s
+from collector.wording import counted
 
 PAGE = "communication"
 MIB = 1 << 20
@@ -280,7 +281,7 @@ def outlier_findings(
                 id="slow_collectives",
                 severity=severity,
                 title=(
-                    f"{row['outliers']} {row['op']} call(s) took up to {row['worst_ratio_to_median']:.1f}x their "
+                    f"{counted(row['outliers'], row['op'] + ' call')} took up to {row['worst_ratio_to_median']:.1f}x their "
                     f"usual time ({format_duration_ns(row['excess_ns'])} lost)"
                 ),
                 detail=(

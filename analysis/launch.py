@@ -42,6 +42,7 @@ import polars as pl
 from analysis.findings import Finding, format_duration_ns
 from analysis.names import short_kernel_name
 from analysis.registry import run_analysis
+from collector.wording import counted
 
 PAGE = "kernels"
 TOP_NAMES = 5
@@ -374,8 +375,8 @@ def _host_sync_findings(syncs: pl.DataFrame, min_idle_share: float) -> list[Find
         findings.append(Finding(
             id="host_sync_stall",
             severity="warning",
-            title=(f"Rank {rank} of {run} waits on the GPU {sum(row['sync_count'] for row in rows) / steps:.0f} "
-                   f"time(s) a step, and the drained GPU then sat idle {idle_ns / step_ns:.0%} of step time"),
+            title=(f"Rank {rank} of {run} waits on the GPU {counted(round(sum(row['sync_count'] for row in rows) / steps), 'time')} "
+                   f"a step, and the drained GPU then sat idle {idle_ns / step_ns:.0%} of step time"),
             detail=(f"Synchronising calls ({', '.join(calls)}"
                     + (f", from {', '.join(behind)}" if behind else "") + ") make the CPU wait until the GPU has "
                     "finished its queue; the GPU then idles until the CPU launches again, "

@@ -35,6 +35,7 @@ import polars as pl
 
 from analysis.findings import Finding
 from analysis.registry import run_analysis
+from collector.wording import counted
 
 POWER_PAGE = "power"
 INTERCONNECT_PAGE = "interconnect"
@@ -224,7 +225,7 @@ def no_power_findings(headroom: pl.DataFrame) -> list[Finding]:
             Finding(
                 id="no_power_data",
                 severity="info",
-                title=f"No power readings from {len(gpus)} GPU(s) on {host}: power analyses skip them",
+                title=f"No power readings from {counted(len(gpus), 'GPU')} on {host}: power analyses skip them",
                 detail=(
                     "Their telemetry rows carry no power_w. The device or driver may not report board power "
                     "(some virtualised GPUs and MIG slices do not), or the backend could not read it; "

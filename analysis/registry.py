@@ -291,7 +291,7 @@ def _run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> p
     known = all_params()
     unknown = set(params) - set(known)
     if unknown:
-        raise UsageError(f"unknown parameter(s) for {name}: {', '.join(sorted(unknown))}")
+        raise UsageError(f"unknown {'parameter' if len(unknown) == 1 else 'parameters'} for {name}: {', '.join(sorted(unknown))}")
     try:
         for key, value in params.items():
             _set_variable(con, key, value)

@@ -40,6 +40,7 @@ from collector import boot_clock, hardware
 from collector.backend import Backend, DeviceInfo, GpuLost
 from collector.errors import DatasetError, UsageError
 from collector.throttle import LIMITING_REASONS
+from collector.wording import counted
 from collector.writer import DatasetWriter
 
 log = logging.getLogger("gpulens.collector")
@@ -196,7 +197,7 @@ class Collector:
                     behind = (now_ns - deadline_ns) // interval_ns + 1
                     deadline_ns += behind * interval_ns
                     self.summary.ticks_skipped += behind
-                    self._event(now_ns, "ticks_skipped", None, f"tick overran by {behind} interval(s)", behind)
+                    self._event(now_ns, "ticks_skipped", None, f"tick overran by {counted(behind, 'interval')}", behind)
         finally:
             stop_ns = self._clock_ns()
             self._event(stop_ns, "collector_stop", None, f"ticks={self.summary.ticks} skipped={self.summary.ticks_skipped}")

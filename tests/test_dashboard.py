@@ -230,7 +230,7 @@ def test_power_of_24_gpus_opens_on_the_first_two_hosts_and_counts_the_fleet_of_t
     per_gpu = at.dataframe[0].value
     assert len(per_gpu) == 16 and set(per_gpu["host"]) == {"node-a", "node-b"}
     assert any(c.value == "Showing 2 of 3 hosts: pick more under Hosts." for c in at.caption)
-    assert any(c.value.startswith("Over all 3 node(s):") for c in at.caption)
+    assert any(c.value.startswith("Over all 3 nodes:") for c in at.caption)
 
 
 def test_power_shows_every_host_once_picked(monkeypatch, three_nodes):

@@ -53,7 +53,7 @@ def test_each_step_names_the_call_and_the_operator_behind_it(loop) -> None:
 def test_a_rank_drained_by_item_gets_a_host_sync_stall_finding(loop) -> None:
     [finding] = [f for f in launch.launch_findings(loop) if f.id == "host_sync_stall"]
     assert (finding.severity, finding.subject) == ("warning", {"run": "loop", "rank": 0})
-    assert finding.title == ("Rank 0 of loop waits on the GPU 1 time(s) a step, and the drained GPU then sat idle "
+    assert finding.title == ("Rank 0 of loop waits on the GPU 1 time a step, and the drained GPU then sat idle "
                              "50% of step time")
     assert finding.evidence == {
         "sync_gpu_idle_share": 0.5, "sync_gpu_idle_ns": 10_000_000, "sync_count": 2, "sync_ns": 9_740_000,

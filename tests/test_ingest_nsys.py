@@ -437,7 +437,7 @@ def test_graphs_traced_whole_become_one_kernel_row_per_execution(tmp_path: Path)
 def test_graphs_traced_whole_are_warned_of_and_counted_in_runs(tmp_path: Path) -> None:
     parsed = nsys.parse(_with_graph_trace(tmp_path / "report.sqlite"), "r1")
     assert parsed.warnings == [
-        "2 CUDA graph execution(s) traced whole (nsys --cuda-graph-trace=graph, the default): each is one kernels "
+        "2 CUDA graph executions traced whole (nsys --cuda-graph-trace=graph, the default): each is one kernels "
         "row (kind graph), since the kernels it ran are not in the export; profile with --cuda-graph-trace=node to see them"]
     assert json.loads(parsed.tables["runs"].column("metadata_json")[0].as_py())["graph_executions_traced_whole"] == 2
 

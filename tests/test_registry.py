@@ -63,8 +63,10 @@ def test_every_analysis_declares_every_analysis_it_reads(name):
 def test_unknown_parameter_is_a_usage_error(sql_dir):
     con = duckdb.connect()
     registry.register_analysis_views(con)
-    with pytest.raises(UsageError, match="factr"):
+    with pytest.raises(UsageError, match="^unknown parameter for b_doubled: factr$"):
         registry.run_analysis(con, "b_doubled", factr=3)
+    with pytest.raises(UsageError, match="^unknown parameters for b_doubled: factr, scale$"):
+        registry.run_analysis(con, "b_doubled", factr=3, scale=2)
 
 
 def test_cycle_in_requirements_is_reported(sql_dir):

@@ -74,6 +74,7 @@ from collector.ingest.sqlite_db import (
     SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
     rank_notes, runs_table, schema_has, table_names, whole_number,
 )
+from collector.wording import counted
 
 FORMAT = "nsys"
 
@@ -235,7 +236,7 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     add_collectives_from_kernels(parsed.tables)  # no collective args in this format
     if graphs_whole:
         parsed.warnings.append(
-            f"{graphs_whole:,} CUDA graph execution(s) traced whole (nsys --cuda-graph-trace=graph, the default): "
+            f"{counted(graphs_whole, 'CUDA graph execution')} traced whole (nsys --cuda-graph-trace=graph, the default): "
             "each is one kernels row (kind graph), since the kernels it ran are not in the export; "
             "profile with --cuda-graph-trace=node to see them")
     return parsed

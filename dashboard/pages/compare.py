@@ -6,6 +6,7 @@ import polars as pl
 import streamlit as st
 
 from analysis import metrics, timeline
+from collector.wording import counted
 from dashboard import charts
 from dashboard.pages.common import (NO_TRACES, caption_dataset, chart, fetch, frame, require_dataset, require_tables,
                                     with_kernels)
@@ -19,7 +20,7 @@ require_tables(ds, ("kernels",), "kernel traces", NO_TRACES)
 runs = frame(ds, timeline.trace_runs)
 names = runs["run"].to_list() if runs.height else []
 if len(names) < 2:
-    st.info(f"The dataset holds {len(names)} run(s); comparing needs two. Ingest another run "
+    st.info(f"The dataset holds {counted(len(names), 'run')}; comparing needs two. Ingest another run "
             "(`gpulens ingest TRACES --out DATASET --run NAME`).", icon=":material/info:")
     st.stop()
 

@@ -90,7 +90,8 @@ for finding in found:
 for (severity, finding_id), members in groups.items():
     _show(members[0])
     if len(members) > 1:
-        with st.expander(f"{len(members) - 1} more {finding_id.replace('_', ' ')} finding(s) ({severity})"):
+        with st.expander(f"{len(members) - 1} more {finding_id.replace('_', ' ')} {'finding' if len(members) == 2 else 'findings'} "
+                         f"({severity})"):
             for finding in members[1:]:
                 subject = ", ".join(f"{k} {v}" for k, v in finding.subject.items())
                 st.markdown(f"- {finding.title}" + (f" · _{subject}_" if subject else ""))

@@ -8,6 +8,7 @@ import polars as pl
 import streamlit as st
 
 from analysis import power, timeline
+from collector.wording import counted
 from dashboard import charts
 from dashboard.pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, fmt_share, frame,
@@ -96,8 +97,8 @@ if capped_nodes.height:
     m[3].metric("Ticks with a GPU at the cap", fmt_share(first["any_above_cap_share"]),
                 help="How often the cap would have held at least one GPU back")
     if fleet.height and fleet["fleet_extra_nodes_at_p99"][0] is not None:
-        st.caption(f"Over all {fleet.height} node(s): {fleet['fleet_budget_w'][0]:,.0f} W provisioned carries "
-                   f"{fleet['fleet_extra_nodes_at_p99'][0]} more node(s) at the mean node's p99.")
+        st.caption(f"Over all {counted(fleet.height, 'node')}: {fleet['fleet_budget_w'][0]:,.0f} W provisioned carries "
+                   f"{counted(fleet['fleet_extra_nodes_at_p99'][0], 'more node')} at the mean node's p99.")
 
 if coverage.height:
     first_ts, last_ts = naive(coverage["first_ts"].min()), naive(coverage["last_ts"].max())

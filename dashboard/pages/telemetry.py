@@ -8,6 +8,7 @@ import polars as pl
 import streamlit as st
 
 from analysis import timeline
+from collector.wording import counted
 from dashboard import charts
 from dashboard.pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, host_scope,
@@ -61,7 +62,7 @@ if series.height:
     series = series.join(keep, on=["host", "gpu_index"], how="semi")
 caption_hosts_shown(hosts, hosts_all)
 st.caption(
-    f"{len(picked)} GPU(s), {span_s / 60:.1f} min in buckets of {bucket_s:g} s "
+    f"{counted(len(picked), 'GPU')}, {span_s / 60:.1f} min in buckets of {bucket_s:g} s "
     f"(sampled every {interval_s:.3g} s): the line is the bucket's mean, the band its min–max "
     "(with three GPUs or fewer); red shading marks buckets in which a GPU was held back by power or heat."
 )

@@ -20,6 +20,7 @@ import polars as pl
 
 from analysis.names import short_kernel_name
 from collector.errors import one_line
+from collector.wording import counted
 from dashboard import theme
 from dashboard.report.build import Report, Section, TableResult
 from dashboard.report.figures import HEIGHT_PX, section_figures
@@ -119,9 +120,9 @@ def _header(report: Report) -> str:
     what = []
     if source.hosts:
         gpus = sum(h["gpus"] for h in source.hosts)
-        what.append(f"{gpus} GPU(s) on {len(source.hosts)} host(s)")
+        what.append(f"{counted(gpus, 'GPU')} on {counted(len(source.hosts), 'host')}")
     if source.runs:
-        what.append(", ".join(f"run {r['run']} ({r['ranks']} rank(s))" for r in source.runs))
+        what.append(", ".join(f"run {r['run']} ({counted(r['ranks'], 'rank')})" for r in source.runs))
     links = [("findings", "Findings")]
     if report.comparison is not None:
         links.append(("comparison", "Comparison"))
@@ -169,8 +170,9 @@ def _finding_cards(findings: list[Any], shown_per_kind: int = 2) -> str:
         out.extend(_finding_card(f) for f in group[:shown_per_kind])
         if len(group) > shown_per_kind:
             rest = "".join(_finding_card(f) for f in group[shown_per_kind:])
-            out.append(f'<details class="more"><summary>{len(group) - shown_per_kind} more <code>{_e(data["id"])}</code> '
-                       f"finding(s) ({_e(data['severity'])})</summary>{rest}</details>")
+            more = len(group) - shown_per_kind
+            out.append(f'<details class="more"><summary>{more} more <code>{_e(data["id"])}</code> '
+                       f"{'finding' if more == 1 else 'findings'} ({_e(data['severity'])})</summary>{rest}</details>")
         i = j
     return "".join(out)
 
@@ -288,7 +290,7 @@ def _table(table: TableResult) -> str:
     note = f" ({_e(spec.note)})" if spec.note else ""
     if not table.shown:
         return ""
-    head = f'<h3 id="table-{_e(spec.name)}">{_e(spec.title)}</h3><p class="note"><code>{_e(spec.name)}</code>{note}, {frame.height} row(s)</p>'
+    head = f'<h3 id="table-{_e(spec.name)}">{_e(spec.title)}</h3><p class="note"><code>{_e(spec.name)}</code>{note}, {counted(frame.height, "row")}</p>'
     if frame.is_empty():
         return head + '<p class="empty">No rows.</p>'
     columns = [c for c in spec.columns if c in frame.columns] or frame.columns
@@ -297,7 +299,7 @@ def _table(table: TableResult) -> str:
     rest = ""
     if shown.height > spec.html_rows:
         rest = (
-            f"<details><summary>{shown.height - spec.html_rows} more row(s)</summary>"
+            f"<details><summary>{counted(shown.height - spec.html_rows, 'more row')}</summary>"
             f'<div class="scroll"><table class="data">{_header_row(columns)}{_rows_html(shown.slice(spec.html_rows), columns)}'
             "</table></div></details>"
         )

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from collector.errors import TraceError, UsageError
+from collector.wording import counted
 
 DATASET_MARKERS = ("traces", "telemetry", "devices", "events")
 
@@ -52,7 +53,7 @@ def resolve_inputs(inputs: list[str], scratch: Path, keep: Path | None, run: str
     if report.failures:
         first = report.failures[0]
         more = len(report.failures) - 1
-        raise TraceError(first.path, first.problem + (f" ({more} more file(s) failed too)" if more else ""))
+        raise TraceError(first.path, first.problem + (f" ({counted(more, 'more file')} failed too)" if more else ""))
     if not report.results:
         raise TraceError(", ".join(inputs), "no trace files found (Kineto JSON, nsys SQLite, rocprofv3 CSV, NCCL logs)")
     # The warnings `gpulens ingest` prints (a file's unreadable lines, ranks

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from collector.errors import one_line
+from collector.wording import counted
 from dashboard.report.build import Report
 from dashboard.report.format import format_subject, format_subjects, format_value
 
@@ -44,9 +45,9 @@ def _made_from(report: Report) -> str:
     source = report.source
     parts = []
     if source.hosts:
-        parts.append(f"{sum(h['gpus'] for h in source.hosts)} GPU(s) on {', '.join(str(h['host']) for h in source.hosts)}")
+        parts.append(f"{counted(sum(h['gpus'] for h in source.hosts), 'GPU')} on {', '.join(str(h['host']) for h in source.hosts)}")
     for run in source.runs:
-        parts.append(f"run `{run['run']}` ({run['ranks']} rank(s))")
+        parts.append(f"run `{run['run']}` ({counted(run['ranks'], 'rank')})")
     inputs = ", ".join(f"`{i}`" for i in source.inputs)
     return f"Made from {inputs}: " + ("; ".join(parts) or "no data") + "."
 
@@ -144,7 +145,7 @@ def _table(title: str, name: str, frame: Any, columns: list[str]) -> list[str]:
     for row in frame.head(MAX_MD_ROWS).iter_rows(named=True):
         lines.append("| " + " | ".join(_cell(format_value(c, row[c])) for c in columns) + " |")
     if frame.height > MAX_MD_ROWS:
-        lines.append(f"\n_{frame.height - MAX_MD_ROWS} more row(s) of `{name}` in the JSON and HTML reports._")
+        lines.append(f"\n_{counted(frame.height - MAX_MD_ROWS, 'more row')} of `{name}` in the JSON and HTML reports._")
     return lines + [""]
 
 
