@@ -56,8 +56,7 @@ def query(dataset, sql, output_format, max_rows, max_width):
     """
     from analysis.dataset import open_dataset, stream_sql
     from analysis.registry import create_views_named_in, tables_named_in
-    from collector.cli import terminated_on_sigterm
-    from collector.errors import raise_if_terminated
+    from collector.errors import terminated_on_sigterm
     from collector.no_pandas import refuse_pandas
 
     refuse_pandas()  # this process only writes rows as text: see collector.no_pandas
@@ -66,27 +65,21 @@ def query(dataset, sql, output_format, max_rows, max_width):
     # teardown), and on SIGTERM or Ctrl-C too, which interrupt the query
     # first: a query that spilled to disk leaves no temporary files.
     with terminated_on_sigterm(on_stop=con.interrupt), contextlib.closing(con):
-        try:
-            create_views_named_in(con, sql)
-            # JSON has its own forms of booleans and lists; text takes DuckDB's.
-            reader = stream_sql(con, sql, duckdb_text=output_format != "json")
-            out = sys.stdout
-            if output_format == "json":
-                write_json(reader, out)
-            elif output_format == "csv":
-                write_csv(reader, out)
-            else:
-                terminal = out.isatty()
-                if max_rows is None:
-                    max_rows = TERMINAL_MAX_ROWS if terminal else 0
-                if max_width is None:
-                    max_width = shutil.get_terminal_size().columns if terminal else 0
-                write_table(reader, out, max_rows=max_rows, max_width=max_width)
-        except (Exception, KeyboardInterrupt):
-            # DuckDB stops a query on SIGTERM with a KeyboardInterrupt or its
-            # own "Query interrupted": the stop is what to report.
-            raise_if_terminated()
-            raise
+        create_views_named_in(con, sql)
+        # JSON has its own forms of booleans and lists; text takes DuckDB's.
+        reader = stream_sql(con, sql, duckdb_text=output_format != "json")
+        out = sys.stdout
+        if output_format == "json":
+            write_json(reader, out)
+        elif output_format == "csv":
+            write_csv(reader, out)
+        else:
+            terminal = out.isatty()
+            if max_rows is None:
+                max_rows = TERMINAL_MAX_ROWS if terminal else 0
+            if max_width is None:
+                max_width = shutil.get_terminal_size().columns if terminal else 0
+            write_table(reader, out, max_rows=max_rows, max_width=max_width)
 
 
 def write_json(reader: pa.RecordBatchReader, out: TextIO) -> None:

@@ -7,14 +7,13 @@ on stderr and the exit code. Heavy imports happen inside the commands so
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
 import threading
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import click
 
@@ -231,7 +230,7 @@ def ingest(paths, out, run_name, jobs, quiet, host):
     # import; prepare_ingest_process can only change the pool of pyarrow's
     # Python calls. A user's own choice stands.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    from collector.errors import GpulensError
+    from collector.errors import GpulensError, terminated_on_sigterm
     from collector.ingest import ingest_paths
     from collector.ingest.batch import prepare_ingest_process
 
@@ -254,67 +253,6 @@ def ingest(paths, out, run_name, jobs, quiet, host):
         raise _IngestFailed(f"{len(report.failures)} of {attempted} files could not be ingested")
     if not report.results:
         raise GpulensError("no trace files found in " + ", ".join(paths))
-
-
-@contextlib.contextmanager
-def terminated_on_sigterm(on_stop: Callable[[], object] | None = None) -> Iterator[None]:
-    """SIGTERM raises Terminated here, so that a command unwinds as on Ctrl-C:
-    an ingest stops its workers and removes its staging files (killed
-    outright, its workers would wait for their next file forever), a report
-    its scratch folder. A second SIGTERM while it does is ignored.
-
-    Both signals' exceptions are also noted (`Terminated.requested`,
-    `.interrupted`): raised inside a __del__ or a weakref callback, Python
-    only prints them, and the command checks the note between files
-    (`raise_if_terminated`). Ctrl-C is handled so only where SIGINT has
-    Python's own handler (not in a background job, which ignores it).
-    `on_stop` is called first on either (`query` interrupts its DuckDB
-    query, which would otherwise run on where the exception was swallowed
-    in one of DuckDB's own Python callbacks)."""
-    import signal
-
-    from collector.errors import Terminated
-
-    def terminate(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        Terminated.requested = True
-        stopping()
-        raise Terminated()
-
-    def interrupt(signum: int, frame: object) -> None:
-        Terminated.interrupted = True
-        stopping()
-        raise KeyboardInterrupt
-
-    def stopping() -> None:
-        if on_stop is not None:
-            with contextlib.suppress(Exception):  # the stop goes on whatever this meets
-                on_stop()
-
-    def unraisable(hooked: object) -> None:
-        # A stop raised where Python can only print it: not a traceback for
-        # the user, as the command stops at its next file all the same.
-        stop = getattr(hooked, "exc_value", None)
-        if not (isinstance(stop, Terminated) or (isinstance(stop, KeyboardInterrupt) and Terminated.interrupted)):
-            previous_hook(hooked)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, terminate)
-    except ValueError:  # not the main thread (a caller's): the signals stay as they were
-        yield
-        return
-    previous_int = signal.getsignal(signal.SIGINT)
-    if previous_int is signal.default_int_handler:
-        signal.signal(signal.SIGINT, interrupt)
-    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if previous_int is signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous_int)
-        sys.unraisablehook = previous_hook
-        Terminated.requested = Terminated.interrupted = False
 
 
 # A run with this many per-source files a table is worth `gpulens compact`:

@@ -6,6 +6,11 @@ Only the command line turns these into a one-line message and an exit code
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Iterator
+
 
 def one_line(message: object) -> str:
     """`message` (an error, a library's text) as one line: its runs of
@@ -69,6 +74,70 @@ def raise_if_terminated() -> None:
         raise Terminated()
     if Terminated.interrupted:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def terminated_on_sigterm(on_stop: Callable[[], object] | None = None) -> Iterator[None]:
+    """SIGTERM raises Terminated here, so that a command unwinds as on Ctrl-C:
+    an ingest stops its workers and removes its staging files (killed
+    outright, its workers would wait for their next file forever), a report
+    its scratch folder, a query its DuckDB. A second SIGTERM while it does
+    is ignored.
+
+    Both signals' exceptions are also noted (`Terminated.requested`,
+    `.interrupted`): raised inside a __del__ or a weakref callback, Python
+    only prints them, and the command checks the note between files
+    (`raise_if_terminated`). An error that leaves the block after a stop
+    came is that stop: DuckDB ends a query on the signal with a
+    KeyboardInterrupt or its own "Query interrupted". Ctrl-C is handled so
+    only where SIGINT has Python's own handler (not in a background job,
+    which ignores it). `on_stop` is called first on either (`query`
+    interrupts its DuckDB query, which would otherwise run on where the
+    exception was swallowed in one of DuckDB's own Python callbacks)."""
+
+    def terminate(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        Terminated.requested = True
+        stopping()
+        raise Terminated()
+
+    def interrupt(signum: int, frame: object) -> None:
+        Terminated.interrupted = True
+        stopping()
+        raise KeyboardInterrupt
+
+    def stopping() -> None:
+        if on_stop is not None:
+            with contextlib.suppress(Exception):  # the stop goes on whatever this meets
+                on_stop()
+
+    def unraisable(hooked: object) -> None:
+        # A stop raised where Python can only print it: not a traceback for
+        # the user, as the command stops at its next file all the same.
+        stop = getattr(hooked, "exc_value", None)
+        if not (isinstance(stop, Terminated) or (isinstance(stop, KeyboardInterrupt) and Terminated.interrupted)):
+            previous_hook(hooked)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread (a caller's): the signals stay as they were
+        yield
+        return
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, interrupt)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    except (Exception, KeyboardInterrupt):
+        raise_if_terminated()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
+        sys.unraisablehook = previous_hook
+        Terminated.requested = Terminated.interrupted = False
 
 
 class QueryError(GpulensError):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from collector.errors import DatasetError, UsageError, raise_if_terminated
+from collector.errors import DatasetError, UsageError, raise_if_terminated, terminated_on_sigterm
 from collector.progress import StderrProgress
 from collector.writer import new_temporary_file
 
@@ -54,7 +54,6 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         gpulens report traces/job42/ --format md > findings.md
         gpulens report new-data --compare baseline.json --fail-on step_time:5 --fail-on busbw:10 -o report.json
     """
-    from collector.cli import terminated_on_sigterm
     from dashboard.report.build import build_report
     from dashboard.report.compare import RegressionFound, parse_fail_on
     from dashboard.report.inputs import refuse_output_among_inputs, resolve_inputs
@@ -72,22 +71,15 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
     # SIGTERM unwinds (Terminated), so that the scratch folder, which holds
     # the traces' ingested dataset, goes too.
     with terminated_on_sigterm(), tempfile.TemporaryDirectory(prefix="gpulens-report-") as scratch:
-        try:
-            # Ingest first, with ingest's own progress bar: its worker processes
-            # must fork before any progress thread runs.
-            dataset, temporary = resolve_inputs(list(inputs), Path(scratch) / "dataset", keep, run=run_name,
-                                                progress=terminal)
-            baseline_dataset, label = _resolve_baseline(baseline, Path(scratch) / "baseline")
-            with _Progress(terminal) as progress:
-                built = build_report(dataset, compare=baseline_dataset, fail_on=thresholds, inputs=list(inputs),
-                                     temporary=temporary, title=title, progress=progress, compare_label=label)
-                progress("writing")
-                data = _render(built, output_format)
-        except (Exception, KeyboardInterrupt):
-            # DuckDB stops a query on SIGTERM with a KeyboardInterrupt or its
-            # own "Query interrupted": the stop is what to report.
-            raise_if_terminated()
-            raise
+        # Ingest first, with ingest's own progress bar: its worker processes
+        # must fork before any progress thread runs.
+        dataset, temporary = resolve_inputs(list(inputs), Path(scratch) / "dataset", keep, run=run_name, progress=terminal)
+        baseline_dataset, label = _resolve_baseline(baseline, Path(scratch) / "baseline")
+        with _Progress(terminal) as progress:
+            built = build_report(dataset, compare=baseline_dataset, fail_on=thresholds, inputs=list(inputs),
+                                 temporary=temporary, title=title, progress=progress, compare_label=label)
+            progress("writing")
+            data = _render(built, output_format)
         # Where DuckDB swallowed it instead (the signal came in one of the
         # Python callbacks it calls while planning), the report is done, but
         # SIGTERM still means no report and exit 143.
