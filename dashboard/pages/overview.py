@@ -7,6 +7,7 @@ import streamlit as st
 
 from analysis import findings as findings_module
 from analysis import timeline
+from collector.wording import noun_for
 from dashboard import charts
 from dashboard.pages.common import (
     PAGES, caption_dataset, chart, counts, evidence_markdown, fetch, frame, page_key, require_dataset,
@@ -90,8 +91,8 @@ for finding in found:
 for (severity, finding_id), members in groups.items():
     _show(members[0])
     if len(members) > 1:
-        with st.expander(f"{len(members) - 1} more {finding_id.replace('_', ' ')} {'finding' if len(members) == 2 else 'findings'} "
-                         f"({severity})"):
+        more = len(members) - 1
+        with st.expander(f"{more} more {finding_id.replace('_', ' ')} {noun_for(more, 'finding')} ({severity})"):
             for finding in members[1:]:
                 subject = ", ".join(f"{k} {v}" for k, v in finding.subject.items())
                 st.markdown(f"- {finding.title}" + (f" · _{subject}_" if subject else ""))

@@ -20,7 +20,7 @@ import polars as pl
 
 from analysis.names import short_kernel_name
 from collector.errors import one_line
-from collector.wording import counted
+from collector.wording import counted, noun_for
 from dashboard import theme
 from dashboard.report.build import Report, Section, TableResult
 from dashboard.report.figures import HEIGHT_PX, section_figures
@@ -172,7 +172,7 @@ def _finding_cards(findings: list[Any], shown_per_kind: int = 2) -> str:
             rest = "".join(_finding_card(f) for f in group[shown_per_kind:])
             more = len(group) - shown_per_kind
             out.append(f'<details class="more"><summary>{more} more <code>{_e(data["id"])}</code> '
-                       f"{'finding' if more == 1 else 'findings'} ({_e(data['severity'])})</summary>{rest}</details>")
+                       f"{noun_for(more, 'finding')} ({_e(data['severity'])})</summary>{rest}</details>")
         i = j
     return "".join(out)
 
