@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -156,3 +157,23 @@ def write_sync_loop_trace(path: Path, rank: int, queued_behind: bool = False, st
              "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}}
     path.write_text(json.dumps(trace))
     return path
+
+
+def signal_self(signum: int) -> None:
+    """Send `signum` to this process and run Python code until its handler
+    has run: what the handler raises is raised here."""
+    os.kill(os.getpid(), signum)
+    for _ in range(1000):  # the handler runs at one of these steps
+        pass
+
+
+class SignalledInDel:
+    """`SignalledInDel(signum)`, made and dropped at once, sends `signum` from
+    its __del__: there Python only reports what the handler raises, as it
+    does in a weakref callback or in DuckDB's own Python callbacks."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def __del__(self) -> None:
+        signal_self(self.signum)

@@ -17,6 +17,7 @@ import pytest
 from collector.ingest import ingest_paths, store
 from collector.ingest.store import STAGING_DIR
 from collector.sim_trace import write_training_traces
+from conftest import SignalledInDel, signal_self
 from tests.test_ingest import kineto_json, rows_in, write
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -329,14 +330,8 @@ def test_a_stop_whose_exception_python_swallowed_still_stops_the_ingest_at_its_n
     files = [write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank)) for rank in range(3)]
     handlers = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
 
-    class SignalledInDel:
-        def __del__(self) -> None:
-            os.kill(os.getpid(), signum)
-            for _ in range(1000):  # the handler runs here, and its exception goes no further
-                pass
-
     with terminated_on_sigterm():
-        SignalledInDel()
+        SignalledInDel(signum)
         with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
             ingest_paths(files, tmp_path / "out", jobs=1)
     ranks = [row["rank"] for row in rows_in(tmp_path / "out", "runs")]  # the file it was on when it looked
@@ -355,7 +350,5 @@ def test_a_stop_calls_on_stop_before_its_exception(signum: int) -> None:
     calls: list[str] = []
     with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
         with terminated_on_sigterm(on_stop=lambda: calls.append("interrupted")):
-            os.kill(os.getpid(), signum)
-            for _ in range(1000):  # the handler runs here
-                pass
+            signal_self(signum)
     assert calls == ["interrupted"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SignalledInDel, signal_self
 from test_report import INFERENCE, TRAINING, _one_line_error, gpulens
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -190,20 +191,12 @@ def _sigterm_while_building(monkeypatch: pytest.MonkeyPatch, swallowed: bool) ->
 
     build_report = build.build_report
 
-    class SignalledInDel:
-        def __del__(self) -> None:
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(1000):  # the handler runs here
-                pass
-
     def build_then_signalled(*args, **kwargs):
         built = build_report(*args, **kwargs)
         if swallowed:
-            SignalledInDel()
+            SignalledInDel(signal.SIGTERM)
         else:
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(1000):
-                pass
+            signal_self(signal.SIGTERM)
         return built
 
     monkeypatch.setattr(build, "build_report", build_then_signalled)
