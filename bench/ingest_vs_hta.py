@@ -3,6 +3,7 @@
     python bench/ingest_vs_hta.py --quick     # real traces + 8 ranks, 400,000 events
     python bench/ingest_vs_hta.py             # 8 ranks, 5 million events, 3 rounds (7 for small inputs)
     python bench/ingest_vs_hta.py --skip-real --hta-max-ranks 2   # the same, HTA on 2 ranks
+    python bench/ingest_vs_hta.py --skip-simulated --trace-set "my job=DIR"   # your own traces
 
 HTA needs about 30 s and 1 GB per 600,000-event rank (on a 2-core AMD EPYC
 VM), so the full run with HTA on every rank takes tens of minutes; with
@@ -26,7 +27,8 @@ What runs: the same folder of per-rank Kineto traces is loaded by
 and by `gpulens ingest DIR --out OUT --jobs N` (parse and write Parquet, in
 a process pool), alternating HTA, gpulens, HTA, gpulens ..., each in a fresh
 process. Inputs: (a) the real GPU traces in `../shared/traces/kineto`
-(skipped where absent), (b) a run made by `collector.sim_trace`: `--ranks`
+(`--real-traces`; skipped where absent) and any folder named by
+`--trace-set LABEL=DIR` (your own job's traces, one file per rank), (b) a run made by `collector.sim_trace`: `--ranks`
 ranks, `--events` events in all, (c) its rank 0 alone (one big trace,
 which gpulens reads in parts on every core), (d) a run of `--small-ranks`
 small ranks of 5,000 events each (a job of thousands of ranks, where each
@@ -230,8 +232,9 @@ def load_hta(hta_python: str, folder: Path, timeout_s: float) -> Load:
     return run_measured("hta", [hta_python, "-c", _HTA_CHILD, str(folder)], timeout_s, folder.parent)
 
 
-def load_gpulens(folder: Path, jobs: int, timeout_s: float) -> Load:
-    out = folder.parent / f"{folder.name}-gpulens-out"
+def load_gpulens(folder: Path, jobs: int, timeout_s: float, work: Path) -> Load:
+    # Written into the work folder, never beside a --trace-set folder of the user's.
+    out = work / f"{folder.name}-gpulens-out"
     shutil.rmtree(out, ignore_errors=True)
     try:
         return run_measured("gpulens", [sys.executable, "-c", _GPULENS_CHILD, str(folder), str(out), str(jobs)], timeout_s, REPO_ROOT)
@@ -264,10 +267,10 @@ def empty_folder(folder: Path) -> Path:
     return folder
 
 
-def real_sets(work: Path) -> list[tuple[str, Path]]:
+def real_sets(work: Path, source_dir: Path) -> list[tuple[str, Path]]:
     sets = []
     for label, names in REAL_SETS.items():
-        sources = [SHARED_KINETO / name for name in names]
+        sources = [source_dir / name for name in names]
         if not all(p.is_file() for p in sources):
             continue
         folder = work / ("real-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-"))
@@ -359,7 +362,7 @@ def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str 
             hta = load_hta(hta_python, hta_folder, args.hta_timeout_s)
             loads["hta"].append(hta)
             parts.append(_describe(hta))
-        ours = load_gpulens(folder, jobs, args.timeout_s)
+        ours = load_gpulens(folder, jobs, args.timeout_s, args.work)
         loads["gpulens"].append(ours)
         parts.append(_describe(ours))
         print(f"  round {round_no}: " + " | ".join(parts), flush=True)
@@ -406,12 +409,35 @@ def memory_vs_ranks(base: Path, ranks: int, kernels_per_step: int, args: argpars
     peaks = []
     for n, folder in ((ranks, base / f"sim-{ranks}ranks"), (2 * ranks, twice)):
         files, events, _ = count_events(folder)
-        load = load_gpulens(folder, min(args.jobs, files), args.timeout_s)
+        load = load_gpulens(folder, min(args.jobs, files), args.timeout_s, args.work)
         peaks.append(load.peak_rss_bytes)
         print(f"  {n:3d} ranks, {events:,} events: wall {load.wall_s:.2f} s, peak {_mib(load.peak_rss_bytes)} "
               f"(largest process {_mib(load.max_rss_bytes)}){'' if load.ok else ' FAILED'}")
     print(f"  peak with {2 * ranks} ranks / with {ranks}: {peaks[1] / peaks[0]:.2f}")
     shutil.rmtree(twice, ignore_errors=True)
+
+
+def simulated_runs(work: Path, events: int, args: argparse.Namespace, hta_python: str | None) -> None:
+    """Inputs (b), (c) and (d) of the docstring, and memory against ranks."""
+    started = time.perf_counter()
+    folder, kernels_per_step = synthesise(work / f"sim-{args.ranks}ranks", args.ranks, events, args.steps, args.seed)
+    print(f"\n(synthesised {args.ranks} ranks x {args.steps} steps x {kernels_per_step} kernels per step "
+          f"in {time.perf_counter() - started:.1f} s)")
+    compare(f"simulated: {args.ranks} x H100, {args.steps} steps", folder, args, hta_python)
+    if not args.skip_one_rank:
+        # One big trace alone: gpulens reads it in parts on every core.
+        compare("simulated: its rank 0 alone", cap_ranks(folder, 1), args, hta_python)
+    if args.small_ranks:
+        # Many small ranks: what a job of thousands of ranks gives, where
+        # each file's fixed costs (ten Parquet files, derive) add up.
+        started = time.perf_counter()
+        small, small_kernels = synthesise(work / f"sim-{args.small_ranks}-small-ranks", args.small_ranks,
+                                          args.small_ranks * SMALL_RANK_EVENTS, SMALL_RANK_STEPS, args.seed)
+        print(f"\n(synthesised {args.small_ranks} ranks x {SMALL_RANK_STEPS} steps x {small_kernels} kernels per step "
+              f"in {time.perf_counter() - started:.1f} s)")
+        compare(f"simulated: {args.small_ranks} small ranks", small, args, hta_python)
+    if not args.skip_scaling:
+        memory_vs_ranks(work, args.ranks, kernels_per_step, args)
 
 
 def compile_gpulens() -> None:
@@ -422,6 +448,15 @@ def compile_gpulens() -> None:
         if not compileall.compile_dir(REPO_ROOT / package, quiet=1):
             raise SystemExit(f"{REPO_ROOT / package}: could not compile to bytecode")
     print("gpulens' modules compiled to bytecode first, as pip compiles HTA's")
+
+
+def _trace_set(value: str) -> tuple[str, Path]:
+    label, sep, folder = value.rpartition("=")
+    if not sep or not label:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected LABEL=DIR")
+    if not Path(folder).is_dir():
+        raise argparse.ArgumentTypeError(f"{folder}: not a folder")
+    return label, Path(folder)
 
 
 def default_hta_python() -> str | None:
@@ -450,7 +485,13 @@ def main() -> None:
     parser.add_argument("--hta-timeout-s", type=float, default=900.0)
     parser.add_argument("--timeout-s", type=float, default=900.0)
     parser.add_argument("--skip-real", action="store_true")
+    parser.add_argument("--real-traces", type=Path, default=SHARED_KINETO,
+                        help=f"folder holding the real traces {', '.join(n for names in REAL_SETS.values() for n in names)} "
+                             f"(default {SHARED_KINETO})")
+    parser.add_argument("--trace-set", type=_trace_set, action="append", default=[], metavar="LABEL=DIR",
+                        help="also compare on DIR, a folder of per-rank traces of one job (repeatable)")
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--skip-simulated", action="store_true", help="only the real traces and --trace-set folders")
     parser.add_argument("--skip-one-rank", action="store_true", help="skip the simulated run's rank 0 loaded alone")
     parser.add_argument("--small-ranks", type=int, default=64,
                         help=f"ranks of the run of small ranks, {SMALL_RANK_EVENTS:,} events each (0 skips it)")
@@ -458,39 +499,27 @@ def main() -> None:
     args = parser.parse_args()
     events = args.events or (400_000 if args.quick else 5_000_000)
     hta_python = None if args.hta_python == "none" else (args.hta_python or default_hta_python())
+    if hta_python and os.sep in hta_python:
+        # HTA runs in its input's folder; abspath, not resolve, keeps a venv's python the venv's.
+        hta_python = os.path.abspath(hta_python)
 
     print(machine_line(hta_python))
     compile_gpulens()
     if hta_python is None:
         print("HTA not found (pip install holistictraceanalysis, or --hta-python): gpulens figures only")
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
+    work = args.work = args.work_dir or Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         if not args.skip_real:
-            sets = real_sets(work)
+            sets = real_sets(work, args.real_traces)
             if not sets:
-                print(f"\nreal traces: {SHARED_KINETO} not found, skipped")
+                print(f"\nreal traces: {args.real_traces} not found, skipped")
             for label, folder in sets:
                 compare(label, folder, args, hta_python)
-        started = time.perf_counter()
-        folder, kernels_per_step = synthesise(work / f"sim-{args.ranks}ranks", args.ranks, events, args.steps, args.seed)
-        print(f"\n(synthesised {args.ranks} ranks x {args.steps} steps x {kernels_per_step} kernels per step "
-              f"in {time.perf_counter() - started:.1f} s)")
-        compare(f"simulated: {args.ranks} x H100, {args.steps} steps", folder, args, hta_python)
-        if not args.skip_one_rank:
-            # One big trace alone: gpulens reads it in parts on every core.
-            compare("simulated: its rank 0 alone", cap_ranks(folder, 1), args, hta_python)
-        if args.small_ranks:
-            # Many small ranks: what a job of thousands of ranks gives, where
-            # each file's fixed costs (ten Parquet files, derive) add up.
-            started = time.perf_counter()
-            small, small_kernels = synthesise(work / f"sim-{args.small_ranks}-small-ranks", args.small_ranks,
-                                              args.small_ranks * SMALL_RANK_EVENTS, SMALL_RANK_STEPS, args.seed)
-            print(f"\n(synthesised {args.small_ranks} ranks x {SMALL_RANK_STEPS} steps x {small_kernels} kernels per step "
-                  f"in {time.perf_counter() - started:.1f} s)")
-            compare(f"simulated: {args.small_ranks} small ranks", small, args, hta_python)
-        if not args.skip_scaling:
-            memory_vs_ranks(work, args.ranks, kernels_per_step, args)
+        for label, folder in args.trace_set:
+            compare(label, folder, args, hta_python)
+        if not args.skip_simulated:
+            simulated_runs(work, events, args, hta_python)
     finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
