@@ -301,17 +301,20 @@ def compact(dataset):
     or an ingest runs, and to run again.
     """
     from collector.compact import compact_dataset, finish_interrupted
-    from collector.errors import DatasetError
+    from collector.errors import DatasetError, terminated_on_sigterm
     from collector.ingest.merge import merge_run
     from collector.writer import check_writable
 
     if not dataset.is_dir():
         raise DatasetError(f"{dataset}: " + ("not a directory" if dataset.exists() else "no such dataset directory"))
     check_writable(dataset)  # a read-only dataset: one line, before anything is merged
-    finish_interrupted(dataset)
-    before, after = compact_dataset(dataset)
-    click.echo(f"{dataset}: {before} node-table files merged into {after}")
-    for run_path in sorted(path for path in (dataset / "traces").glob("run=*") if path.is_dir()):
-        files_before, files_after = merge_run(dataset, run_path)
-        if files_after < files_before:
-            click.echo(f"{run_path}: {files_before:,} trace files merged into {files_after:,}")
+    # Stopped (SIGTERM, Ctrl-C), the merge in progress removes its staged
+    # file and puts back what it had moved; the merges done stay done.
+    with terminated_on_sigterm():
+        finish_interrupted(dataset)
+        before, after = compact_dataset(dataset)
+        click.echo(f"{dataset}: {before} node-table files merged into {after}")
+        for run_path in sorted(path for path in (dataset / "traces").glob("run=*") if path.is_dir()):
+            files_before, files_after = merge_run(dataset, run_path)
+            if files_after < files_before:
+                click.echo(f"{run_path}: {files_before:,} trace files merged into {files_after:,}")

@@ -43,7 +43,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.errors import DatasetError, one_line
+from collector.errors import DatasetError, even_if_interrupted, one_line
 
 COMPACT_PARTS_AT = 60
 COMPACT_MERGED_AT = 24
@@ -138,9 +138,15 @@ def _merge_locked(files: list[Path], staging: Path) -> Path:
         write_parquet_atomic(_row_groups(files, schema), destination, staging, schema=schema)
     except (OSError, pa.ArrowException) as error:
         raise DatasetError(f"{files[0].parent}: cannot merge its files ({error})") from error
+    # Stopped halfway, both the merged file and some of its inputs would be
+    # read (until the next writer's `finish_interrupted`): all of them go.
+    even_if_interrupted(_remove, files)
+    return destination
+
+
+def _remove(files: list[Path]) -> None:
     for path in files:
         path.unlink(missing_ok=True)
-    return destination
 
 
 def _read_schemas(files: list[Path]) -> list[pa.Schema]:

@@ -76,6 +76,18 @@ def raise_if_terminated() -> None:
         raise KeyboardInterrupt
 
 
+def even_if_interrupted(step: Callable[..., object], *args: object, **kwargs: object) -> None:
+    """`step(*args, **kwargs)`; stopped by a signal's exception, done again
+    to the end before that is raised (a second SIGTERM is ignored), for
+    steps that must not stop halfway: removing a staging folder, or the
+    files a merged file has replaced."""
+    try:
+        step(*args, **kwargs)
+    except BaseException:
+        step(*args, **kwargs)
+        raise
+
+
 @contextlib.contextmanager
 def terminated_on_sigterm(on_stop: Callable[[], object] | None = None) -> Iterator[None]:
     """SIGTERM raises Terminated here, so that a command unwinds as on Ctrl-C:

@@ -176,3 +176,51 @@ def test_gpulens_compact_on_a_dataset_it_may_not_write_is_one_line_and_changes_n
     monkeypatch.setattr(os, "mkdir", mkdir)
     assert _compact(capsys, tmp_path) == (1, "", f"gpulens: error: {tmp_path}: cannot write to the output directory (Permission denied)\n")
     assert _files(tmp_path) == before
+
+
+# --- stopped by SIGTERM or Ctrl-C ----------------------------------------------------
+
+
+def test_a_merge_stopped_while_it_removes_its_inputs_still_removes_them_all(tmp_path, monkeypatch):
+    # Stopped halfway, the merged file and the inputs left beside it would
+    # both be read until the next writer's finish_interrupted.
+    _flushes(tmp_path, 3)
+    unlink = Path.unlink
+    calls = []
+
+    def interrupted_at_the_second(path, missing_ok=False):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", interrupted_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    monkeypatch.undo()
+    assert len(_files(tmp_path)) == 1
+    assert len(_power_rows(tmp_path)) == 6
+
+
+def test_gpulens_compact_stopped_by_sigterm_exits_143_and_keeps_every_file(tmp_path, capsys, monkeypatch):
+    import signal
+
+    from conftest import signal_self
+
+    _flushes(tmp_path, 30)
+    before, rows_before = _files(tmp_path), _power_rows(tmp_path)
+    row_groups = compact._row_groups
+
+    def signalled_as_it_writes(files, schema):
+        signal_self(signal.SIGTERM)
+        yield from row_groups(files, schema)
+
+    monkeypatch.setattr(compact, "_row_groups", signalled_as_it_writes)
+    # Where compact left SIGTERM as it found it, the signal must not end pytest.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        assert _compact(capsys, tmp_path) == (143, "", "gpulens: terminated\n")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (_files(tmp_path), _power_rows(tmp_path)) == (before, rows_before)
+    assert list((tmp_path / ".staging").glob("*.tmp")) == []

@@ -174,3 +174,28 @@ def test_ingest_of_a_run_of_fewer_sources_suggests_nothing(tmp_path, monkeypatch
     monkeypatch.setattr(collector_cli, "SUGGEST_MERGE_AT_SOURCES", RANKS + 1)
     assert cli.main(["ingest", str(job(tmp_path)), "--out", str(tmp_path / "out"), "--quiet", "--jobs", "1"]) == 0
     assert "gpulens compact" not in capsys.readouterr().err
+
+
+def test_a_merge_stopped_between_two_moves_leaves_the_run_as_it_was(tmp_path, monkeypatch):
+    # SIGTERM's Terminated or Ctrl-C between the moves that put a merge in
+    # place: the run is put back at once, not left for the next command.
+    from collector.ingest import merge
+
+    _, out = ingested(tmp_path)
+    before = {path.relative_to(out): path.read_bytes() for path in (out / "traces").rglob("*.parquet")}
+    replace = merge.os.replace
+    moves = []
+
+    def interrupted_at_the_third_move(source, destination):
+        moves.append(destination)
+        if len(moves) == 3:
+            raise KeyboardInterrupt
+        replace(source, destination)
+
+    monkeypatch.setattr(merge.os, "replace", interrupted_at_the_third_move)
+    with pytest.raises(KeyboardInterrupt):
+        merge_run(out, run_path(out))
+    monkeypatch.undo()
+    assert {path.relative_to(out): path.read_bytes() for path in (out / "traces").rglob("*.parquet")} == before
+    assert not (run_path(out) / MERGED_DIR).exists()
+    assert list((out / ".staging").iterdir()) == []

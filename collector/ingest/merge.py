@@ -214,6 +214,12 @@ def _put_in_place(run_path: Path, aside: Path, staged: dict[str, Path], replaced
     except OSError as error:
         _unmerge(run_path, aside)  # without its mark: what it replaced goes back
         raise DatasetError(f"{run_path}: " + failure.format(error.strerror or error)) from None
+    except BaseException:
+        # Stopped between two moves (SIGTERM's Terminated, Ctrl-C): put the
+        # run back now rather than leave it to the next command's
+        # `_undo_incomplete`, so a reader meanwhile sees no source twice or not at all.
+        _unmerge(run_path, aside)
+        raise
 
 
 def place_batch(run_path: Path, token: str, staged: dict[str, Path], listing: Path, sources: list[str]) -> None:

@@ -55,13 +55,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector.derive import CHANGED_TABLES, DERIVED_TABLES, derive_trace_tables
-from collector.errors import DatasetError
+from collector.errors import DatasetError, even_if_interrupted
 from collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,
                                     unmerge_sources)
 from collector.schema import TRACE_SCHEMAS
@@ -241,19 +241,9 @@ def staged_folder(out: Path, prefix: str) -> Iterator[Path]:
             raise DatasetError(f"{out}: cannot write: {error.strerror or error}") from None
         yield folder
     except BaseException:
-        _even_if_interrupted(_remove_staged, folder)
+        even_if_interrupted(_remove_staged, folder)
         raise
-    _even_if_interrupted(shutil.rmtree, folder, ignore_errors=True)
-
-
-def _even_if_interrupted(step: Callable[..., object], *args: object, **kwargs: object) -> None:
-    """`step(*args, **kwargs)`; stopped by a signal's exception, done again
-    to the end before that is raised (a second SIGTERM is ignored)."""
-    try:
-        step(*args, **kwargs)
-    except BaseException:
-        step(*args, **kwargs)
-        raise
+    even_if_interrupted(shutil.rmtree, folder, ignore_errors=True)
 
 
 def owner_tag(pid: int | None = None) -> str:
