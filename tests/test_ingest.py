@@ -814,11 +814,21 @@ def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, 
     from collector.ingest.buffer import content_bytes
 
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
-    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=3)
+    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=2)
     bounds = [(t.part.start, t.part.end) for t in tasks]
-    assert (len(tasks), bounds[0][0], bounds[-1][1]) == (6, 0, None)
+    assert (len(tasks), bounds[0][0], bounds[-1][1]) == (4, 0, None)
     assert all(before[1] == after[0] for before, after in zip(bounds, bounds[1:]))
-    assert bounds[-1][0] == content_bytes(trace) * 5 // 6
+    assert bounds[-1][0] == content_bytes(trace) * 3 // 4
+
+
+def test_split_plan_cuts_one_big_file_into_at_most_four_parts_on_many_cores(tmp_path: Path, small_parts: list) -> None:
+    # Past a few parts this process's own work on the file is what the
+    # ingest waits for, and each more part is one more process's memory.
+    from collector.ingest import plan, sources
+
+    trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
+    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=16)
+    assert [t.part.count for t in tasks] == [4] * 4
 
 
 def test_split_plan_gives_no_more_parts_than_the_cores_can_take(
