@@ -28,10 +28,10 @@ and by `gpulens ingest DIR --out OUT --jobs N` (parse and write Parquet, in
 a process pool), alternating HTA, gpulens, HTA, gpulens ..., each in a fresh
 process. Inputs: (a) the real GPU traces in `../shared/traces/kineto`
 (`--real-traces`; skipped where absent) and any folder named by
-`--trace-set LABEL=DIR` (your own job's traces, one file per rank), (b) a run made by `collector.sim_trace`: `--ranks`
-ranks, `--events` events in all, (c) its rank 0 alone (one big trace,
-which gpulens reads in parts on every core), (d) a run of `--small-ranks`
-small ranks of 5,000 events each (a job of thousands of ranks, where each
+`--trace-set LABEL=DIR` (your own job's traces, one file per rank), (b) a
+run made by `collector.sim_trace`: `--ranks` ranks, `--events` events in
+all, (c) its rank 0 alone (one big trace, which gpulens reads in parts on
+up to four cores), (d) a run of `--small-ranks` small ranks of 5,000 events each (a job of thousands of ranks, where each
 file's fixed costs add up), then the same per-rank size as (b) with twice
 the ranks (gpulens only) to show that memory does not grow with ranks.
 
@@ -350,7 +350,7 @@ def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str 
         _, hta_events, _ = count_events(hta_folder)
         print(f"  HTA capped to its first {args.hta_max_ranks} of {files} ranks ({hta_events:,} events): "
               "speed compared as events per second; HTA's memory is then that of the smaller load")
-    # Every core even for one file: gpulens reads a big file in parts.
+    # Every core as --jobs even for one file: gpulens reads a big file in parts (up to four).
     jobs = args.jobs
     loads: dict[str, list[Load]] = {"hta": [], "gpulens": []}
     # A small input's rounds take seconds, and one disturbed round (this VM
@@ -425,7 +425,7 @@ def simulated_runs(work: Path, events: int, args: argparse.Namespace, hta_python
           f"in {time.perf_counter() - started:.1f} s)")
     compare(f"simulated: {args.ranks} x H100, {args.steps} steps", folder, args, hta_python)
     if not args.skip_one_rank:
-        # One big trace alone: gpulens reads it in parts on every core.
+        # One big trace alone: gpulens reads it in parts on up to four cores.
         compare("simulated: its rank 0 alone", cap_ranks(folder, 1), args, hta_python)
     if args.small_ranks:
         # Many small ranks: what a job of thousands of ranks gives, where
