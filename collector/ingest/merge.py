@@ -211,14 +211,14 @@ def _put_in_place(run_path: Path, aside: Path, staged: dict[str, Path], replaced
             (run_path / table).mkdir(exist_ok=True)
             os.replace(path, _merged_file(run_path, table, aside.name))
         (aside / _COMPLETE).touch()
-    except OSError as error:
-        _unmerge(run_path, aside)  # without its mark: what it replaced goes back
-        raise DatasetError(f"{run_path}: " + failure.format(error.strerror or error)) from None
-    except BaseException:
-        # Stopped between two moves (SIGTERM's Terminated, Ctrl-C): put the
-        # run back now rather than leave it to the next command's
-        # `_undo_incomplete`, so a reader meanwhile sees no source twice or not at all.
+    except BaseException as error:
+        # A failed move, or a signal's exception (SIGTERM's Terminated,
+        # Ctrl-C) between two: without its mark, what the merge replaced
+        # goes back now, not at the next command's `_undo_incomplete`, so
+        # that a reader meanwhile sees no source twice or not at all.
         _unmerge(run_path, aside)
+        if isinstance(error, OSError):
+            raise DatasetError(f"{run_path}: " + failure.format(error.strerror or error)) from None
         raise
 
 
