@@ -6,6 +6,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from collector import compact
 from collector.compact import finish_interrupted, maybe_compact
 from collector.errors import DatasetError
 from collector.writer import DatasetWriter
+from conftest import signal_self
 
 T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 PARTITION = Path("telemetry") / "host=node-a" / "date=2026-01-01"
@@ -203,10 +205,6 @@ def test_a_merge_stopped_while_it_removes_its_inputs_still_removes_them_all(tmp_
 
 
 def test_gpulens_compact_stopped_by_sigterm_exits_143_and_keeps_every_file(tmp_path, capsys, monkeypatch):
-    import signal
-
-    from conftest import signal_self
-
     _flushes(tmp_path, 30)
     before, rows_before = _files(tmp_path), _power_rows(tmp_path)
     row_groups = compact._row_groups

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.errors import Terminated, terminated_on_sigterm
 from collector.ingest import ingest_paths, store
 from collector.ingest.store import STAGING_DIR
 from collector.sim_trace import write_training_traces
@@ -324,9 +325,6 @@ def test_a_stop_whose_exception_python_swallowed_still_stops_the_ingest_at_its_n
     # The handlers raise wherever the main thread is; inside a __del__ or a
     # weakref callback Python only reports the exception, and the ingest
     # went on to the end (1 SIGTERM in 12 at one moment of a 2-rank ingest).
-    from collector.errors import terminated_on_sigterm
-    from collector.errors import Terminated
-
     files = [write(tmp_path / "in" / f"rank{rank}.json", kineto_json(rank=rank)) for rank in range(3)]
     handlers = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
 
@@ -344,9 +342,6 @@ def test_a_stop_whose_exception_python_swallowed_still_stops_the_ingest_at_its_n
 def test_a_stop_calls_on_stop_before_its_exception(signum: int) -> None:
     # `gpulens query` interrupts its DuckDB query there: where the exception
     # is swallowed in one of DuckDB's Python callbacks, the query still ends.
-    from collector.errors import terminated_on_sigterm
-    from collector.errors import Terminated
-
     calls: list[str] = []
     with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
         with terminated_on_sigterm(on_stop=lambda: calls.append("interrupted")):

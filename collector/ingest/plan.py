@@ -69,8 +69,8 @@ def _split_big_files(tasks: list[Source], jobs: int | None, file_sizes: dict[str
     A file is read by one process otherwise, so one big trace (or one big
     rank beside small ones) would keep the other cores idle. A file gets
     parts of about half a core's share of all the content, at most two per
-    core and MAX_PARTS_A_FILE, and at least SPLIT_MIN_PART_BYTES each: halves, because equal
-    bytes are not equal work (a trace's CPU ops, slower to read, come
+    core and MAX_PARTS_A_FILE, and at least SPLIT_MIN_PART_BYTES each:
+    halves, because equal bytes are not equal work (a trace's CPU ops, slower to read, come
     before its GPU events; the halves of the V100 trace took 0.42 and
     0.28 s), and smaller parts let the cores even it out. Eight like-sized
     ranks on two cores are not cut at all. A gzip file's parts each
