@@ -753,7 +753,7 @@ def all_rows(out: Path) -> dict[str, list[dict]]:
 def test_ingest_reads_a_big_kineto_file_in_parts_with_the_rows_of_one_process(tmp_path: Path, small_parts: list) -> None:
     trace = write(tmp_path / "in" / "rank0.json.gz", kineto_json(rank=0, kernels=4000), compress=True)
     ingest_paths([trace], tmp_path / "one", jobs=1)
-    report = ingest_paths([trace], tmp_path / "parts", jobs=2)
+    report = ingest_paths([trace], tmp_path / "parts", jobs=4)
     assert [[t.part and (t.part.index, t.part.count) for t in plan] for plan in small_parts] == [
         [None], [(0, 4), (1, 4), (2, 4), (3, 4)]]
     assert (report.ok, report.results[0].rows["kernels"]) == (True, 4000)
@@ -774,7 +774,7 @@ def test_ingest_reads_a_split_file_whole_where_a_part_cannot_be_read_alone(
 
     monkeypatch.setattr(kineto, "read_part", refuses_later_parts)  # the workers, forked, inherit it
     trace = write(tmp_path / "in" / "rank0.json", kineto_json(rank=0, kernels=4000))
-    report = ingest_paths([trace], tmp_path / "out", jobs=2)
+    report = ingest_paths([trace], tmp_path / "out", jobs=4)
     assert (len(small_parts[0]), report.ok, len(rows_in(tmp_path / "out", "kernels"))) == (4, True, 4000)
 
 
@@ -791,7 +791,7 @@ def test_ingest_split_file_without_gpu_events_fails_as_a_whole_one_does(tmp_path
     trace = json.loads(kineto_json(rank=0, kernels=0))
     trace["traceEvents"] *= 6000  # CPU ops only
     path = write(tmp_path / "in" / "rank0.json", json.dumps(trace))
-    report = ingest_paths([path], tmp_path / "out", jobs=2)
+    report = ingest_paths([path], tmp_path / "out", jobs=4)
     assert (len(small_parts[0]), [f.message for f in report.failures]) == (
         4, [f"{path}: no GPU events (kernels, memcpy or memset)"])
 
@@ -809,12 +809,12 @@ def test_progress_counts_files_whatever_their_parts(tmp_path: Path) -> None:
     assert (shown.total, shown.completed) == (2, 2.0)  # six sixths in floats would fall short of one file
 
 
-def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, small_parts: list) -> None:
+def test_split_plan_gives_a_big_file_a_part_a_core_that_meet(tmp_path: Path, small_parts: list) -> None:
     from collector.ingest import plan, sources
     from collector.ingest.buffer import content_bytes
 
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
-    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=2)
+    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=4)
     bounds = [(t.part.start, t.part.end) for t in tasks]
     assert (len(tasks), bounds[0][0], bounds[-1][1]) == (4, 0, None)
     assert all(before[1] == after[0] for before, after in zip(bounds, bounds[1:]))
@@ -838,7 +838,7 @@ def test_split_plan_gives_no_more_parts_than_the_cores_can_take(
     monkeypatch.setattr(plan, "_usable_cores", lambda: 2)
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
     tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=8)
-    assert [t.part.count for t in tasks] == [4] * 4
+    assert [t.part.count for t in tasks] == [2] * 2
 
 
 def test_split_plan_leaves_like_sized_ranks_whole(tmp_path: Path, small_parts: list) -> None:
@@ -856,7 +856,7 @@ def test_split_plan_cuts_only_the_rank_bigger_than_its_share(tmp_path: Path, sma
              for r in range(3)]
     tasks = plan._split_big_files(sources.sources_of(files, "r"), jobs=2)
     assert [(Path(t.path).name, t.part.count if t.part else 1) for t in tasks] == [
-        *[("rank0.json", 4)] * 4, ("rank1.json", 1), ("rank2.json", 1)]
+        *[("rank0.json", 2)] * 2, ("rank1.json", 1), ("rank2.json", 1)]
 
 
 def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list) -> None:
@@ -865,6 +865,21 @@ def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list
     line = "node1:100:200 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x1 recvbuff 0x2 count 262144 datatype 9 op 0 root 0 comm 0xabc [nranks=8] stream 0x5\n"
     log = write(tmp_path / "nccl.log", line * 4000)
     assert [t.part for t in plan._split_big_files(sources.sources_of([(log, True)], "r"), jobs=2)] == [None]
+
+
+def test_pool_queue_hands_a_process_waiting_to_join_a_split_file_only_parts() -> None:
+    # That process alone joins and writes a split file once its parts are
+    # read: a whole file taken meanwhile would delay that, where a worker
+    # could have read it.
+    from collector.ingest import pool
+    from collector.ingest.sources import FilePart, Source
+
+    big, small = Source("rank1.json", "r", True), Source("rank2.json", "r", True)
+    halves = [Source("rank0.json", "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+    queue = pool._TaskQueue([big, halves[1], small])
+    assert queue.take(1, parts_only=True) == [halves[1]]
+    assert queue.take(1, parts_only=True) == []
+    assert queue.take(2) == [big, small]
 
 
 def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:

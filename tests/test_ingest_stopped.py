@@ -54,9 +54,10 @@ def _running(pids: list[int]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def big_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two 80 MB ranks: two seconds of ingest with --jobs 2, one of them in a worker."""
+    """Four 80 MB ranks: about 0.8 s of ingest with --jobs 2 (two cores),
+    half of it in a worker."""
     folder = tmp_path_factory.mktemp("job")
-    write_training_traces(folder, ranks=2, steps=50, kernels_per_step=1000)
+    write_training_traces(folder, ranks=4, steps=50, kernels_per_step=1000)
     return folder
 
 
@@ -66,7 +67,7 @@ def _ingest_until_its_workers_run(job: Path, out: Path) -> tuple[subprocess.Pope
     deadline = time.monotonic() + 5
     while not (workers := _children(ingest.pid)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(0.3)  # well into their files
+    time.sleep(0.1)  # into their files (each takes ~0.3 s)
     return ingest, workers
 
 
