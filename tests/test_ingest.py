@@ -753,7 +753,7 @@ def all_rows(out: Path) -> dict[str, list[dict]]:
 def test_ingest_reads_a_big_kineto_file_in_parts_with_the_rows_of_one_process(tmp_path: Path, small_parts: list) -> None:
     trace = write(tmp_path / "in" / "rank0.json.gz", kineto_json(rank=0, kernels=4000), compress=True)
     ingest_paths([trace], tmp_path / "one", jobs=1)
-    report = ingest_paths([trace], tmp_path / "parts", jobs=4)
+    report = ingest_paths([trace], tmp_path / "parts", jobs=2)
     assert [[t.part and (t.part.index, t.part.count) for t in plan] for plan in small_parts] == [
         [None], [(0, 4), (1, 4), (2, 4), (3, 4)]]
     assert (report.ok, report.results[0].rows["kernels"]) == (True, 4000)
@@ -774,7 +774,7 @@ def test_ingest_reads_a_split_file_whole_where_a_part_cannot_be_read_alone(
 
     monkeypatch.setattr(kineto, "read_part", refuses_later_parts)  # the workers, forked, inherit it
     trace = write(tmp_path / "in" / "rank0.json", kineto_json(rank=0, kernels=4000))
-    report = ingest_paths([trace], tmp_path / "out", jobs=4)
+    report = ingest_paths([trace], tmp_path / "out", jobs=2)
     assert (len(small_parts[0]), report.ok, len(rows_in(tmp_path / "out", "kernels"))) == (4, True, 4000)
 
 
@@ -791,30 +791,31 @@ def test_ingest_split_file_without_gpu_events_fails_as_a_whole_one_does(tmp_path
     trace = json.loads(kineto_json(rank=0, kernels=0))
     trace["traceEvents"] *= 6000  # CPU ops only
     path = write(tmp_path / "in" / "rank0.json", json.dumps(trace))
-    report = ingest_paths([path], tmp_path / "out", jobs=4)
+    report = ingest_paths([path], tmp_path / "out", jobs=2)
     assert (len(small_parts[0]), [f.message for f in report.failures]) == (
         4, [f"{path}: no GPU events (kernels, memcpy or memset)"])
 
 
 def test_progress_counts_files_whatever_their_parts(tmp_path: Path) -> None:
     from collector.ingest import pool, sources
+    from collector.ingest.results import Assembly, PartOutcome
 
     whole = sources.Source(str(tmp_path / "rank1.json"), "r", True)
     parts = [dataclasses.replace(whole, path=str(tmp_path / "rank0.json"), part=sources.FilePart(i, 6, i, i + 1))
              for i in range(6)]
     progress = pool._Progress(pool._files_of([*parts, whole]), enabled=True)
-    for task in [*parts, whole]:
+    for task in [*parts, Assembly([PartOutcome(part, None, 0.0) for part in parts]), whole]:
         progress.advance(task)
     shown = progress._bar.tasks[0]
-    assert (shown.total, shown.completed) == (2, 2.0)  # six sixths in floats would fall short of one file
+    assert (shown.total, shown.completed) == (2, 2.0)  # seven sevenths in floats would fall short of one file
 
 
-def test_split_plan_gives_a_big_file_a_part_a_core_that_meet(tmp_path: Path, small_parts: list) -> None:
+def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, small_parts: list) -> None:
     from collector.ingest import plan, sources
     from collector.ingest.buffer import content_bytes
 
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
-    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=4)
+    tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=2)
     bounds = [(t.part.start, t.part.end) for t in tasks]
     assert (len(tasks), bounds[0][0], bounds[-1][1]) == (4, 0, None)
     assert all(before[1] == after[0] for before, after in zip(bounds, bounds[1:]))
@@ -838,7 +839,7 @@ def test_split_plan_gives_no_more_parts_than_the_cores_can_take(
     monkeypatch.setattr(plan, "_usable_cores", lambda: 2)
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
     tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=8)
-    assert [t.part.count for t in tasks] == [2] * 2
+    assert [t.part.count for t in tasks] == [4] * 4
 
 
 def test_split_plan_leaves_like_sized_ranks_whole(tmp_path: Path, small_parts: list) -> None:
@@ -849,6 +850,16 @@ def test_split_plan_leaves_like_sized_ranks_whole(tmp_path: Path, small_parts: l
     assert [t.part for t in tasks] == [None] * 8
 
 
+def test_split_plan_leaves_a_rank_of_about_a_cores_share_whole(tmp_path: Path, small_parts: list) -> None:
+    # Its core reads it while the other reads the other rank: cut, both
+    # files would wait on their joining.
+    from collector.ingest import plan, sources
+
+    files = [(write(tmp_path / f"rank{r}.json", kineto_json(rank=r, kernels=4000 + 100 * r)), True) for r in range(2)]
+    tasks = plan._split_big_files(sources.sources_of(files, "r"), jobs=2)
+    assert [t.part for t in tasks] == [None] * 2
+
+
 def test_split_plan_cuts_only_the_rank_bigger_than_its_share(tmp_path: Path, small_parts: list) -> None:
     from collector.ingest import plan, sources
 
@@ -856,7 +867,7 @@ def test_split_plan_cuts_only_the_rank_bigger_than_its_share(tmp_path: Path, sma
              for r in range(3)]
     tasks = plan._split_big_files(sources.sources_of(files, "r"), jobs=2)
     assert [(Path(t.path).name, t.part.count if t.part else 1) for t in tasks] == [
-        *[("rank0.json", 2)] * 2, ("rank1.json", 1), ("rank2.json", 1)]
+        *[("rank0.json", 4)] * 4, ("rank1.json", 1), ("rank2.json", 1)]
 
 
 def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list) -> None:
@@ -867,10 +878,60 @@ def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list
     assert [t.part for t in plan._split_big_files(sources.sources_of([(log, True)], "r"), jobs=2)] == [None]
 
 
+def test_split_file_read_in_full_is_joined_next_by_whichever_process_is_free() -> None:
+    from collector.ingest import pool
+    from collector.ingest.results import Assembly, PartOutcome
+    from collector.ingest.sources import FilePart, Source
+
+    other = Source("rank1.json", "r", True)
+    halves = [Source("rank0.json", "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+    queue = pool._TaskQueue([other])
+    split = pool._SplitFiles([*halves, other])
+    split.add(PartOutcome(halves[1], None, 0.0), queue)
+    assert queue.take(1) == [other]  # half a file: nothing to join yet
+    queue.put_first(other)
+    split.add(PartOutcome(halves[0], None, 0.0), queue)
+    [joining] = queue.take(1)
+    assert (isinstance(joining, Assembly), [part.task for part in joining.parts]) == (True, [halves[1], halves[0]])
+
+
+def test_a_split_file_is_joined_from_the_parts_workers_spilled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
+    from collector.ingest import batch, pool, sources
+    from collector.ingest.results import Assembly
+
+    trace = write(tmp_path / "in" / "rank0.json", kineto_json(rank=0, kernels=4000))
+    ingest_paths([trace], tmp_path / "one", run="r", jobs=1)
+    halves = batch._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=2)
+    (tmp_path / "spill").mkdir()
+    monkeypatch.setattr(pool, "_SPILL_DIR", str(tmp_path / "spill"))
+    parts = [pool._read_part(half, str(tmp_path / "two")) for half in halves]
+    for part in parts:  # as each worker does with the part it read
+        pool._spill(part)
+    joining = Assembly(parts)
+    assert joining.held_here is False  # so any worker may take it
+    [result] = batch.ingest_task(joining, str(tmp_path / "two"))
+    assert (result.rows["kernels"], list((tmp_path / "spill").iterdir())) == (4000, [])
+    assert all_rows(tmp_path / "two") == all_rows(tmp_path / "one")
+
+
+def test_pool_queue_keeps_the_joining_of_a_file_read_partly_here_from_workers() -> None:
+    # Joined in this process, the part it read needs no moving.
+    from collector.ingest import pool
+    from collector.ingest.results import Assembly, PartOutcome
+    from collector.ingest.sources import FilePart, Source
+
+    halves = [Source("rank0.json", "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+    other = Source("rank1.json", "r", True)
+    joining = Assembly([PartOutcome(halves[0], object(), 0.0), PartOutcome(halves[1], None, 0.0, spilled="part-1")])
+    queue = pool._TaskQueue([other])
+    queue.put_first(joining)
+    assert (queue.take(1, for_worker=True), queue.take(1)) == ([other], [joining])
+
+
 def test_pool_queue_hands_a_process_waiting_to_join_a_split_file_only_parts() -> None:
-    # That process alone joins and writes a split file once its parts are
-    # read: a whole file taken meanwhile would delay that, where a worker
-    # could have read it.
+    # A whole file taken while the split file's last part is read elsewhere
+    # would keep its joining waiting.
     from collector.ingest import pool
     from collector.ingest.sources import FilePart, Source
 
@@ -880,6 +941,15 @@ def test_pool_queue_hands_a_process_waiting_to_join_a_split_file_only_parts() ->
     assert queue.take(1, parts_only=True) == [halves[1]]
     assert queue.take(1, parts_only=True) == []
     assert queue.take(2) == [big, small]
+
+
+def test_ingest_joins_several_split_files_with_the_rows_of_one_process(tmp_path: Path, small_parts: list) -> None:
+    traces = [write(tmp_path / "in" / f"rank{r}.json", kineto_json(rank=r, kernels=4000)) for r in range(2)]
+    ingest_paths(traces, tmp_path / "one", jobs=1)
+    report = ingest_paths(traces, tmp_path / "parts", jobs=4)
+    assert [len(plan) for plan in small_parts] == [2, 8]  # jobs=1: whole; jobs=4: four parts each
+    assert (report.ok, sorted(r.rows["kernels"] for r in report.results)) == (True, [4000, 4000])
+    assert all_rows(tmp_path / "parts") == all_rows(tmp_path / "one")
 
 
 def test_ingest_report_counts_events_and_rows(tmp_path: Path) -> None:

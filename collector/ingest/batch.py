@@ -7,9 +7,9 @@ pickling); see `store` for the layout and why writes are per source file.
 
 The exceptions:
 - A Kineto file bigger than its share of the work (one big trace, or one
-  big rank beside small ones): workers read its parts at once
-  (`plan._split_big_files`, `kineto.read_part`) and this process puts
-  them together and writes the file (`_assemble`), so one file no longer
+  big rank beside small ones): processes read its parts at once
+  (`plan._split_big_files`, `kineto.read_part`), then one puts them
+  together and writes the file (`_assembled`), so one file no longer
   leaves the other cores idle. A 620,000-event rank alone on two cores:
   3.4 → 2.4 s.
 - Many small files (a job of hundreds of ranks): one process parses a
@@ -31,7 +31,7 @@ import contextlib
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable
 
 from collector.errors import DatasetError, TraceError, one_line, raise_if_terminated
 from collector.ingest.base import timing_warnings, with_host
@@ -39,7 +39,7 @@ from collector.ingest.buffer import content_bytes
 from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, module_for
 from collector.ingest.plan import _split_big_files, group_small_sources
 from collector.ingest.pool import _read_part, _run, prepare_ingest_process, release_freed_memory
-from collector.ingest.results import FileFailure, FileResult, IngestReport, PartOutcome, SkippedFile
+from collector.ingest.results import Assembly, FileFailure, FileResult, IngestReport, PartOutcome, SkippedFile
 from collector.ingest.sources import (ROCPROF, TRACE_SUFFIXES, Source, _expand, common_stem, default_run_name,
                                       find_traces, sources_of, trace_stem)
 from collector.ingest.store import (STAGING_DIR, read_runs, remove_abandoned_staging, runs_holding, sanitise_run,
@@ -77,7 +77,7 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     # Closed at once if this stops early (SIGTERM, Ctrl-C), so that it stops
     # its workers and removes its staging folder now, not when collected.
     with contextlib.closing(_run(planned, out, jobs, progress, file_sizes)) as outcomes:
-        for outcome in _assemble(outcomes, str(out)):
+        for outcome in outcomes:
             raise_if_terminated()  # a stop (SIGTERM, Ctrl-C) whose exception was swallowed where it landed
             if isinstance(outcome, FileResult):
                 report.results.append(outcome)
@@ -245,37 +245,17 @@ def _written_together(task: Source, parsed: list[tuple[int, str, ParsedTrace, fl
             for path, (_, format_name, tables, seconds), rows in zip(paths, parsed, written)]
 
 
-def ingest_task(task: Source, out: str) -> list[FileResult | FileFailure | SkippedFile | PartOutcome]:
-    """Run one task (a source, a group of them, or a part of a big file):
-    an outcome per source (one, but for a group)."""
+def ingest_task(task: Source | Assembly, out: str) -> list[FileResult | FileFailure | SkippedFile | PartOutcome]:
+    """Run one task (a source, a group of them, a part of a big file, or
+    the joining of a split file's parts): an outcome per source (one, but
+    for a group)."""
+    if isinstance(task, Assembly):
+        return [_assembled(task.task, task.parts, out)]
     if task.group:
         return ingest_group(task, out)
     if task.part is not None:
         return [_read_part(task, out)]
     return [ingest_file(task.path, task.run, out, task.explicit, task.parts, task.host)]
-
-
-def _assemble(outcomes: Iterable[FileResult | FileFailure | SkippedFile | PartOutcome],
-              out: str) -> Iterator[FileResult | FileFailure | SkippedFile]:
-    """The outcomes, with the parts of each split file put together: once
-    all of a file's parts are read, this process builds and writes its
-    tables. Where any part could not be read, or the parts do not meet
-    exactly, the file is ingested whole, which also gives the usual error."""
-    pending: dict[str, list[PartOutcome]] = {}
-    for outcome in outcomes:
-        if not isinstance(outcome, PartOutcome):
-            yield outcome
-            continue
-        outcome.events()  # read back now, while the other parts are still being read
-        parts = pending.setdefault(outcome.task.path, [])
-        parts.append(outcome)
-        assert outcome.task.part is not None
-        if len(parts) < outcome.task.part.count:
-            continue
-        del pending[outcome.task.path]
-        yield _assembled(outcome.task, parts, out)
-    for parts in pending.values():  # never all read (cannot happen: every task reports): whole
-        yield ingest_file(parts[0].task.path, parts[0].task.run, out, parts[0].task.explicit, host=parts[0].task.host)
 
 
 def _assembled(task: Source, parts: list[PartOutcome], out: str) -> FileResult | FileFailure | SkippedFile:

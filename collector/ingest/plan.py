@@ -31,8 +31,8 @@ PARALLEL_MIN_CONTENT_BYTES = 8 << 20
 # stay small beside its parsing.
 SPLIT_MIN_PART_BYTES = 8 << 20
 # The most parts one file is cut into, however many cores there are. The
-# parts share out only the reading of events; this process then joins
-# them and builds, derives and writes the file's tables alone, so past a
+# parts share out only the reading of events; one process then joins them
+# and builds, derives and writes the file's tables alone, so past a
 # few parts the reading is no longer what it waits for, while each part's
 # process costs its memory (70-100 MiB by RSS) and, in a gzip file, reads
 # the content before its own again. On a 16-core Xeon VM a real
@@ -63,18 +63,20 @@ def _task_sizes(tasks: Iterable[Source], file_sizes: dict[str, int] | None) -> d
 
 
 def _split_big_files(tasks: list[Source], jobs: int | None, file_sizes: dict[str, int] | None = None) -> list[Source]:
-    """The tasks, with each Kineto file bigger than its share of the work
-    cut into parts that processes read at once (`kineto.read_part`).
+    """The tasks, with each Kineto file of at least one and a half cores'
+    share of the work cut into parts that processes read at once
+    (`kineto.read_part`).
 
     A file is read by one process otherwise, so one big trace (or one big
-    rank beside small ones) would keep the other cores idle. A file gets
-    parts of about a core's share of all the content, at most
-    MAX_PARTS_A_FILE, and at least SPLIT_MIN_PART_BYTES each. Not smaller:
-    this process joins and writes every split file alone once its parts
-    are read, so more parts only add their fixed costs and their wait
-    (the A100 + V100 pair: the V100 trace in 2 parts rather than 3, 0.40
-    rather than 0.41 s, medians of 11; the simulated rank 0 alone: 0.61 s
-    in 2 or 4). Eight like-sized ranks on two cores are not cut at all. A
+    rank beside small ones) would keep the other cores idle. A file no
+    bigger than about a core's share is left whole: its core reads it while
+    the others read theirs, and cutting it only adds the joining (two
+    80 MB ranks on two cores: 0.49 s whole, 0.59-0.61 s in two parts
+    each). A file cut gets parts of about half a core's share, at most
+    MAX_PARTS_A_FILE, at least SPLIT_MIN_PART_BYTES each: halves, because
+    equal bytes are not equal work (a simulated rank's halves took 177 and
+    220 ms), and smaller parts let the cores even it out (that rank alone
+    on two cores: 0.59 s in four parts, 0.62 s in two; medians of 7). A
     gzip file's parts each decompress the content before theirs (gzip
     cannot seek): ~2 GB/s with zlib-ng, small beside the parsing, ~60 MB/s
     a core.
@@ -93,8 +95,8 @@ def _split_big_files(tasks: list[Source], jobs: int | None, file_sizes: dict[str
     planned: list[Source] = []
     for task in tasks:
         size = sizes[task]
-        count = min(MAX_PARTS_A_FILE, size // SPLIT_MIN_PART_BYTES, round(size / share))
-        if count < 2 or task.parts or not _is_kineto(task.path):
+        count = min(MAX_PARTS_A_FILE, size // SPLIT_MIN_PART_BYTES, round(2 * size / share))
+        if 2 * size < 3 * share or count < 2 or task.parts or not _is_kineto(task.path):
             planned.append(task)
             continue
         starts = [size * i // count for i in range(count)]

@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from queue import SimpleQueue
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from collector.errors import one_line
 from collector.ingest.formats import FORMAT_MODULES, module_for
 from collector.ingest import plan
-from collector.ingest.results import FileFailure, FileResult, PartOutcome, SkippedFile
+from collector.ingest.results import Assembly, FileFailure, FileResult, PartOutcome, SkippedFile
 from collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
 from collector.no_pandas import refuse_pandas
 from collector.progress import StderrProgress
@@ -52,40 +53,47 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
          file_sizes: dict[str, int] | None = None) -> Iterator[FileResult | FileFailure | SkippedFile]:
-    """Each task's outcome, as `jobs` processes finish them: this one and
+    """Each source's outcome, as `jobs` processes finish them: this one and
     `jobs - 1` workers (none for inputs under plan.PARALLEL_MIN_CONTENT_BYTES).
 
     This process parses files too rather than wait on a pool of `jobs`: as
     many files are parsed at once, by one process fewer (a process is ~80
     MB before it reads a byte: on two small files, three processes were
     310 MB and two would be ~230). A thread hands the workers their next
-    file as each finishes; this one takes files from the same queue,
+    task as each finishes; this one takes tasks from the same queue,
     largest first, between which it reports what the workers finished.
-    If a worker dies, the files it had are reported failed and this
-    process parses those not yet handed out.
+    If a worker dies, the tasks it had are reported failed and this
+    process runs those not yet handed out.
 
-    The parts of a split file are tasks like files; this process also puts
-    them together (`_assemble`), and while a split file waits on a part it
-    takes only parts, leaving whole files to the workers: a file taken then
-    delayed the joining, the one step no worker can take (the A100 + V100
-    pair: 0.42 -> 0.41 s, and 0.40 with parts a core's share, medians of
-    11). It still reads parts itself: with a pool
-    of `jobs` workers instead and this process only assembling, the A100 +
-    V100 pair took 1.12 s rather than 1.41 s, but at 261-290 MB rather than
-    203-212 (HTA: 688), and one 620,000-event rank took 2.4 s either way.
+    The parts of a split file are tasks like files. Once all are read, the
+    joining and writing of the file is a task too (an `Assembly`), put
+    first in the queue: this process takes it where it read one of the
+    parts (which then need not move), else the first worker free. While a
+    file it read a part of waits on others, this process takes only parts:
+    a whole file taken then would delay the joining, the file's last step.
+    When this process joined every split file, it was the ingest's
+    bottleneck wherever several were split: eight 620,000-event ranks on a
+    16-core host, in four parts each, took 4.6 s (2.6 s on two cores, not
+    cut), this process joining the eight one after another.
     """
     from collector.ingest.batch import ingest_task  # here: batch imports this module
 
+    split = _SplitFiles(tasks)
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     sizes = plan._task_sizes(tasks, file_sizes) if workers > 1 else {}
     if workers > 1 and sum(sizes.values()) < plan.PARALLEL_MIN_CONTENT_BYTES:
         workers = 1  # too little work to pay for a worker: see plan.PARALLEL_MIN_CONTENT_BYTES
     if workers == 1:
+        queue = _TaskQueue(tasks)
         with _Progress(_files_of(tasks), progress) as bar:
-            for task in tasks:
-                for outcome in ingest_task(task, str(out)):
-                    yield outcome
-                    bar.advance(_task_of(outcome))
+            while mine := queue.take(1):
+                for outcome in ingest_task(mine[0], str(out)):
+                    bar.advance(mine[0])
+                    if isinstance(outcome, PartOutcome):
+                        split.add(outcome, queue)
+                    else:
+                        yield outcome
+        yield from _unjoined(split, out)
         return
     # Import the Kineto parser once here: forked workers then share those
     # pages instead of each importing its own copy. It is the one every
@@ -100,7 +108,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
     from concurrent.futures import ProcessPoolExecutor
 
     queue = _TaskQueue(sorted(tasks, key=sizes.__getitem__, reverse=True))
-    finished: SimpleQueue = SimpleQueue()  # the workers' outcomes, then None
+    finished: SimpleQueue = SimpleQueue()  # (task, outcome) from the workers, then None
     # The workers spill parts' events here (`_spill`); it goes at the end,
     # whatever was left in it.
     with staged_folder(out, f"parts-{owner_tag()}-") as spill_dir:
@@ -119,35 +127,42 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                 # is running when they fork.
                 own = queue.take(1)
                 first = [(pool.submit(ingest_task, task, str(out)), task) for task in queue.take(workers - 1)]
-                feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished), daemon=True)
+                feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished, split),
+                                          daemon=True)
                 feeder.start()
-                # The split files whose parts are not all read yet: this process
-                # joins and writes each (`_assemble`), a step nothing else can
-                # run, so it reads only parts while one waits on a part.
-                unread_parts = {task.path: task.part.count for task in tasks if task.part is not None}
                 with _Progress(_files_of(tasks), progress) as bar:
                     workers_done = False
                     while True:
-                        mine, own = own or queue.take(1, parts_only=bool(unread_parts) and not workers_done), []
+                        # Only parts while a split file of which this process holds a
+                        # part waits on others: it joins that file (below), the step
+                        # the file waits on last.
+                        mine, own = own or queue.take(1, parts_only=split.waiting_here() and not workers_done), []
                         if mine:
                             for outcome in ingest_task(mine[0], str(out)):
-                                _count_read(outcome, unread_parts)
-                                yield outcome
-                                bar.advance(_task_of(outcome))
+                                bar.advance(mine[0])
+                                if isinstance(outcome, PartOutcome):
+                                    split.add(outcome, queue)
+                                else:
+                                    yield outcome
                         elif workers_done:
                             break
-                        # What the workers finished meanwhile; with nothing to read,
-                        # the next thing they finish, after which this process may
-                        # have work again: the files once its split files are
-                        # written, or files put back when the pool broke.
+                        # What the workers finished meanwhile; with nothing to run,
+                        # the next thing they finish, after which the queue may
+                        # hold work again (a split file to join, or tasks put
+                        # back when the pool broke).
                         while not workers_done and (not mine or not finished.empty()):
-                            outcome = finished.get()
-                            if outcome is None:
+                            got = finished.get()
+                            if got is None:
                                 workers_done = True
                             else:
-                                _count_read(outcome, unread_parts)
-                                yield outcome
-                                bar.advance(_task_of(outcome))
+                                task, outcome = got
+                                bar.advance(task)
+                                if not isinstance(outcome, PartOutcome):  # parts: `_feed` counted them in `split`
+                                    yield outcome
+                                elif split.read_here(outcome.task.path):
+                                    # This process joins that file: its events read back
+                                    # now, while the other parts are still being read.
+                                    outcome.events()
                             if not mine:
                                 break
                 feeder.join()
@@ -165,9 +180,58 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                 # shutdown (as leaving a `with` block does) raised "cannot join
                 # thread before it is started" in place of the stop.
                 pool.shutdown(wait=not stopped, cancel_futures=stopped)
+            yield from _unjoined(split, out)
         finally:
             gc.unfreeze()
             remove_abandoned_staging(out)  # the write folders of workers stopped above
+
+
+class _SplitFiles:
+    """The parts read so far of each split file, counted by this process's
+    thread and the feeder's; once a file's are all in, its `Assembly` goes
+    first in the queue."""
+
+    def __init__(self, tasks: list[Source]) -> None:
+        self._counts = {task.path: task.part.count for task in tasks if task.part is not None}
+        self._read: dict[str, list[PartOutcome]] = {}
+        self._here: set[str] = set()  # the files with a part read by this process
+        self._lock = threading.Lock()
+
+    def add(self, outcome: PartOutcome, queue: _TaskQueue) -> None:
+        with self._lock:
+            if outcome.held_here:
+                self._here.add(outcome.task.path)
+            parts = self._read.setdefault(outcome.task.path, [])
+            parts.append(outcome)
+            if len(parts) < self._counts[outcome.task.path]:
+                return
+            del self._read[outcome.task.path]
+        queue.put_first(Assembly(parts))
+
+    def read_here(self, path: str) -> bool:
+        """Whether this process read a part of `path` (so it joins the file)."""
+        with self._lock:
+            return path in self._here
+
+    def waiting_here(self) -> bool:
+        """Whether a split file not yet read in full has a part read by this
+        process (its events in memory here)."""
+        with self._lock:
+            return any(part.held_here for parts in self._read.values() for part in parts)
+
+    def unjoined(self) -> list[Source]:
+        """The files some of whose parts never came back (none, unless
+        the code that reports every task has a bug)."""
+        with self._lock:
+            return [replace(parts[0].task, part=None) for parts in self._read.values()]
+
+
+def _unjoined(split: _SplitFiles, out: Path) -> Iterator[FileResult | FileFailure | SkippedFile]:
+    """Ingest whole, in this process, the split files never joined."""
+    from collector.ingest.batch import ingest_task
+
+    for task in split.unjoined():
+        yield from ingest_task(task, str(out))  # type: ignore[misc]  # a whole file gives no PartOutcome
 
 
 def _warm_conversions() -> None:
@@ -190,34 +254,31 @@ def _stop(workers: list[multiprocessing.process.BaseProcess]) -> None:
         process.join(5)
 
 
-def _count_read(outcome: FileResult | FileFailure | SkippedFile | PartOutcome, unread_parts: dict[str, int]) -> None:
-    """Count off a part read (or failed) from `unread_parts`, dropping its file
-    once all are."""
-    if isinstance(outcome, PartOutcome):
-        left = unread_parts.pop(outcome.task.path) - 1
-        if left:
-            unread_parts[outcome.task.path] = left
-
-
 class _TaskQueue:
     """Tasks in the order to start them, taken by two threads."""
 
     def __init__(self, tasks: list[Source]) -> None:
-        self._tasks = deque(tasks)
+        self._tasks: deque[Source | Assembly] = deque(tasks)
         self._lock = threading.Lock()
 
-    def take(self, n: int, parts_only: bool = False) -> list[Source]:
-        """The next `n` tasks; with `parts_only`, the next parts of split
-        files only (the others stay queued in order)."""
+    def take(self, n: int, parts_only: bool = False, for_worker: bool = False) -> list[Source | Assembly]:
+        """The next `n` tasks, of those that are parts of split files with
+        `parts_only`, of those a worker can run with `for_worker` (not the
+        joining of a file of which this process holds a part in memory);
+        the others stay queued in order."""
         with self._lock:
-            if not parts_only:
+            if not (parts_only or for_worker):
                 return [self._tasks.popleft() for _ in range(min(n, len(self._tasks)))]
-            taken = [task for task in self._tasks if task.part is not None][:n]
+            taken = [task for task in self._tasks
+                     if not (parts_only and (isinstance(task, Assembly) or task.part is None))
+                     and not (for_worker and isinstance(task, Assembly) and task.held_here)][:n]
             for task in taken:
                 self._tasks.remove(task)
             return taken
 
-    def put_back(self, task: Source) -> None:
+    def put_first(self, task: Source | Assembly) -> None:
+        """Queue `task` before all others: a split file ready to join, or a
+        task handed back when the pool broke."""
         with self._lock:
             self._tasks.appendleft(task)
 
@@ -226,10 +287,14 @@ class _TaskQueue:
             self._tasks.clear()
 
 
-def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, Source]], queue: _TaskQueue, out: str,
-          finished: SimpleQueue) -> None:
+def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, Source | Assembly]], queue: _TaskQueue, out: str,
+          finished: SimpleQueue, split: _SplitFiles) -> None:
     """Keep each worker busy with the queue's next task; put every outcome
-    on `finished`, then None (always: the caller waits for it)."""
+    on `finished` with its task, then None (always: the caller waits for
+    it). A worker whose part completes a split file takes its joining
+    next (it comes first in the queue), unless this process holds one of
+    the file's parts: then this process joins it, which saves moving that
+    part's events to the worker."""
     from collector.ingest.batch import ingest_task  # here: batch imports this module
 
     tasks = dict(running)
@@ -245,21 +310,25 @@ def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, Source]], queue
                 except Exception as error:  # the worker process itself died
                     outcomes = _failed(task, one_line(f"worker failed: {type(error).__name__}: {error}"))
                 for outcome in outcomes:
-                    finished.put(outcome)
-                for follow in queue.take(1):
+                    if isinstance(outcome, PartOutcome):
+                        split.add(outcome, queue)
+                    finished.put((task, outcome))
+                for follow in queue.take(1, for_worker=True):
                     try:
                         tasks[pool.submit(ingest_task, follow, out)] = follow
                     except Exception:  # the pool broke (a worker died) or is shutting down
-                        queue.put_back(follow)  # for this process, which still parses
+                        queue.put_first(follow)  # for this process, which still parses
     finally:
-        # No file is left to hand out: let the workers exit now rather than
-        # hold their memory until this process finishes its last file.
+        # No task is left to hand out: let the workers exit now rather than
+        # hold their memory until this process finishes its last one.
         pool.shutdown(wait=False)
         finished.put(None)
 
 
-def _failed(task: Source, problem: str) -> list[FileFailure | PartOutcome]:
-    # A part's failure is its file's only once the whole file fails too (`_assemble`).
+def _failed(task: Source | Assembly, problem: str) -> list[FileFailure | PartOutcome]:
+    # A part's failure is its file's only once the whole file fails too (`_assembled`).
+    if isinstance(task, Assembly):
+        return [FileFailure(task.task.path, problem)]
     if task.part is not None:
         return [PartOutcome(task, None, 0.0)]
     return [FileFailure(member.path, problem) for member in task.members]
@@ -334,21 +403,19 @@ def _files_of(tasks: list[Source]) -> int:
     return len({member.path for task in tasks for member in task.members})
 
 
-def _task_of(outcome: FileResult | FileFailure | SkippedFile | PartOutcome) -> Source | None:
-    return outcome.task if isinstance(outcome, PartOutcome) else None
-
-
 class _Progress(StderrProgress):
-    """The ingest's bar on a terminal. It counts files: each part of a file
-    read in parts moves it by its share of the file."""
+    """The ingest's bar on a terminal. It counts files: a file read in n
+    parts moves it by 1/(n + 1) a part read, and as much once joined."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         super().__init__(enabled, total, "ingesting", counted=True)
         self._done = Fraction(0)
 
-    def advance(self, task: Source | None = None) -> None:
+    def advance(self, task: Source | Assembly) -> None:
+        """Count one outcome of `task` (a group's give one a source)."""
+        part = task.task.part if isinstance(task, Assembly) else task.part
         # Counted exactly: six sixths of a file in floats fall short of one.
-        self._done += Fraction(1, task.part.count) if task is not None and task.part else 1
+        self._done += Fraction(1, part.count + 1) if part is not None else 1
         self.update(completed=float(self._done))
 
 

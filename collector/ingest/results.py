@@ -1,7 +1,8 @@
 """What an ingest gives back: each source's outcome and the report of a call.
 
-The types `ingest_paths` and the watcher return, and the outcome of one part
-of a split file (`PartOutcome`). Kept apart from the code that makes them, so
+The types `ingest_paths` and the watcher return, the outcome of one part
+of a split file (`PartOutcome`), and a split file read in full, to be joined
+and written (`Assembly`). Kept apart from the code that makes them, so
 that every ingest module (`sources`, `pool`, `batch`, `watch`) can name them
 without importing the others.
 """
@@ -197,6 +198,11 @@ class PartOutcome:
     seconds: float
     spilled: str | None = None
 
+    @property
+    def held_here(self) -> bool:
+        """Whether its events are in this process's memory (not spilled)."""
+        return self.read is not None and self.spilled is None
+
     def events(self) -> PartRead | None:
         """The part's events, read back (once) where a worker spilled them."""
         if self.spilled is not None:
@@ -209,6 +215,25 @@ class PartOutcome:
                 Path(self.spilled).unlink(missing_ok=True)
                 self.spilled = None
         return self.read
+
+
+@dataclass
+class Assembly:
+    """A split file whose parts are all read: a task that joins them and
+    writes the file (`batch.ingest_task`). The parts read by workers are in
+    spill files, those this process read in its memory: a file with one
+    of those is joined here (`held_here`), any other by whichever process
+    is free first."""
+
+    parts: list[PartOutcome]
+
+    @property
+    def task(self) -> Source:
+        return self.parts[0].task
+
+    @property
+    def held_here(self) -> bool:
+        return any(part.held_here for part in self.parts)
 
 
 def rank_ranges(ranks: list[int]) -> str:

@@ -46,7 +46,7 @@ class Source:
     # trace kind per process), parsed and written together; else empty.
     parts: tuple[str, ...] = ()
     # One part of a big Kineto file's content, read by one process; the
-    # parts of a file are assembled and written by this process (`_assemble`).
+    # parts of a file, once read, are joined and written by one (`Assembly`).
     part: FilePart | None = None
     # Small sources parsed by one process and written together
     # (`group_small_sources`); `path` is then the first one's.
