@@ -87,12 +87,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
         queue = _TaskQueue(tasks)
         with _Progress(_files_of(tasks), progress) as bar:
             while mine := queue.take(1):
-                for outcome in ingest_task(mine[0], str(out)):
-                    bar.advance(mine[0])
-                    if isinstance(outcome, PartOutcome):
-                        split.add(outcome, queue)
-                    else:
-                        yield outcome
+                yield from _run_here(mine[0], out, bar, split, queue)
         yield from _unjoined(split, out)
         return
     # Import the Kineto parser once here: forked workers then share those
@@ -138,12 +133,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                         # the file waits on last.
                         mine, own = own or queue.take(1, parts_only=split.waiting_here() and not workers_done), []
                         if mine:
-                            for outcome in ingest_task(mine[0], str(out)):
-                                bar.advance(mine[0])
-                                if isinstance(outcome, PartOutcome):
-                                    split.add(outcome, queue)
-                                else:
-                                    yield outcome
+                            yield from _run_here(mine[0], out, bar, split, queue)
                         elif workers_done:
                             break
                         # What the workers finished meanwhile; with nothing to run,
@@ -224,6 +214,21 @@ class _SplitFiles:
         the code that reports every task has a bug)."""
         with self._lock:
             return [replace(parts[0].task, part=None) for parts in self._read.values()]
+
+
+def _run_here(task: Source | Assembly, out: Path, bar: _Progress, split: _SplitFiles,
+              queue: _TaskQueue) -> Iterator[FileResult | FileFailure | SkippedFile]:
+    """Run `task` in this process: its sources' outcomes; a part read is
+    counted in `split` instead (which queues its file's joining once all
+    its parts are in)."""
+    from collector.ingest.batch import ingest_task  # here: batch imports this module
+
+    for outcome in ingest_task(task, str(out)):
+        bar.advance(task)
+        if isinstance(outcome, PartOutcome):
+            split.add(outcome, queue)
+        else:
+            yield outcome
 
 
 def _unjoined(split: _SplitFiles, out: Path) -> Iterator[FileResult | FileFailure | SkippedFile]:
