@@ -50,6 +50,17 @@ def test_plain_file_reads_back_unchanged(tmp_path: Path) -> None:
     assert (b"".join(iter_chunks(path)), bytes(read_buffer(path)), content_bytes(path)) == (text, text, len(text))
 
 
+@pytest.mark.parametrize("change", [-1.0, -0.5, 0.5], ids=["grew from empty", "grew", "shrank"])
+def test_plain_file_read_whole_ends_where_the_file_does_whatever_size_was_taken(tmp_path: Path, change: float) -> None:
+    # Its size is taken before it is read: a trace still being written
+    # may have grown or been cut short since.
+    text = trace_text(2_000)
+    path = tmp_path / "trace.json"
+    path.write_bytes(text)
+    with open(path, "rb", buffering=0) as handle:
+        assert bytes(buffer._read_into(handle, round(len(text) * (1 + change)))) == text
+
+
 def test_gzip_content_comes_in_chunks_of_at_most_a_mebibyte(tmp_path: Path) -> None:
     text = trace_text(60_000)  # ~4.5 MB decompressed
     path = tmp_path / "trace.json.gz"

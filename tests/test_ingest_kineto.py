@@ -363,6 +363,17 @@ def test_kineto_streamed_batches_equal_whole_decode(tmp_path: Path, monkeypatch:
         whole.tables[t].drop(["ingested_at"] * (t == "runs"))) for t in whole.tables)
 
 
+def test_kineto_file_of_one_batch_is_read_in_one_buffer_with_the_rows_of_a_streamed_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_trace(tmp_path / "t.json.gz", synthetic_trace())
+    stream = kineto_stream.TraceStream(path)
+    sizes = [len(batch) for batch in stream.batches()]
+    assert (sizes, stream.metadata.baseTimeNanoseconds) == ([len(synthetic_events())], BASE_NS)
+    whole = kineto.parse(path, "r")
+    monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 200)  # a cut every few events, read in chunks
+    assert _same_tables(whole, kineto.parse(path, "r"))
+
+
 def test_kineto_stream_cuts_events_into_batches(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "t.json", synthetic_trace())
     stream = kineto_stream.TraceStream(path, batch_bytes=200)

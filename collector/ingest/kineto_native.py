@@ -77,7 +77,7 @@ class ScannedPiece:
     """A piece's events as columns (bytes, one value per event), and the
     piece's text, where each event's span (`span_start`/`span_end`) lies."""
 
-    data: bytes
+    data: bytes | memoryview
     columns: dict[str, bytes]
     events: int
     other_cats: dict[str, int]
@@ -87,7 +87,7 @@ class ScannedPiece:
     def __len__(self) -> int:
         return self.events
 
-    def text(self) -> bytes:
+    def text(self) -> bytes | memoryview:
         """The event array's text alone (what a msgspec decode of it reads)."""
         return self.data[: self.end]
 
@@ -102,7 +102,7 @@ def not_built_hint(kineto_events: int) -> str | None:
     return NOT_BUILT_HINT if _NOT_BUILT and _SCANNER is None and kineto_events >= HINT_EVENTS else None
 
 
-def scan(data: bytes) -> ScannedPiece | None:
+def scan(data: bytes | memoryview) -> ScannedPiece | None:
     """The event array at the start of `data` (`[` ... `]`), or None where
     the fast path is off or does not read this text."""
     if _SCANNER is None:
