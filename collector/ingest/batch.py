@@ -6,8 +6,8 @@ sends back only its row counts: big tables never travel through
 pickling); see `store` for the layout and why writes are per source file.
 
 The exceptions:
-- A Kineto file bigger than its share of the work (one big trace, or one
-  big rank beside small ones): processes read its parts at once
+- A Kineto file of at least one and a half cores' share of the work (one
+  big trace, or one big rank beside small ones): processes read its parts at once
   (`plan._split_big_files`, `kineto.read_part`), then one puts them
   together and writes the file (`_assembled`), so one file no longer
   leaves the other cores idle. A 620,000-event rank alone on two cores:
