@@ -929,6 +929,20 @@ def test_pool_queue_keeps_the_joining_of_a_file_read_partly_here_from_workers() 
     assert (queue.take(1, for_worker=True), queue.take(1)) == ([other], [joining])
 
 
+def test_a_worker_that_dies_joining_a_split_file_fails_that_file() -> None:
+    # A part's loss is not yet its file's (it is read whole instead); the
+    # joining's is, as a whole file's would be.
+    from collector.ingest import pool
+    from collector.ingest.results import Assembly, FileFailure, PartOutcome
+    from collector.ingest.sources import FilePart, Source
+
+    halves = [Source("rank0.json", "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+    joining = Assembly([PartOutcome(half, None, 0.0, spilled=f"part-{i}") for i, half in enumerate(halves)])
+    assert pool._failed(joining, "worker failed: BrokenProcessPool") == [
+        FileFailure("rank0.json", "worker failed: BrokenProcessPool")]
+    assert pool._failed(halves[1], "worker failed: BrokenProcessPool") == [PartOutcome(halves[1], None, 0.0)]
+
+
 def test_pool_queue_hands_a_process_waiting_to_join_a_split_file_only_parts() -> None:
     # A whole file taken while the split file's last part is read elsewhere
     # would keep its joining waiting.
