@@ -6,9 +6,9 @@ reader that can work on pieces never holds the whole decompressed file
 all in one `bytearray`: a plain file read straight into it, a gzip file's
 sized from its trailer (ISIZE), so the peak is the decompressed size plus
 the compressed file, not the twice-the-size peak of `gzip.GzipFile.read()`
-joining its chunks. Multi-member gzip and
-files over 4 GiB (ISIZE is the size mod 2**32) work; the buffer grows.
-Unreadable or truncated input is a TraceError naming the file.
+joining its chunks. Multi-member gzip and files over 4 GiB (ISIZE is the
+size mod 2**32) work; the buffer grows. Unreadable or truncated input is
+a TraceError naming the file.
 
 gzip is decompressed by zlib-ng where it is installed (a dependency, with
 the standard library's zlib as the fallback on a platform without its

@@ -11,7 +11,8 @@ its own, then cuts the event array into pieces of about `BATCH_BYTES` at
 event boundaries (`}, {"ph": ...`) and decodes each piece as a JSON array,
 so only one batch of event objects exists at a time. The rest of the
 file after the last cut is decoded as `{"traceEvents": [` + rest, which
-yields the last events and the trailer keys.
+yields the last events and the trailer keys. A file of one batch or less
+is read into one buffer instead, its event array read where it lies.
 
 Decoded by msgspec, 2 MiB pieces (about 8,000 events) keep the per-piece
 work (some forty Arrow and numpy calls to build each table's columns)
@@ -343,9 +344,10 @@ class TraceStream:
 
     def _whole(self) -> Iterator[Batch]:
         """A file of one batch or less, read into one buffer and its event
-        array scanned where it lies. Read in chunks, each was allocated,
-        copied into the window and the window copied again behind a `[`:
-        64 ranks of 1.4 MB took 0.10 s of CPU for that alone, 9 ms so."""
+        array scanned where it lies. Read in chunks, each chunk was
+        allocated, copied into the window, and the window copied again
+        behind a `[`: for 64 ranks of 1.4 MB, 0.10 s of CPU; read whole,
+        9 ms."""
         content = read_buffer(self.path)
         start = len(UTF8_BOM) if content.startswith(UTF8_BOM) else 0  # Windows editors write one
         match = _TRACE_EVENTS.search(content, start)
