@@ -753,7 +753,7 @@ def all_rows(out: Path) -> dict[str, list[dict]]:
 def test_ingest_reads_a_big_kineto_file_in_parts_with_the_rows_of_one_process(tmp_path: Path, small_parts: list) -> None:
     trace = write(tmp_path / "in" / "rank0.json.gz", kineto_json(rank=0, kernels=4000), compress=True)
     ingest_paths([trace], tmp_path / "one", jobs=1)
-    report = ingest_paths([trace], tmp_path / "parts", jobs=2)
+    report = ingest_paths([trace], tmp_path / "parts", jobs=4)
     assert [[t.part and (t.part.index, t.part.count) for t in plan] for plan in small_parts] == [
         [None], [(0, 4), (1, 4), (2, 4), (3, 4)]]
     assert (report.ok, report.results[0].rows["kernels"]) == (True, 4000)
@@ -820,6 +820,16 @@ def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, 
     assert (len(tasks), bounds[0][0], bounds[-1][1]) == (4, 0, None)
     assert all(before[1] == after[0] for before, after in zip(bounds, bounds[1:]))
     assert bounds[-1][0] == content_bytes(trace) * 3 // 4
+
+
+def test_split_plan_gives_a_gzip_file_one_part_a_core(tmp_path: Path, small_parts: list) -> None:
+    # Each part of a gzip file decompresses all the content before its own.
+    from collector.ingest import plan, sources
+
+    text = kineto_json(rank=0, kernels=8000)
+    plain, packed = write(tmp_path / "rank0.json", text), write(tmp_path / "rank0.json.gz", text, compress=True)
+    assert [len(plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=2)) for trace in (plain, packed)] == [
+        4, 2]
 
 
 def test_split_plan_cuts_one_big_file_into_at_most_four_parts_on_many_cores(tmp_path: Path, small_parts: list) -> None:

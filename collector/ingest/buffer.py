@@ -104,6 +104,15 @@ def content_bytes(path: Path | str) -> int:
         return 0
 
 
+def is_gzip(path: Path | str) -> bool:
+    """Whether the file is gzip (by its first bytes); False where it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
+
+
 def read_buffer(path: Path) -> bytearray:
     """The whole decompressed content in one buffer."""
     try:
