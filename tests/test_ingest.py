@@ -888,13 +888,20 @@ def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list
     assert [t.part for t in plan._split_big_files(sources.sources_of([(log, True)], "r"), jobs=2)] == [None]
 
 
+def _halves(path: str) -> list:
+    """The two parts of a 200-byte file at `path`, as the plan cuts it."""
+    from collector.ingest.sources import FilePart, Source
+
+    return [Source(path, "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+
+
 def test_split_file_read_in_full_is_joined_next_by_whichever_process_is_free() -> None:
     from collector.ingest import pool
     from collector.ingest.results import Assembly, PartOutcome
-    from collector.ingest.sources import FilePart, Source
+    from collector.ingest.sources import Source
 
     other = Source("rank1.json", "r", True)
-    halves = [Source("rank0.json", "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+    halves = _halves("rank0.json")
     queue = pool._TaskQueue([other])
     split = pool._SplitFiles([*halves, other])
     split.add(PartOutcome(halves[1], None, 0.0), queue)
@@ -929,9 +936,9 @@ def test_pool_queue_keeps_the_joining_of_a_file_read_partly_here_from_workers() 
     # Joined in this process, the part it read needs no moving.
     from collector.ingest import pool
     from collector.ingest.results import Assembly, PartOutcome
-    from collector.ingest.sources import FilePart, Source
+    from collector.ingest.sources import Source
 
-    halves = [Source("rank0.json", "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+    halves = _halves("rank0.json")
     other = Source("rank1.json", "r", True)
     joining = Assembly([PartOutcome(halves[0], object(), 0.0), PartOutcome(halves[1], None, 0.0, spilled="part-1")])
     queue = pool._TaskQueue([other])
@@ -944,9 +951,8 @@ def test_a_worker_that_dies_joining_a_split_file_fails_that_file() -> None:
     # joining's is, as a whole file's would be.
     from collector.ingest import pool
     from collector.ingest.results import Assembly, FileFailure, PartOutcome
-    from collector.ingest.sources import FilePart, Source
 
-    halves = [Source("rank0.json", "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+    halves = _halves("rank0.json")
     joining = Assembly([PartOutcome(half, None, 0.0, spilled=f"part-{i}") for i, half in enumerate(halves)])
     assert pool._failed(joining, "worker failed: BrokenProcessPool") == [
         FileFailure("rank0.json", "worker failed: BrokenProcessPool")]
@@ -957,10 +963,10 @@ def test_pool_queue_hands_a_process_waiting_to_join_a_split_file_only_parts() ->
     # A whole file taken while the split file's last part is read elsewhere
     # would keep its joining waiting.
     from collector.ingest import pool
-    from collector.ingest.sources import FilePart, Source
+    from collector.ingest.sources import Source
 
     big, small = Source("rank1.json", "r", True), Source("rank2.json", "r", True)
-    halves = [Source("rank0.json", "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
+    halves = _halves("rank0.json")
     queue = pool._TaskQueue([big, halves[1], small])
     assert queue.take(1, parts_only=True) == [halves[1]]
     assert queue.take(1, parts_only=True) == []
