@@ -31,9 +31,10 @@ process. Inputs: (a) the real GPU traces in `../shared/traces/kineto`
 `--trace-set LABEL=DIR` (your own job's traces, one file per rank), (b) a
 run made by `collector.sim_trace`: `--ranks` ranks, `--events` events in
 all, (c) its rank 0 alone (one big trace, which gpulens reads in parts on
-up to four cores), (d) a run of `--small-ranks` small ranks of 5,000 events each (a job of thousands of ranks, where each
-file's fixed costs add up), then the same per-rank size as (b) with twice
-the ranks (gpulens only) to show that memory does not grow with ranks.
+up to four cores), (d) a run of `--small-ranks` small ranks of 5,000
+events each (a job of thousands of ranks, where each file's fixed costs
+add up), then the same per-rank size as (b) with twice the ranks (gpulens
+only) to show that memory does not grow with ranks.
 
 Both children end once they have printed their figures, without
 Python's teardown (`os._exit`), as the `gpulens ingest` command itself
