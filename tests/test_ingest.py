@@ -973,6 +973,26 @@ def test_pool_queue_hands_a_process_waiting_to_join_a_split_file_only_parts() ->
     assert queue.take(2) == [big, small]
 
 
+def test_pool_queue_hands_a_process_waiting_to_join_one_file_the_joining_of_another() -> None:
+    # Holding parts of two split files, this process joins the one read in
+    # full at once, not after the other's last part (and no worker may).
+    from collector.ingest import pool
+    from collector.ingest.results import Assembly, PartOutcome
+    from collector.ingest.sources import Source
+
+    halves = _halves("rank0.json")
+    whole = Source("rank2.json", "r", True)
+    ready_here = Assembly([PartOutcome(half, object() if i == 0 else None, 0.0, spilled=(None, "part-1")[i])
+                           for i, half in enumerate(_halves("rank1.json"))])
+    ready_elsewhere = Assembly([PartOutcome(half, None, 0.0, spilled=f"part-{i}")
+                                for i, half in enumerate(_halves("rank3.json"))])
+    queue = pool._TaskQueue([halves[1], whole])
+    queue.put_first(ready_elsewhere)
+    queue.put_first(ready_here)
+    assert queue.take(3, parts_only=True) == [ready_here, halves[1]]
+    assert queue.take(2) == [ready_elsewhere, whole]
+
+
 def test_ingest_joins_several_split_files_with_the_rows_of_one_process(tmp_path: Path, small_parts: list) -> None:
     traces = [write(tmp_path / "in" / f"rank{r}.json", kineto_json(rank=r, kernels=4000)) for r in range(2)]
     ingest_paths(traces, tmp_path / "one", jobs=1)

@@ -128,9 +128,10 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                 with _Progress(_files_of(tasks), progress) as bar:
                     workers_done = False
                     while True:
-                        # Only parts while a split file of which this process holds a
-                        # part waits on others: it joins that file (below), the step
-                        # the file waits on last.
+                        # Only parts (and the joining of files it holds a part of)
+                        # while a split file of which this process holds a part
+                        # waits on others: it joins that file, the step the file
+                        # waits on last.
                         mine, own = own or queue.take(1, parts_only=split.waiting_here() and not workers_done), []
                         if mine:
                             yield from _run_here(mine[0], out, bar, split, queue)
@@ -267,15 +268,15 @@ class _TaskQueue:
         self._lock = threading.Lock()
 
     def take(self, n: int, parts_only: bool = False, for_worker: bool = False) -> list[Source | Assembly]:
-        """The next `n` tasks, of those that are parts of split files with
-        `parts_only`, of those a worker can run with `for_worker` (not the
-        joining of a file of which this process holds a part in memory);
-        the others stay queued in order."""
+        """The next `n` tasks, of those that are parts of split files or
+        joinings of files of which this process holds a part with
+        `parts_only`, of those a worker can run with `for_worker` (not
+        those joinings); the others stay queued in order."""
         with self._lock:
             if not (parts_only or for_worker):
                 return [self._tasks.popleft() for _ in range(min(n, len(self._tasks)))]
             taken = [task for task in self._tasks
-                     if not (parts_only and (isinstance(task, Assembly) or task.part is None))
+                     if not (parts_only and not _part_or_joining_here(task))
                      and not (for_worker and isinstance(task, Assembly) and task.held_here)][:n]
             for task in taken:
                 self._tasks.remove(task)
@@ -290,6 +291,12 @@ class _TaskQueue:
     def close(self) -> None:
         with self._lock:
             self._tasks.clear()
+
+
+def _part_or_joining_here(task: Source | Assembly) -> bool:
+    """Whether `task` reads a part of a split file, or joins one of which
+    this process holds a part (which only it takes)."""
+    return task.held_here if isinstance(task, Assembly) else task.part is not None
 
 
 def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, Source | Assembly]], queue: _TaskQueue, out: str,
