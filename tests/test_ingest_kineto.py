@@ -564,6 +564,24 @@ def test_kineto_time_text_not_a_number_is_counted_as_skipped(tmp_path: Path) -> 
         {"ac2g": 1, "python_function": 1, "kernel: ts or dur not a number": 1}, len(synthetic_events()))
 
 
+def test_kineto_events_skipped_for_their_times_are_a_warning(tmp_path: Path) -> None:
+    # Counted in `runs` alone, they would leave the user with fewer kernels and no word why.
+    def change(events: list[dict]) -> None:
+        gemm_of(events).update(ts="soon")
+        next(e for e in events if e.get("cat") == "cpu_op").update(dur={"us": 3})
+
+    assert kineto.parse(odd_trace(tmp_path, change), "r").warnings == [
+        "2 events skipped, their ts or dur not a number (cpu_op 1, kernel 1)"]
+
+
+def test_kineto_trace_whose_only_kernel_has_no_readable_time_says_so(tmp_path: Path) -> None:
+    kernel = {"ph": "X", "cat": "kernel", "name": "gemm", "ts": "soon", "dur": 3, "pid": 0, "tid": 7}
+    path = write_trace(tmp_path / "t.json", {"traceEvents": [kernel]})
+    with pytest.raises(TraceError) as raised:
+        kineto.parse(path, "r")
+    assert raised.value.problem == "no GPU events (kernels, memcpy or memset): 1 event skipped, its ts or dur not a number"
+
+
 def test_kineto_time_text_nan_is_null(tmp_path: Path) -> None:
     path = odd_trace(tmp_path, lambda events: gemm_of(events).update(dur="NaN"))
     gemm = kernel(kineto.parse(path, "r"), "sm90_xmma")

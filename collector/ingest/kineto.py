@@ -41,7 +41,7 @@ from collector.ingest.buffer import read_buffer
 from collector.ingest.kineto_collectives import build_collectives
 from collector.ingest.kineto_columns import TABLES, Accumulator
 from collector.ingest.kineto_marks import Marks
-from collector.ingest.kineto_schema import KinetoTrace
+from collector.ingest.kineto_schema import EVENT_TABLES, KinetoTrace
 from collector.ingest.kineto_stream import NotStreamable, TraceStream
 from collector.schema import TS_TYPE
 
@@ -117,8 +117,10 @@ def parse_parts(path: Path, run: str, parts: list[PartRead]) -> ParsedTrace:
 
 
 def _parsed(path: Path, run: str, metadata: KinetoTrace, events: Accumulator) -> ParsedTrace:
+    unreadable = _unreadable_times(events.skipped)
     if not events.rows["kernels"]:
-        raise TraceError(str(path), NO_GPU_EVENTS)
+        gpu = sum(n for cat, n in unreadable.items() if EVENT_TABLES.get(cat, ("",))[0] == "kernels")
+        raise TraceError(str(path), NO_GPU_EVENTS + (f": {_skipped_for_times(gpu)}" if gpu else ""))
     clock = _clock(metadata, events.first_ts_ns())
     rank, rank_source = _rank(metadata, path)
     rows = {table: events.result(table, clock.offset_ns) for table in TABLES}
@@ -131,7 +133,24 @@ def _parsed(path: Path, run: str, metadata: KinetoTrace, events: Accumulator) ->
         tables["collectives"] = _table("collectives", collectives, run, rank)
     tables["runs"] = _runs_row(metadata, path, run, rank, rank_source, clock, rows, dict(sorted(events.skipped.items())),
                                events.marks)
-    return ParsedTrace(format=FORMAT, tables=tables, events=events.events)
+    warnings = [f"{_skipped_for_times(sum(unreadable.values()))} ({_by_category(unreadable)})"] if unreadable else []
+    return ParsedTrace(format=FORMAT, tables=tables, events=events.events, warnings=warnings)
+
+
+def _unreadable_times(skipped: dict[str, int]) -> dict[str, int]:
+    """Per category, the complete events skipped because their `ts` or `dur`
+    is neither a number nor numeric text (counted in `runs` as
+    `<cat>: ts or dur not a number`)."""
+    suffix = f": {kineto_stream.TIMES_NOT_NUMBERS}"
+    return {name.removesuffix(suffix): n for name, n in skipped.items() if name.endswith(suffix)}
+
+
+def _skipped_for_times(n: int) -> str:
+    return f"{n:,} event{'s' if n != 1 else ''} skipped, {'their' if n != 1 else 'its'} ts or dur not a number"
+
+
+def _by_category(counts: dict[str, int]) -> str:
+    return ", ".join(f"{cat} {n:,}" for cat, n in sorted(counts.items()))
 
 
 def _read(path: Path) -> tuple[KinetoTrace, Accumulator]:
