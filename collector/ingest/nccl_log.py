@@ -277,7 +277,9 @@ def parse(path: Path, run: str) -> ParsedTrace:
 
 
 def _unread_text(log: _Log) -> str:
-    return f"{log.unread_coll_lines} COLL lines could not be read (the first at line {log.first_unread_coll_line})"
+    if log.unread_coll_lines == 1:
+        return f"1 COLL line could not be read (line {log.first_unread_coll_line})"
+    return f"{log.unread_coll_lines:,} COLL lines could not be read (the first at line {log.first_unread_coll_line})"
 
 
 # --- reading one line -------------------------------------------------------------
