@@ -41,7 +41,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from collector.errors import DatasetError, even_if_interrupted, one_line
 
@@ -153,6 +152,8 @@ def _read_schemas(files: list[Path]) -> list[pa.Schema]:
     """Each file's schema, without its metadata; DatasetError naming the
     first file that cannot be read, so that the user knows which to move
     aside (it is left as it is)."""
+    import pyarrow.parquet as pq  # here, as below: ingest imports this module, not these paths (see collector.parquet_io)
+
     schemas = []
     for path in files:
         try:
@@ -174,6 +175,8 @@ def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
 
 
 def _conformed_row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
+    import pyarrow.parquet as pq
+
     for path in files:
         try:
             parquet = pq.ParquetFile(path)
@@ -215,6 +218,8 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def finish_interrupted(root: Path) -> int:
     """Remove files a merged file replaced but a crash left behind; how many."""
+    import pyarrow.parquet as pq
+
     removed = 0
     for table in PARTITIONED_TABLES:
         for merged in (root / table).glob(f"host=*/date=*/part-*{MERGED_MARK}*.parquet"):

@@ -65,7 +65,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from collector.compact import in_row_groups
 from collector.errors import DatasetError
@@ -155,6 +154,7 @@ def _write_merged(files: list[Path], destination: Path) -> Path:
     threads: 2,000 files a table merged in 29 s, against 52 s read one
     after the other, as the telemetry merge reads (collector/compact.py)."""
     import pyarrow.dataset as ds
+    import pyarrow.parquet as pq  # here, as below: not on ingest's path (see collector.parquet_io)
 
     from collector.ingest.store import trace_parquet_options
 
@@ -376,6 +376,8 @@ def _explode(run_path: Path, aside: Path) -> None:
 def _write_back(merged: Path, sources: list[str], counts: list[int], staging: Path) -> None:
     """Each source's rows of one table's merged file, as its own file
     beside it (where it has rows and no file yet)."""
+    import pyarrow.parquet as pq
+
     from collector.ingest.store import trace_parquet_options
 
     ends = list(itertools.accumulate(counts))

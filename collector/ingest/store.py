@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from collector import parquet_io
 from collector.derive import CHANGED_TABLES, DERIVED_TABLES, derive_trace_tables
 from collector.errors import DatasetError, even_if_interrupted
 from collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,
@@ -111,8 +111,7 @@ def read_runs(out: Path, run: str, columns: list[str]) -> pa.Table:
     tables = []
     for path in sorted((run_dir(out, run) / "runs").glob("*.parquet")):
         try:
-            # ParquetFile, not read_table: that imports pyarrow.dataset (10 ms).
-            tables.append(pq.ParquetFile(path).read(columns=columns))
+            tables.append(parquet_io.read_table(path, columns))
         except (OSError, ValueError):
             continue
     if not tables:
@@ -407,7 +406,7 @@ class _StagedWriter:
 
 
 def _write_staged(table: pa.Table, path: Path) -> Path:
-    pq.write_table(table, path, **trace_parquet_options(table.schema))
+    parquet_io.write_table(table, path, **trace_parquet_options(table.schema))
     _fsync_file(path)
     return path
 
