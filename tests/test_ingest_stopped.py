@@ -199,14 +199,14 @@ def test_a_table_that_cannot_be_written_keeps_the_earlier_ingest_and_no_staging(
     from collector.errors import DatasetError
 
     out, parsed, before = _written_once(tmp_path)
-    write_parquet = store.pq.write_table
+    write_parquet = store.parquet_io.write_table
 
     def disk_full_on_kernels(table, path, **options) -> None:
         if Path(path).name == "kernels.parquet":
             raise OSError(28, "No space left on device")
         write_parquet(table, path, **options)
 
-    monkeypatch.setattr(store.pq, "write_table", disk_full_on_kernels)
+    monkeypatch.setattr(store.parquet_io, "write_table", disk_full_on_kernels)
     with pytest.raises(DatasetError, match=f"^{re.escape(str(out))}: cannot write: No space left on device$"):
         store.write_source(out, "r", "source", parsed.tables)
     assert {path: path.read_bytes() for path in sorted((out / "traces").rglob("*.parquet"))} == before
