@@ -58,7 +58,6 @@ import functools
 import itertools
 import json
 import os
-import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -127,7 +126,7 @@ def merge_run(out: Path, run_path: Path, min_sources: int = MERGE_MIN_SOURCES) -
         sources.update(source for aside in batches for source in _batch_sources(aside)["sources"])
         if len(sources) < max(2, min_sources) or max(map(len, files.values()), default=0) < 2:
             return before, before
-        token = secrets.token_hex(5)
+        token = os.urandom(5).hex()  # not secrets.token_hex: see store's sha256
         try:
             (out / ".staging").mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f"merge-{token}-", dir=out / ".staging"))
