@@ -152,7 +152,9 @@ def _read_schemas(files: list[Path]) -> list[pa.Schema]:
     """Each file's schema, without its metadata; DatasetError naming the
     first file that cannot be read, so that the user knows which to move
     aside (it is left as it is)."""
-    import pyarrow.parquet as pq  # here, as below: ingest imports this module, not these paths (see collector.parquet_io)
+    # Here, as below: ingest imports this module, but not for these paths
+    # (see collector.parquet_io).
+    import pyarrow.parquet as pq
 
     schemas = []
     for path in files:

@@ -579,7 +579,8 @@ def test_kineto_trace_whose_only_kernel_has_no_readable_time_says_so(tmp_path: P
     path = write_trace(tmp_path / "t.json", {"traceEvents": [kernel]})
     with pytest.raises(TraceError) as raised:
         kineto.parse(path, "r")
-    assert raised.value.problem == "no GPU events (kernels, memcpy or memset): 1 event skipped, its ts or dur not a number"
+    assert raised.value.problem == ("no GPU events (kernels, memcpy or memset): "
+                                    "1 event skipped, its ts or dur not a number")
 
 
 def test_kineto_time_text_nan_is_null(tmp_path: Path) -> None:

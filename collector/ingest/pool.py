@@ -268,10 +268,10 @@ class _TaskQueue:
         self._lock = threading.Lock()
 
     def take(self, n: int, parts_only: bool = False, for_worker: bool = False) -> list[Source | Assembly]:
-        """The next `n` tasks, of those that are parts of split files or
-        joinings of files of which this process holds a part with
-        `parts_only`, of those a worker can run with `for_worker` (not
-        those joinings); the others stay queued in order."""
+        """The next `n` tasks; the others stay queued in order. With
+        `parts_only`, only parts of split files and the joinings this
+        process must run (of files it holds a part of); with `for_worker`,
+        only tasks a worker can run (not those joinings)."""
         with self._lock:
             if not (parts_only or for_worker):
                 return [self._tasks.popleft() for _ in range(min(n, len(self._tasks)))]
