@@ -205,10 +205,22 @@ def test_header_only_kernel_trace_has_no_gpu_events(tmp_path: Path) -> None:
     assert (error.value.path, error.value.problem) == (str(path), "no GPU events (kernels or memory copies)")
 
 
-def test_malformed_row_raises(tmp_path: Path) -> None:
+def test_malformed_row_names_its_line_and_column(tmp_path: Path) -> None:
     text = KERNEL_TRACE + '"KERNEL_DISPATCH","Agent 1",1,0,4242,4,33,"k",106,not-a-time,1552000000400000,0,0,12,4,48,256,1,1,256,1,1\n'
-    with pytest.raises(TraceError, match="malformed rocprofv3 CSV"):
+    with pytest.raises(TraceError) as error:
         rocprof.parse(_write(tmp_path, "4242_kernel_trace.csv", text), "r1")
+    line = len(KERNEL_TRACE.splitlines()) + 1
+    assert error.value.problem == f"malformed rocprofv3 CSV (line {line}: Start_Timestamp is 'not-a-time', not an integer)"
+
+
+def test_row_cut_short_names_its_line(tmp_path: Path) -> None:
+    # A process killed mid-write leaves its last row short.
+    text = KERNEL_TRACE + '"KERNEL_DISPATCH","Agent 1",1,0,4242\n'
+    with pytest.raises(TraceError) as error:
+        rocprof.parse(_write(tmp_path, "4242_kernel_trace.csv", text), "r1")
+    header_fields = len(KERNEL_TRACE.splitlines()[0].split(","))
+    assert error.value.problem == (f"malformed rocprofv3 CSV (line {len(KERNEL_TRACE.splitlines()) + 1}: "
+                                   f"5 fields where the header has {header_fields})")
 
 
 def test_unknown_csv_raises(tmp_path: Path) -> None:

@@ -383,7 +383,29 @@ def _read_csv(path: Path, data: bytes | bytearray) -> pa.Table:
         return pacsv.read_csv(io.BytesIO(data), convert_options=pacsv.ConvertOptions(column_types=types))
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         # e.g. a row cut short by a crash, or text where a number belongs
-        raise TraceError(str(path), f"malformed rocprofv3 CSV ({str(error).splitlines()[0]})") from error
+        problem = _first_bad_row(data) or str(error).splitlines()[0]
+        raise TraceError(str(path), f"malformed rocprofv3 CSV ({problem})") from error
+
+
+_INTEGER = re.compile(r"\s*[-+]?\d+\s*")
+
+
+def _first_bad_row(data: bytes | bytearray) -> str | None:
+    """Where Arrow refused the CSV, which it does not say: the first row with
+    a field count other than the header's, or text in an integer column;
+    None where neither is found (Arrow's own message is then given)."""
+    rows = csv.reader(io.StringIO(bytes(data).decode("utf-8", errors="replace"), newline=""))
+    header = next(rows, [])
+    integers = [(index, name) for index, name in enumerate(header) if name in _INT_COLUMNS]
+    for row in rows:
+        if not row:
+            continue
+        if len(row) != len(header):
+            return f"line {rows.line_num}: {len(row)} fields where the header has {len(header)}"
+        for index, name in integers:
+            if row[index] and not _INTEGER.fullmatch(row[index]):
+                return f"line {rows.line_num}: {name} is {row[index][:40]!r}, not an integer"
+    return None
 
 
 def _read_agents(path: Path) -> _Agents:
