@@ -34,7 +34,11 @@ all, (c) its rank 0 alone (one big trace, which gpulens reads in parts on
 up to four cores), (d) a run of `--small-ranks` small ranks of 5,000
 events each (a job of thousands of ranks, where each file's fixed costs
 add up), then the same per-rank size as (b) with twice the ranks (gpulens
-only) to show that memory does not grow with ranks.
+only) to show that memory does not grow with ranks. First, each tool's
+fixed cost: one simulated rank of one step and a few dozen kernels, where
+what is timed is nearly all interpreter start, imports and writing one
+file; on inputs that small the speed ratio can be no more than about the
+ratio of the two, and each missed speed target is printed with it.
 
 Both children end once they have printed their figures, without
 Python's teardown (`os._exit`), as the `gpulens ingest` command itself
@@ -104,6 +108,8 @@ SMALL_RANK_STEPS = 4
 # Inputs under this many events get --small-input-rounds rounds.
 SMALL_INPUT_EVENTS = 1_000_000
 SPEED_TARGET = 10.0
+# Kernels of the one tiny rank whose load is each tool's fixed cost.
+FIXED_COST_KERNELS = 60  # the simulator's least is 55
 MEMORY_TARGET = 3.0
 _SAMPLE_S = 0.02
 _EVENT = re.compile(rb'"ph"\s*:')
@@ -393,6 +399,10 @@ def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str 
     memory = hta_peak / ours_peak
     print(f"  => gpulens {speed:.1f}x faster (target >= {SPEED_TARGET:.0f}x: {_verdict(speed, SPEED_TARGET)}); "
           f"memory 1/{memory:.1f} of HTA's (target <= 1/{MEMORY_TARGET:.0f}: {_verdict(memory, MEMORY_TARGET)})")
+    fixed_s = getattr(args, "fixed_cost_s", None)
+    if speed < SPEED_TARGET and fixed_s is not None:
+        print(f"     ({SPEED_TARGET:.0f}x allows {events / hta_rate / SPEED_TARGET:.2f} s here; gpulens' fixed cost "
+              f"alone is {fixed_s:.2f} s)")
 
 
 def _describe(load: Load) -> str:
@@ -439,6 +449,35 @@ def simulated_runs(work: Path, events: int, args: argparse.Namespace, hta_python
         compare(f"simulated: {args.small_ranks} small ranks", small, args, hta_python)
     if not args.skip_scaling:
         memory_vs_ranks(work, args.ranks, kernels_per_step, args)
+
+
+def fixed_costs(work: Path, args: argparse.Namespace, hta_python: str | None) -> None:
+    """Each tool's time on one tiny rank (median over the small-input
+    rounds), kept in `args.fixed_cost_s` for the verdicts of `compare`."""
+    folder = empty_folder(work / "sim-tiny")
+    write_training_traces(folder, ranks=1, steps=1, seed=args.seed, kernels_per_step=FIXED_COST_KERNELS)
+    _, events, _ = count_events(folder)
+    rounds = max(args.rounds, args.small_input_rounds)
+    ours, theirs = [], []
+    for _ in range(rounds):
+        if hta_python:
+            hta = load_hta(hta_python, folder, args.hta_timeout_s)
+            if hta.ok:
+                theirs.append(hta.wall_s)
+        load = load_gpulens(folder, 1, args.timeout_s, work)
+        if load.ok:
+            ours.append(load.wall_s)
+    if not ours:
+        print("\nfixed cost: gpulens failed on a one-rank trace")
+        return
+    args.fixed_cost_s = statistics.median(ours)
+    line = (f"\nfixed cost, one rank of {events:,} events (interpreter, imports, one file written; medians of "
+            f"{rounds}): gpulens {args.fixed_cost_s:.2f} s")
+    if theirs:
+        hta_s = statistics.median(theirs)
+        line += (f", HTA {hta_s:.2f} s: on inputs this small the speed ratio tends to "
+                 f"{hta_s / args.fixed_cost_s:.1f}x")
+    print(line)
 
 
 def compile_gpulens() -> None:
@@ -511,6 +550,7 @@ def main() -> None:
     work = args.work = args.work_dir or Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
+        fixed_costs(work, args, hta_python)
         if not args.skip_real:
             sets = real_sets(work, args.real_traces)
             if not sets:
