@@ -394,7 +394,8 @@ def _first_bad_row(data: bytes | bytearray) -> str | None:
     """Where Arrow refused the CSV, which it does not say: the first row with
     a field count other than the header's, or text in an integer column;
     None where neither is found (Arrow's own message is then given)."""
-    rows = csv.reader(io.StringIO(bytes(data).decode("utf-8", errors="replace"), newline=""))
+    # Decoded as read, not whole: the file may be gigabytes.
+    rows = csv.reader(io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline=""))
     header = next(rows, [])
     integers = [(index, name) for index, name in enumerate(header) if name in _INT_COLUMNS]
     for row in rows:
