@@ -196,12 +196,12 @@ def _signature(folders: list[Path]) -> tuple[tuple[str, int, int], ...]:
 
 @functools.lru_cache(maxsize=16)
 def _read_boots(host: str, files: tuple[tuple[str, int, int], ...]) -> tuple[RecordedBoot, ...]:
-    import pyarrow.parquet as pq
+    from collector import parquet_io
 
     records: dict[str | int, list[tuple[int, int]]] = {}
     for path, _, _ in files:
         try:
-            table = pq.read_table(path, columns=["ts", "host", "kind", "detail", "value"])
+            table = parquet_io.read_table(path, ["ts", "host", "kind", "detail", "value"])
         except (OSError, pa.ArrowException, KeyError):
             continue  # not this collector's (or half-written elsewhere): its boots are not vouched for
         rows = table.filter(pc.equal(table["kind"], EVENT_KIND))

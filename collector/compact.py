@@ -42,6 +42,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from collector import parquet_io
 from collector.errors import DatasetError, even_if_interrupted, one_line
 
 COMPACT_PARTS_AT = 60
@@ -152,14 +153,10 @@ def _read_schemas(files: list[Path]) -> list[pa.Schema]:
     """Each file's schema, without its metadata; DatasetError naming the
     first file that cannot be read, so that the user knows which to move
     aside (it is left as it is)."""
-    # Here, as below: ingest imports this module, but not for these paths
-    # (see collector.parquet_io).
-    import pyarrow.parquet as pq
-
     schemas = []
     for path in files:
         try:
-            schemas.append(pq.read_schema(path).remove_metadata())
+            schemas.append(parquet_io.read_schema(path).remove_metadata())
         except (OSError, pa.ArrowException) as error:
             raise _unreadable(path, error) from error
     return schemas
@@ -177,18 +174,15 @@ def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
 
 
 def _conformed_row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
-    import pyarrow.parquet as pq
-
     for path in files:
-        try:
-            parquet = pq.ParquetFile(path)
-        except (OSError, pa.ArrowException) as error:
-            raise _unreadable(path, error) from error
-        for index in range(parquet.num_row_groups):
+        groups = parquet_io.row_groups(path)
+        while True:
             try:
-                row_group = parquet.read_row_group(index)
-            except (OSError, pa.ArrowException) as error:  # a damaged page past a sound footer
+                row_group = next(groups, None)
+            except (OSError, pa.ArrowException) as error:  # its footer, or a damaged page past a sound one
                 raise _unreadable(path, error) from error
+            if row_group is None:
+                break
             yield _conform(row_group, schema)
 
 
@@ -220,13 +214,11 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def finish_interrupted(root: Path) -> int:
     """Remove files a merged file replaced but a crash left behind; how many."""
-    import pyarrow.parquet as pq
-
     removed = 0
     for table in PARTITIONED_TABLES:
         for merged in (root / table).glob(f"host=*/date=*/part-*{MERGED_MARK}*.parquet"):
             try:
-                metadata = pq.read_schema(merged).metadata or {}
+                metadata = parquet_io.read_schema(merged).metadata or {}
             except (OSError, pa.ArrowException):
                 continue
             for name in json.loads(metadata.get(_SOURCES_KEY, b"[]")):

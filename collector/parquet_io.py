@@ -3,24 +3,23 @@ without importing `pyarrow.parquet`.
 
 `pyarrow.parquet` imports `pyarrow.fs`, and with it the S3, GCS, Azure and
 HDFS filesystems and OpenSSL: 13 ms of every `gpulens ingest` before its
-first file, and 8.6 MB of memory in each of its processes (on the 64 small
-ranks of `bench/ingest_vs_hta.py`, two processes of 90 MB each). Local
-files need none of it: `pyarrow.parquet.write_table` and `ParquetFile`
-hand a local path to the compiled `pyarrow._parquet` writer and reader,
-which open it themselves. So this calls those classes directly, with the
-defaults `pyarrow.parquet` gives them (the files are byte for byte the
-same: `tests/test_parquet_io.py`), and falls back to `pyarrow.parquet`
-where a pyarrow release no longer has them.
+first file, and 8.6 MB of memory in each of its processes and in the
+collector daemon. Local files need none of it: `pyarrow.parquet`'s
+writer, `ParquetFile` and `read_schema` hand a local path or an open file
+to the compiled `pyarrow._parquet` writer and reader. So this calls those
+classes directly, with the defaults `pyarrow.parquet` gives them (the
+files are byte for byte the same: `tests/test_parquet_io.py`), and falls
+back to `pyarrow.parquet` where a pyarrow release no longer has them.
 
-The rarer paths (merging a run's files, telemetry compaction) use
-`pyarrow.parquet` itself, imported where they run.
+Merging a trace run's files (`ingest.merge`, rare) still reads through
+`pyarrow.dataset`, imported where it runs.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -44,25 +43,48 @@ _WRITER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def write_table(table: pa.Table, path: str | Path, **options: Any) -> None:
-    """`pyarrow.parquet.write_table(table, path, **options)` for a local
-    path; a file left half-written by an error is removed."""
+def write_table(table: pa.Table, where: str | Path | BinaryIO, **options: Any) -> None:
+    """`pyarrow.parquet.write_table(table, where, **options)`, `where` a
+    local path or a file open for writing; a path left half-written by an
+    error is removed."""
+    _write([table], where, table.schema, options, group_each_table=False)
+
+
+def write_tables(tables: Iterable[pa.Table], where: str | Path | BinaryIO, schema: pa.Schema,
+                 **options: Any) -> None:
+    """One file of `tables` (each of `schema`), each its own row group, as
+    `pyarrow.parquet.ParquetWriter` writes them with `row_group_size` each
+    table's rows: the tables of a stream are never all held at once."""
+    _write(tables, where, schema, options, group_each_table=True)
+
+
+def _write(tables: Iterable[pa.Table], where: str | Path | BinaryIO, schema: pa.Schema, options: dict[str, Any],
+           group_each_table: bool) -> None:
+    """Without `group_each_table`, Parquet's default row groups (a million rows)."""
+    def size(table: pa.Table) -> int | None:
+        return max(1, table.num_rows) if group_each_table else None
+
+    is_path = isinstance(where, (str, Path))
     if ParquetWriter is None:
         import pyarrow.parquet as pq
 
-        pq.write_table(table, path, **options)
+        with pq.ParquetWriter(where, schema, **options) as fallback:
+            for table in tables:
+                fallback.write_table(table, row_group_size=size(table))
         return
     try:
-        writer = ParquetWriter(str(path), table.schema, **{**_WRITER_DEFAULTS, **options})
+        writer = ParquetWriter(str(where) if is_path else where, schema, **{**_WRITER_DEFAULTS, **options})
         try:
-            writer.write_table(table)
+            for table in tables:
+                writer.write_table(table, row_group_size=size(table))
         finally:
             writer.close()
-    except Exception:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
+    except BaseException:
+        if is_path:
+            try:
+                os.remove(where)
+            except OSError:
+                pass
         raise
 
 
@@ -73,12 +95,50 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(path).read(columns=columns)
-    reader = ParquetReader()
-    reader.open(str(path))
+    reader = _open(path)
     try:
         return reader.read_all(column_indices=None if columns is None else _leaves(reader.column_paths, columns))
     finally:
         reader.close()
+
+
+def read_schema(path: str | Path) -> pa.Schema:
+    """`pyarrow.parquet.read_schema(path)`: the file's Arrow schema, with its
+    metadata, from its footer alone."""
+    if ParquetReader is None:
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(path)
+    reader = _open(path)
+    try:
+        return reader.schema_arrow
+    finally:
+        reader.close()
+
+
+def row_groups(path: str | Path) -> Iterator[pa.Table]:
+    """The file's row groups in order, read one at a time: as
+    `ParquetFile(path).read_row_group(i)` for each. The file is opened at
+    the first `next`, so an unreadable one raises there."""
+    if ParquetReader is None:
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(path)
+        for index in range(parquet.num_row_groups):
+            yield parquet.read_row_group(index)
+        return
+    reader = _open(path)
+    try:
+        for index in range(reader.num_row_groups):
+            yield reader.read_row_group(index)
+    finally:
+        reader.close()
+
+
+def _open(path: str | Path) -> Any:
+    reader = ParquetReader()
+    reader.open(str(path))
+    return reader
 
 
 def _leaves(paths: list[list[str]], columns: list[str]) -> list[int]:

@@ -29,10 +29,10 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from collector.errors import DatasetError
+from collector import parquet_io
 from collector.compact import finish_interrupted, maybe_compact
+from collector.errors import DatasetError
 from collector.schema import NODE_SCHEMAS, SCHEMA_VERSION
 
 STAGING_DIR = ".staging"
@@ -70,12 +70,10 @@ def write_parquet_atomic(table: pa.Table | Iterable[pa.Table], destination: Path
         destination.parent.mkdir(parents=True, exist_ok=True)
         with open(temporary, "wb") as handle:
             if isinstance(table, pa.Table):
-                pq.write_table(table, handle, **parquet_options(table.schema))
+                parquet_io.write_table(table, handle, **parquet_options(table.schema))
             else:
                 assert schema is not None, "a stream of tables needs its schema"
-                with pq.ParquetWriter(handle, schema, **parquet_options(schema)) as parquet:
-                    for part in table:
-                        parquet.write_table(part, row_group_size=max(1, part.num_rows))
+                parquet_io.write_tables(table, handle, schema, **parquet_options(schema))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, destination)

@@ -65,6 +65,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from collector import parquet_io
 from collector.compact import in_row_groups
 from collector.errors import DatasetError
 from collector.schema import TRACE_SCHEMAS
@@ -152,19 +153,17 @@ def _write_merged(files: list[Path], destination: Path) -> Path:
     Read by Arrow's dataset scanner, which reads files ahead on its own
     threads: 2,000 files a table merged in 29 s, against 52 s read one
     after the other, as the telemetry merge reads (collector/compact.py)."""
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq  # here, as below: not on ingest's path (see collector.parquet_io)
+    import pyarrow.dataset as ds  # here: not on ingest's path (13 ms; see collector.parquet_io)
 
     from collector.ingest.store import trace_parquet_options
 
     try:
-        schema = pa.unify_schemas([pq.read_schema(path).remove_metadata() for path in files],
+        schema = pa.unify_schemas([parquet_io.read_schema(path).remove_metadata() for path in files],
                                   promote_options="permissive")
         batches = ds.dataset([str(path) for path in files], schema=schema, format="parquet").to_batches()
         with open(destination, "wb") as handle:
-            with pq.ParquetWriter(handle, schema, **trace_parquet_options(schema)) as writer:
-                for rows in in_row_groups(pa.Table.from_batches([batch], schema) for batch in batches):
-                    writer.write_table(rows, row_group_size=max(1, rows.num_rows))
+            parquet_io.write_tables(in_row_groups(pa.Table.from_batches([batch], schema) for batch in batches),
+                                    handle, schema, **trace_parquet_options(schema))
             handle.flush()
             os.fsync(handle.fileno())
     except (OSError, pa.ArrowException) as error:
@@ -375,8 +374,6 @@ def _explode(run_path: Path, aside: Path) -> None:
 def _write_back(merged: Path, sources: list[str], counts: list[int], staging: Path) -> None:
     """Each source's rows of one table's merged file, as its own file
     beside it (where it has rows and no file yet)."""
-    import pyarrow.parquet as pq
-
     from collector.ingest.store import trace_parquet_options
 
     ends = list(itertools.accumulate(counts))
@@ -385,14 +382,14 @@ def _write_back(merged: Path, sources: list[str], counts: list[int], staging: Pa
     if not wanted:
         return
     try:
-        data = pq.read_table(merged)
+        data = parquet_io.read_table(merged)
         if data.num_rows != ends[-1]:
             raise DatasetError(f"{merged}: holds {data.num_rows} rows where its batch lists {ends[-1]}")
         options = trace_parquet_options(data.schema)
         staged = []
         for source, start, count in wanted:
             path = staging / f"{merged.parent.name}-{source}.parquet"
-            pq.write_table(data.slice(start, count), path, **options)
+            parquet_io.write_table(data.slice(start, count), path, **options)
             staged.append((path, merged.parent / f"{source}.parquet"))
         for path, _ in staged:
             with open(path, "rb") as handle:
