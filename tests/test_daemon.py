@@ -248,3 +248,17 @@ def test_amd_power_throttle_is_an_event(tmp_path):
     _collect(tmp_path, AmdThrottledBackend(), duration_s=0.2)
     con = open_dataset(tmp_path)
     assert con.execute("select gpu_index, detail from events where kind = 'throttle_start'").fetchall() == [(0, "power")]
+
+
+def test_the_collect_command_loads_neither_pandas_nor_pyarrow_parquet(tmp_path: Path) -> None:
+    # A daemon on every node: pyarrow would import pandas at its first
+    # conversion, and pyarrow.parquet the S3 filesystem and OpenSSL, 44 MB
+    # of its 124 for as long as it runs.
+    code = ("import sys; from dashboard.cli import main; "
+            f"main(['collect', '--backend', 'sim', '--sim-gpus', '2', '--interval', '0.05', '--duration', '0.3', "
+            f"'--flush-every', '0.1', '--out', {str(tmp_path / 'out')!r}]); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas' or m.startswith("
+            "('pyarrow.parquet', 'pyarrow.fs', 'pyarrow._fs', '_hashlib'))))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert list((tmp_path / "out" / "telemetry").rglob("*.parquet"))
