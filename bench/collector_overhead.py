@@ -14,7 +14,10 @@ Prints
   (b) bytes on disk per metric value in the telemetry files it wrote
       (Prometheus' TSDB stores about 1.3 bytes per sample);
   (c) driver calls per GPU-sample with the fake NVML (tests/fakes), on a
-      fast tick and on a slow tick.
+      fast tick and on a slow tick;
+  (e) the resident memory of the `gpulens collect` command itself, a
+      process of its own on the sim backend (8 GPUs at 1 Hz, its defaults
+      otherwise), read from /proc as it runs: the most and the last.
 Targets: (a) <= 20 us, (b) <= 1.5 bytes, (c) <= 3 calls on a fast tick.
 
     python bench/collector_overhead.py --nvml 20   # on an NVIDIA node
@@ -301,6 +304,30 @@ def measure_real_nvml(hz: float, seconds: float, out: Path) -> None:
         print(f"      {name}: {len(ns)} calls, {spread(ns)}")
 
 
+def measure_daemon_memory(seconds: float, gpus: int = 8) -> dict[str, float]:
+    """Resident memory (MiB) of `gpulens collect` on the sim backend, read
+    from /proc/PID/status every 0.1 s: the most seen and the last."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dashboard.cli", "collect", "--backend", "sim", "--sim-gpus", str(gpus),
+             "--duration", str(seconds), "--out", out],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        most = last = 0.0
+        while process.poll() is None:
+            try:
+                with open(f"/proc/{process.pid}/status") as status:
+                    rss_kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
+            except (OSError, StopIteration):  # gone between poll and read, or a zombie
+                break
+            last = rss_kib / 1024
+            most = max(most, last)
+            time.sleep(0.1)
+        process.wait()
+    return {"most_mib": most, "last_mib": last}
+
+
 def machine_line() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -345,6 +372,9 @@ def main() -> int:
     calls = measure_driver_calls()
     print(f"(c) NVML driver calls per GPU-sample (fake NVML): fast tick {calls['fast']:.1f}, "
               f"slow tick {calls['slow']:.1f}   target <= 3 on a fast tick")
+    memory = measure_daemon_memory(min(args.seconds, 15.0))
+    print(f"(e) `gpulens collect` resident memory (sim backend, 8 GPUs at 1 Hz, {min(args.seconds, 15.0):g} s): "
+          f"at most {memory['most_mib']:.0f} MiB, {memory['last_mib']:.0f} MiB at the end")
     return 0
 
 
