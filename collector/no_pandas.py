@@ -3,8 +3,9 @@
 pyarrow imports pandas, when it is installed (streamlit brings it), the
 first time it converts Python values: a `pa.array(list)`, a `fill_null("")`.
 That is 0.3 s of CPU and ~50 MB in a process that never makes a DataFrame
-(an ingest worker, `gpulens query`). Where pandas is not imported yet, an
-import hook makes importing it fail, and pyarrow goes on without it.
+(an ingest worker, `gpulens query`, the collector daemon, `gpulens
+report`). Where pandas is not imported yet, an import hook makes it look
+not installed, and pyarrow, plotly and polars go on without it.
 
 Only for processes gpulens owns: it changes the process for everyone in it.
 """
@@ -25,5 +26,7 @@ class _NoPandas:
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name == "pandas" or name.startswith("pandas."):
-            raise ImportError("pandas is not loaded in this gpulens process")
+            # As for a package not installed: libraries that look before they
+            # import (polars: `importlib.util.find_spec`) expect this one.
+            raise ModuleNotFoundError("pandas is not loaded in this gpulens process", name=name)
         return None
