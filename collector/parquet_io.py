@@ -9,7 +9,8 @@ writer, `ParquetFile` and `read_schema` hand a local path or an open file
 to the compiled `pyarrow._parquet` writer and reader. So this calls those
 classes directly, with the defaults `pyarrow.parquet` gives them (the
 files are byte for byte the same: `tests/test_parquet_io.py`), and falls
-back to `pyarrow.parquet` where a pyarrow release no longer has them.
+back to `pyarrow.parquet` where a pyarrow release no longer has them, or
+its writer takes other arguments.
 
 Merging a trace run's files (`ingest.merge`, rare) still reads through
 `pyarrow.dataset`, imported where it runs.
@@ -65,15 +66,8 @@ def _write(tables: Iterable[pa.Table], where: str | Path | BinaryIO, schema: pa.
         return max(1, table.num_rows) if group_each_table else None
 
     is_path = isinstance(where, (str, Path))
-    if ParquetWriter is None:
-        import pyarrow.parquet as pq
-
-        with pq.ParquetWriter(where, schema, **options) as fallback:
-            for table in tables:
-                fallback.write_table(table, row_group_size=size(table))
-        return
     try:
-        writer = ParquetWriter(str(where) if is_path else where, schema, **{**_WRITER_DEFAULTS, **options})
+        writer = _writer(where, is_path, schema, options)
         try:
             for table in tables:
                 writer.write_table(table, row_group_size=size(table))
@@ -86,6 +80,21 @@ def _write(tables: Iterable[pa.Table], where: str | Path | BinaryIO, schema: pa.
             except OSError:
                 pass
         raise
+
+
+def _writer(where: str | Path | BinaryIO, is_path: bool, schema: pa.Schema, options: dict[str, Any]) -> Any:
+    """pyarrow's compiled writer; `pyarrow.parquet`'s where this pyarrow has
+    none, or one that takes other arguments (a later release): arguments
+    are checked before the file is opened, so nothing is written twice."""
+    if ParquetWriter is not None:
+        try:
+            return ParquetWriter(str(where) if is_path else where, schema, **{**_WRITER_DEFAULTS, **options})
+        except TypeError as error:
+            if isinstance(error, pa.ArrowException):  # ArrowTypeError: the schema or options, not the call
+                raise
+    import pyarrow.parquet as pq
+
+    return pq.ParquetWriter(where, schema, **options)
 
 
 def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:

@@ -62,6 +62,18 @@ def test_write_tables_writes_each_table_as_a_row_group_as_parquet_writer_does(tm
     assert pq.ParquetFile(tmp_path / "io.parquet").num_row_groups == 3
 
 
+def test_a_pyarrow_whose_writer_takes_other_arguments_writes_through_pyarrow_parquet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def later_release(*args, **options):
+        raise TypeError("__cinit__() got an unexpected keyword argument 'writer_engine_version'")
+
+    monkeypatch.setattr(parquet_io, "ParquetWriter", later_release)
+    table = kernels_table()
+    pq.write_table(table, tmp_path / "pq.parquet", **trace_parquet_options(table.schema))
+    parquet_io.write_table(table, tmp_path / "io.parquet", **trace_parquet_options(table.schema))
+    assert (tmp_path / "io.parquet").read_bytes() == (tmp_path / "pq.parquet").read_bytes()
+
+
 def test_a_write_that_fails_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(pa.ArrowException, match="Unsupported compression"):
         parquet_io.write_table(kernels_table(), tmp_path / "t.parquet", compression="nope")
