@@ -100,12 +100,10 @@ def _writer(where: str | Path | BinaryIO, is_path: bool, schema: pa.Schema, opti
 def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
     """`pyarrow.parquet.ParquetFile(path).read(columns=columns)`: the file's
     rows, of `columns` (top-level names) where given."""
-    if ParquetReader is None:
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).read(columns=columns)
     reader = _open(path)
     try:
+        if ParquetReader is None:
+            return reader.read(columns=columns)
         return reader.read_all(column_indices=None if columns is None else _leaves(reader.column_paths, columns))
     finally:
         reader.close()
@@ -114,10 +112,6 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
 def read_schema(path: str | Path) -> pa.Schema:
     """`pyarrow.parquet.read_schema(path)`: the file's Arrow schema, with its
     metadata, from its footer alone."""
-    if ParquetReader is None:
-        import pyarrow.parquet as pq
-
-        return pq.read_schema(path)
     reader = _open(path)
     try:
         return reader.schema_arrow
@@ -129,13 +123,6 @@ def row_groups(path: str | Path) -> Iterator[pa.Table]:
     """The file's row groups in order, read one at a time: as
     `ParquetFile(path).read_row_group(i)` for each. The file is opened at
     the first `next`, so an unreadable one raises there."""
-    if ParquetReader is None:
-        import pyarrow.parquet as pq
-
-        parquet = pq.ParquetFile(path)
-        for index in range(parquet.num_row_groups):
-            yield parquet.read_row_group(index)
-        return
     reader = _open(path)
     try:
         for index in range(reader.num_row_groups):
@@ -145,6 +132,13 @@ def row_groups(path: str | Path) -> Iterator[pa.Table]:
 
 
 def _open(path: str | Path) -> Any:
+    """pyarrow's compiled reader of `path`; where this pyarrow has none,
+    `pyarrow.parquet.ParquetFile`, which has the same `schema_arrow`,
+    `num_row_groups`, `read_row_group` and `close`."""
+    if ParquetReader is None:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path)
     reader = ParquetReader()
     reader.open(str(path))
     return reader

@@ -114,6 +114,17 @@ def test_row_groups_of_an_unreadable_file_raises_at_the_first_group(tmp_path: Pa
         next(groups)
 
 
+def test_a_pyarrow_without_the_compiled_reader_reads_through_pyarrow_parquet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = kernels_table().replace_schema_metadata({"gpulens.sources": "[]"})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=2)
+    expected_schema = pq.read_schema(tmp_path / "t.parquet")
+    monkeypatch.setattr(parquet_io, "ParquetReader", None)
+    assert parquet_io.read_table(tmp_path / "t.parquet", ["grid", "name"]).equals(table.select(["grid", "name"]))
+    assert parquet_io.read_schema(tmp_path / "t.parquet").equals(expected_schema, check_metadata=True)
+    assert [group.num_rows for group in parquet_io.row_groups(tmp_path / "t.parquet")] == [2, 1]
+
+
 def test_ingest_never_imports_pyarrow_parquet(tmp_path: Path) -> None:
     # It would bring pyarrow.fs with S3, GCS, Azure and OpenSSL: 13 ms and
     # 8.6 MB in every ingest process.
