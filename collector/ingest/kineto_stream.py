@@ -353,8 +353,7 @@ class TraceStream:
         match = _TRACE_EVENTS.search(content, start)
         if match is None:
             raise NotStreamable  # no event array where expected: decode whole
-        self.metadata = _decode(_HEADER.decode, bytes(content[start : match.start()]) + b'"traceEvents": null}')
-        self.has_events = True
+        self._take_header(content[start : match.start()])
         self.first_event_at = match.end()
         yield from self._rest(memoryview(content)[match.end() - 1 :])  # from the array's `[`
 
@@ -373,10 +372,14 @@ class TraceStream:
             if not more():
                 raise NotStreamable  # no event array where expected: decode whole
             match = _TRACE_EVENTS.search(window, searched)
-        self.metadata = _decode(_HEADER.decode, bytes(window[: match.start()]) + b'"traceEvents": null}')
-        self.has_events = True
+        self._take_header(window[: match.start()])
         del window[: match.end()]
         return skipped + match.end()
+
+    def _take_header(self, head: bytes | bytearray) -> None:
+        """The keys before the event array (`{...,` up to `"traceEvents"`)."""
+        self.metadata = _decode(_HEADER.decode, bytes(head) + b'"traceEvents": null}')
+        self.has_events = True
 
     def _cut(self, window: bytearray, more: Callable[[], bool], at: int) -> tuple[Batch, int] | None:
         """Decode the events before the first good boundary whose event
