@@ -69,8 +69,9 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
     joining and writing of the file is a task too (an `Assembly`), put
     first in the queue: this process takes it where it read one of the
     parts (which then need not move), else the first worker free. While a
-    file it read a part of waits on others, this process takes only parts:
-    a whole file taken then would delay the joining, the file's last step.
+    file it read a part of waits on others, this process takes only parts
+    and the joinings only it can run: a whole file taken then would delay
+    the joining, the file's last step.
     When this process joined every split file, it was the ingest's
     bottleneck wherever several were split: eight 620,000-event ranks on a
     16-core host, in four parts each, took 4.6 s (2.6 s on two cores, not
@@ -276,7 +277,7 @@ class _TaskQueue:
             if not (parts_only or for_worker):
                 return [self._tasks.popleft() for _ in range(min(n, len(self._tasks)))]
             taken = [task for task in self._tasks
-                     if not (parts_only and not _part_or_joining_here(task))
+                     if (not parts_only or _part_or_joining_here(task))
                      and not (for_worker and isinstance(task, Assembly) and task.held_here)][:n]
             for task in taken:
                 self._tasks.remove(task)
