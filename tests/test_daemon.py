@@ -18,6 +18,7 @@ from collector.backend import DeviceInfo, DeviceSample, GpuLost
 from collector.daemon import CollectOptions, Collector
 from collector.errors import UsageError
 from collector.sim import SimBackend
+from conftest import modules_loaded_by
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -254,11 +255,8 @@ def test_the_collect_command_loads_neither_pandas_nor_pyarrow_parquet(tmp_path: 
     # A daemon on every node: pyarrow would import pandas at its first
     # conversion, and pyarrow.parquet the S3 filesystem and OpenSSL, 44 MB
     # of its 124 for as long as it runs.
-    code = ("import sys; from dashboard.cli import main; "
-            f"main(['collect', '--backend', 'sim', '--sim-gpus', '2', '--interval', '0.05', '--duration', '0.3', "
-            f"'--flush-every', '0.1', '--out', {str(tmp_path / 'out')!r}]); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas' or m.startswith("
-            "('pyarrow.parquet', 'pyarrow.fs', 'pyarrow._fs', '_hashlib'))))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    command = ["collect", "--backend", "sim", "--sim-gpus", "2", "--interval", "0.05", "--duration", "0.3",
+               "--flush-every", "0.1", "--out", str(tmp_path / "out")]
+    names = ("pandas", "pyarrow.parquet", "pyarrow.fs", "pyarrow._fs", "_hashlib")
+    assert modules_loaded_by(command, names) == []
     assert list((tmp_path / "out" / "telemetry").rglob("*.parquet"))

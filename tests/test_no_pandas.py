@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import modules_loaded_by
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,8 +31,5 @@ def test_polars_works_beside_a_refused_pandas() -> None:
 def test_the_report_command_does_not_load_pandas(tmp_path: Path) -> None:
     # pyarrow and plotly would import it, 0.19 s and 34 MB of every report.
     out = tmp_path / "report.md"
-    code = ("import sys; from dashboard.cli import main; "
-            f"main(['report', 'sample_traces/demo-training', '-o', {str(out)!r}]); "
-            "print('pandas' in sys.modules)")
-    assert _run(code).splitlines()[-1] == "False"
+    assert modules_loaded_by(["report", "sample_traces/demo-training", "-o", str(out)], ("pandas",)) == []
     assert out.read_text().startswith("# gpulens report")

@@ -3,8 +3,6 @@ without importing it (nor, through it, S3, GCS, Azure and OpenSSL)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,8 +12,7 @@ import pytest
 from collector import parquet_io
 from collector.ingest.store import trace_parquet_options
 from collector.schema import TRACE_SCHEMAS
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import modules_loaded_by
 
 
 def kernels_table() -> pa.Table:
@@ -131,9 +128,5 @@ def test_ingest_never_imports_pyarrow_parquet(tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
     trace.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 0, '
                      '"tid": 7, "args": {"correlation": 1}}]}')
-    code = ("import sys; from collector.ingest import ingest_paths; from pathlib import Path; "
-            f"assert ingest_paths([{str(trace)!r}], Path({str(tmp_path / 'out')!r}), jobs=1).ok; "
-            "print(sorted(m for m in sys.modules if m.startswith(('pyarrow.parquet', 'pyarrow.fs', 'pyarrow._fs'))))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
-
+    command = ["ingest", str(trace), "--out", str(tmp_path / "out")]
+    assert modules_loaded_by(command, ("pyarrow.parquet", "pyarrow.fs", "pyarrow._fs")) == []
