@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.ingest.base import replace_column
 
 # Imported where first needed (socket, pyarrow.parquet, collector.writer):
@@ -204,8 +204,8 @@ def _read_boots(host: str, files: tuple[tuple[str, int, int], ...]) -> tuple[Rec
             table = parquet_io.read_table(path, ["ts", "host", "kind", "detail", "value"])
         except (OSError, pa.ArrowException, KeyError):
             continue  # not this collector's (or half-written elsewhere): its boots are not vouched for
-        rows = table.filter(pc.equal(table["kind"], EVENT_KIND))
-        for ts_us, row_host, detail, origin_ns in zip(rows["ts"].cast(pa.int64()).to_pylist(), rows["host"].to_pylist(),
+        rows = pc.filter(table, pc.equal(table["kind"], EVENT_KIND))
+        for ts_us, row_host, detail, origin_ns in zip(pc.cast(rows["ts"], pa.int64()).to_pylist(), rows["host"].to_pylist(),
                                                       rows["detail"].to_pylist(), rows["value"].to_pylist()):
             fields = _detail_fields(detail)
             if origin_ns is None or ts_us is None or host not in {(row_host or "").lower(), fields.get("hostname", "").lower()}:

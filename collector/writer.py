@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector import parquet_io
 from collector.compact import finish_interrupted, maybe_compact
 from collector.errors import DatasetError
@@ -217,7 +217,7 @@ def _to_array(values: list[Any], dtype: pa.DataType) -> pa.Array:
     if pa.types.is_timestamp(dtype):
         # Python ints (µs) → int64 → timestamp: converting ints straight to
         # a zoned timestamp type costs ~20 µs a value; this costs ~20 ns.
-        return pa.array(values, type=pa.int64()).cast(dtype)
+        return pc.cast(pa.array(values, type=pa.int64()), dtype)
     return pa.array(values, type=dtype)
 
 

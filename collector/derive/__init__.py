@@ -65,8 +65,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.derive.inputs import (
     COMMUNICATION,
     COMPUTE,
@@ -122,7 +122,7 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     kernel_groups = _groups(kernels)
     call_groups = _groups(api_calls)
     step_rows = _profiler_step_rows(annotations)
-    step_groups = _groups(annotations.take(step_rows)) if len(step_rows) else {}
+    step_groups = _groups(pc.take(annotations, step_rows)) if len(step_rows) else {}
 
     n = kernels.num_rows
     out = _KernelColumns(n)
@@ -134,7 +134,7 @@ def derive_trace_tables(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     categories = _category_codes(kernels)
     call_cols = _Columns(api_calls, ("start_ns", "dur_ns", "correlation_id"))
     graph_calls = graph_launch_calls(api_calls.column("name"))
-    step_table = annotations.take(step_rows) if len(step_rows) else None
+    step_table = pc.take(annotations, step_rows) if len(step_rows) else None
     step_cols = _Columns(step_table, ("start_ns", "end_ns", "step")) if step_table is not None else None
 
     # In (run, rank) order: the derived rows must not depend on hash order.
@@ -204,7 +204,7 @@ class _KernelColumns:
     def attach(self, kernels: pa.Table) -> pa.Table:
         has_call = self.call_row >= 0
         if self.call_source is not None and has_call.any():
-            names = self.call_source.column("name").take(pa.array(np.where(has_call, self.call_row, 0)))
+            names = pc.take(self.call_source.column("name"), pa.array(np.where(has_call, self.call_row, 0)))
             names = pc.if_else(pa.array(has_call), names, pa.nulls(len(has_call), pa.string()))
         else:
             names = pa.nulls(len(has_call), pa.string())

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.derive.inputs import _MAX, _MIN, _Columns
 from collector.schema import KERNEL_NAMES_SCHEMA
 
@@ -42,9 +42,9 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
     groups = len(starts)
 
     cols = _Columns(kernels, ("dur_ns", "launch_call_ns"))
-    scoped = kernels.column("scoped").fill_null(False).to_numpy(zero_copy_only=False)
+    scoped = pc.fill_null(kernels.column("scoped"), False).to_numpy(zero_copy_only=False)
     counted = scoped & cols.valid["dur_ns"] & (cols["dur_ns"] >= 0)
-    launched = kernels.column("launch_queue_ns").is_valid().to_numpy(zero_copy_only=False)
+    launched = pc.is_valid(kernels.column("launch_queue_ns")).to_numpy(zero_copy_only=False)
     dur_ns = cols["dur_ns"]
 
     kernel_count = np.bincount(group, weights=counted, minlength=groups).astype(np.int64)
@@ -57,9 +57,9 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
     launch_call_ns = _group_sum(group, cols["launch_call_ns"], launched & cols.valid["launch_call_ns"], groups)
     first = order[starts]
     return pa.table({
-        "run": pa.array(run_values, pa.string()).take(runs[first]),
-        "rank": pa.array(rank_values, pa.int32()).take(ranks[first]),
-        "name": pa.array(name_values, pa.string()).take(names[first]),
+        "run": pc.take(pa.array(run_values, pa.string()), runs[first]),
+        "rank": pc.take(pa.array(rank_values, pa.int32()), ranks[first]),
+        "name": pc.take(pa.array(name_values, pa.string()), names[first]),
         "category": _group_min_text(kernels.column("category"), group, counted, groups),
         "kind": _group_min_text(kernels.column("kind"), group, counted, groups),
         "kernel_count": kernel_count,
@@ -118,9 +118,9 @@ def _sorted_codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]
     order = pc.sort_indices(dictionary).to_numpy()
     position = np.empty(len(dictionary), dtype=np.int64)
     position[order] = np.arange(len(dictionary))
-    codes = encoded.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = pc.fill_null(encoded.indices, len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
     codes = np.append(position, len(dictionary))[codes]
-    return codes, dictionary.take(pa.array(order)).to_pylist() + [None]
+    return codes, pc.take(dictionary, pa.array(order)).to_pylist() + [None]
 
 
 def _group_sum(group: np.ndarray, values: np.ndarray, keep: np.ndarray, groups: int) -> pa.Array:
@@ -193,5 +193,5 @@ def _group_min_text(column: pa.ChunkedArray, group: np.ndarray, preferred: np.nd
     present = codes != null_code
     best = _group_extreme(group, codes, present & preferred, groups, np.minimum, _MAX)
     fallback = _group_extreme(group, codes, present, groups, np.minimum, _MAX)
-    chosen = pc.coalesce(best, fallback).fill_null(null_code).to_numpy(zero_copy_only=False)
-    return pa.array(values, pa.string()).take(pa.array(chosen))
+    chosen = pc.fill_null(pc.coalesce(best, fallback), null_code).to_numpy(zero_copy_only=False)
+    return pc.take(pa.array(values, pa.string()), pa.array(chosen))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from collector import arrow_compute as pc
 
 _MIN = np.iinfo(np.int64).min
 _MAX = np.iinfo(np.int64).max
@@ -50,7 +51,7 @@ class _Columns:
                 column = pc.fill_null(column, 0)
             else:
                 self.valid[name] = np.ones(table.num_rows, dtype=bool)
-            self.values[name] = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+            self.values[name] = pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.values[name]
@@ -64,21 +65,32 @@ def _groups(table: pa.Table) -> dict[tuple[str | None, int | None], np.ndarray]:
     rank = table.column("rank")
     if pc.count_distinct(run).as_py() <= 1 and pc.count_distinct(rank).as_py() <= 1 and not (run.null_count or rank.null_count):
         return {(run[0].as_py(), rank[0].as_py()): np.arange(table.num_rows, dtype=np.int64)}
-    keys = pa.table({"run": run, "rank": rank, "row": pa.array(np.arange(table.num_rows, dtype=np.int64))})
-    grouped = keys.group_by(["run", "rank"], use_threads=False).aggregate([("row", "list")])
-    return {
-        (r, k): np.asarray(rows, dtype=np.int64)
-        for r, k, rows in zip(grouped.column("run").to_pylist(), grouped.column("rank").to_pylist(),
-                              grouped.column("row_list").to_pylist())
-    }
+    # Rows grouped by a (run, rank) code, groups in the order they first
+    # appear (as a hash group-by gives them; not `Table.group_by`, whose
+    # Acero engine imports `pyarrow.compute`).
+    run_codes, _ = _codes(run)
+    rank_codes, ranks = _codes(rank)
+    key = run_codes * (ranks + 1) + rank_codes
+    order = np.argsort(key, kind="stable")
+    bounds = np.flatnonzero(np.diff(key[order])) + 1
+    groups = sorted(np.split(order, bounds), key=lambda rows: rows[0])
+    return {(run[int(rows[0])].as_py(), rank[int(rows[0])].as_py()): rows for rows in groups}
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Each value's index among the column's distinct values (NULL one more);
+    how many distinct values."""
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    distinct = len(encoded.dictionary)
+    return pc.fill_null(encoded.indices, distinct).to_numpy(zero_copy_only=False).astype(np.int64), distinct
 
 
 def _category_codes(kernels: pa.Table) -> np.ndarray:
     category = kernels.column("category")
     codes = np.zeros(kernels.num_rows, dtype=np.int8)
     if kernels.num_rows:
-        codes[pc.equal(category, "communication").fill_null(False).to_numpy(zero_copy_only=False)] = COMMUNICATION
-        codes[pc.equal(category, "memory").fill_null(False).to_numpy(zero_copy_only=False)] = MEMORY
+        codes[pc.fill_null(pc.equal(category, "communication"), False).to_numpy(zero_copy_only=False)] = COMMUNICATION
+        codes[pc.fill_null(pc.equal(category, "memory"), False).to_numpy(zero_copy_only=False)] = MEMORY
     return codes
 
 
@@ -86,7 +98,7 @@ def _profiler_step_rows(annotations: pa.Table) -> np.ndarray:
     if annotations.num_rows == 0:
         return np.empty(0, dtype=np.int64)
     mask = pc.and_(pc.equal(annotations.column("kind"), "profiler_step"), pc.is_valid(annotations.column("step")))
-    return np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))
+    return np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
 
 
 # --- profiler steps ------------------------------------------------------------

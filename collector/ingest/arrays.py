@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from collector import arrow_compute as pc
 
 
 # Microseconds below this in magnitude are within int64 nanoseconds.
@@ -49,7 +50,7 @@ def add_or_null(left: pa.Array, right: pa.Array | int) -> pa.Array:
 def us_to_ns(values: Sequence[float | int | None] | pa.Array) -> pa.Array:
     """int64 nanoseconds from microsecond numbers (None, NaN, ±inf and
     values beyond int64 nanoseconds are NULL)."""
-    micros = values.cast(pa.float64()) if isinstance(values, pa.Array) else pa.array(values, type=pa.float64())
+    micros = pc.cast(values, pa.float64()) if isinstance(values, pa.Array) else pa.array(values, type=pa.float64())
     # In numpy: a handful of operations on a few thousand values each, where
     # each Arrow call costs about 10 µs whatever its size (a small rank
     # made 90 of them here, half of all its Arrow calls).
@@ -91,7 +92,7 @@ def int_array(values: list[Any], type: pa.DataType = pa.int64()) -> pa.Array:
     try:
         array = pa.array(values)
         if pa.types.is_integer(array.type) or pa.types.is_null(array.type):
-            return array.cast(type)  # a safe cast: raises where a value does not fit
+            return pc.cast(array, type)  # a safe cast: raises where a value does not fit
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
     # An id beyond the column's range (a uint64 written by a profiler bug or

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.ingest.buffer import GZIP_MAGIC
 from collector.schema import TRACE_SCHEMAS
 
@@ -90,8 +90,6 @@ def timing_warnings(tables: dict[str, pa.Table]) -> list[str]:
     (an event without a readable `ts`). They are kept as read (dropping them
     would hide a broken clock), but analyses count them as they are, so the
     user is told."""
-    import pyarrow.compute as pc
-
     warnings = []
     for table, (one, several) in _TIMED_TABLES.items():
         data = tables.get(table)
@@ -127,7 +125,7 @@ def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | N
             values = columns[name]
             array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, type=schema.field(name).type, from_pandas=True)
             if array.type != schema.field(name).type:
-                array = array.cast(schema.field(name).type)
+                array = pc.cast(array, schema.field(name).type)
             length = len(array)
             arrays.append(array)
         else:

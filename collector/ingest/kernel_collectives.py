@@ -28,8 +28,8 @@ from operator import itemgetter
 from typing import Any, Iterable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.ingest.base import build_table, normalise_op, op_from_kernel_name
 from collector.ingest.categories import COMMUNICATION
 from collector.ingest.kineto_schema import COLLECTIVE_ANNOTATION_PREFIX
@@ -78,7 +78,7 @@ def collectives_from_kernels(kernels: pa.Table | None, api_calls: pa.Table | Non
     if kernels is None or not kernels.num_rows:
         return None
     communication = pc.and_(pc.equal(kernels.column("category"), COMMUNICATION), pc.equal(kernels.column("kind"), "kernel"))
-    comm = kernels.filter(pc.fill_null(communication, False))
+    comm = pc.filter(kernels, pc.fill_null(communication, False))
     if not comm.num_rows:
         return None
     ranks = comm.column("rank").to_pylist()
@@ -134,7 +134,7 @@ def _collective_ranges(annotations: pa.Table | None) -> _Ranges:
     if annotations is None or not annotations.num_rows:
         return _Ranges(pa.table({"rank": [], "tid": [], "name": [], "start_ns": [], "end_ns": []}))
     named = pc.fill_null(pc.starts_with(annotations.column("name"), COLLECTIVE_ANNOTATION_PREFIX), False)
-    return _Ranges(annotations.filter(named))
+    return _Ranges(pc.filter(annotations, named))
 
 
 def _launches(api_calls: pa.Table | None, wanted: set[tuple[Any, Any]]) -> dict[tuple[Any, Any], tuple[Any, int]]:

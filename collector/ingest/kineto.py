@@ -31,8 +31,8 @@ from typing import Any, Iterator
 
 import msgspec
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.errors import TraceError
 from collector.ingest import kineto_stream
 from collector.ingest.arrays import constant, to_int
@@ -264,7 +264,7 @@ def _runs_row(trace: KinetoTrace, path: Path, run: str, rank: int, rank_source: 
         "time_base": [clock.time_base],
         "backend": [_text(info.get("backend"))],
         "nccl_version": [_text(info.get("nccl_version"))],
-        "ingested_at": pa.array([time.time_ns() // 1000], type=pa.int64()).cast(TS_TYPE),
+        "ingested_at": pc.cast(pa.array([time.time_ns() // 1000], type=pa.int64()), TS_TYPE),
         "metadata_json": [msgspec.json.encode(metadata).decode()],
     }
     return build_table("runs", row)
@@ -275,7 +275,7 @@ def _first_pid(rows: dict[str, Any]) -> int | None:
     for table in ("cpu_ops", "api_calls"):
         pids = rows[table].columns.get("pid")
         if pids is not None:
-            pids = pids.drop_null()
+            pids = pc.drop_null(pids)
             if len(pids):
                 return pids[0].as_py()
     return None

@@ -29,8 +29,8 @@ from typing import Any
 
 import msgspec
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.ingest.arrays import to_int
 from collector.ingest.base import dtype_bytes, normalise_op, op_from_kernel_name
 from collector.ingest.kernel_collectives import Enclosing
@@ -59,7 +59,7 @@ class EventRows:
         if not indices:  # also where the table has no rows, hence no columns
             return [[] for _ in columns]
         at = pa.array(indices, type=pa.int64())
-        return [self.columns[column].take(at).to_pylist() for column in columns]
+        return [pc.take(self.columns[column], at).to_pylist() for column in columns]
 
 
 # --- value normalisation -------------------------------------------------------

@@ -26,8 +26,8 @@ from typing import Any, Callable
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.ingest.arrays import add_or_null, int_array, str_array, us_to_ns
 from collector.ingest import kineto_native
 from collector.ingest.categories import COMMUNICATION, categorise

@@ -34,8 +34,8 @@ from operator import attrgetter, or_
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.ingest.arrays import int_array, str_array
 from collector.ingest.base import INSTANT_KIND
 from collector.ingest.kineto_schema import MarkArgs

@@ -20,8 +20,8 @@ from functools import cache
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from collector import arrow_compute as pc
 from collector.ingest import kineto_native
 from collector.ingest.categories import CATEGORIES, COMMUNICATION, MEMORY, categorise
 from collector.ingest.kineto_schema import (
@@ -151,7 +151,7 @@ class _PieceReader:
     def _name(self, rows: np.ndarray) -> pa.Array:
         if self._names is None:
             self._names = self._strings("name", kineto_native.NAME)
-        return self._names.take(_numeric(rows, pa.int64()))
+        return pc.take(self._names, _numeric(rows, pa.int64()))
 
     def _host(self, rows: np.ndarray) -> dict[str, pa.Array]:
         return {
@@ -181,8 +181,8 @@ class _PieceReader:
             "device": self._own_or_event("device", kineto_native.DEVICE, "pid", kineto_native.PID, rows, _INT32),
             "stream": self._own_or_event("stream", kineto_native.STREAM, "tid", kineto_native.TID, rows),
             "name": names,
-            "category": _texts(CATEGORIES).take(_numeric(category, pa.int8())),
-            "kind": _texts(_SCANNED_KINDS).take(_numeric(codes, pa.int64())),
+            "category": pc.take(_texts(CATEGORIES), _numeric(category, pa.int8())),
+            "kind": pc.take(_texts(_SCANNED_KINDS), _numeric(codes, pa.int64())),
             **self._times(rows),
             "correlation_id": self._ints("correlation", kineto_native.CORRELATION, rows),
             "external_id": self._ints("external_id", kineto_native.EXTERNAL, rows),
@@ -217,7 +217,7 @@ class _PieceReader:
     def _categories(self, names: pa.Array, codes: np.ndarray, collective: np.ndarray) -> np.ndarray:
         """Category codes (index in CATEGORIES): one `categorise` per distinct
         name, memcpy/memset by their kind, collective args communication."""
-        encoded = names.dictionary_encode()
+        encoded = pc.dictionary_encode(names)
         memo = self.categories
         distinct = encoded.dictionary.to_pylist()
         for name in set(distinct).difference(memo):
@@ -238,14 +238,14 @@ class _PieceReader:
         if not self._has(bit, rows).any():
             return pa.nulls(len(rows), pa.string())
         buffers = [None, pa.py_buffer(raw[f"{key}_offsets"]), pa.py_buffer(raw[f"{key}_data"])]
-        texts = pa.Array.from_buffers(pa.binary(), self.n, buffers).take(_numeric(rows, pa.int64()))
-        encoded = texts.dictionary_encode()
+        texts = pc.take(pa.Array.from_buffers(pa.binary(), self.n, buffers), _numeric(rows, pa.int64()))
+        encoded = pc.dictionary_encode(texts)
         memo = self.dims
         distinct = encoded.dictionary.to_pylist()
         for text in set(distinct).difference(memo):
             memo[text] = launch_dims_text(text)
         values = pa.array([memo[text] for text in distinct], pa.string())
-        return values.take(encoded.indices)
+        return pc.take(values, encoded.indices)
 
     # --- instants and metadata events ------------------------------------------
 
@@ -265,7 +265,7 @@ class _PieceReader:
         decode = marks.copy()
         if from_columns:
             decode[instant_rows[allocator]] = False
-            out.memory = self._memory(instant_rows[allocator], names.filter(pa.array(allocator)), allocator)
+            out.memory = self._memory(instant_rows[allocator], pc.filter(names, pa.array(allocator)), allocator)
         if decode.any():
             decoded = self._decoded(np.flatnonzero(decode))
             if decoded is None:
@@ -292,7 +292,7 @@ class _PieceReader:
             "tid": self._ints("tid", kineto_native.TID, rows),
             "name": names,
             "ts_us": self._time("ts", kineto_native.TS, rows),
-            "device_type": labels.take(_masked(which.reshape(-1), has_type, pa.int64())),
+            "device_type": pc.take(labels, _masked(which.reshape(-1), has_type, pa.int64())),
             "device": _masked(device_id.astype(np.int32), has_device, pa.int32()),
             "addr": _masked(*arg("addr", _I_ADDR), pa.int64()),
             "bytes": _masked(*arg("alloc", _I_ALLOC), pa.int64()),

@@ -75,9 +75,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from collector import arrow_compute as pc
 from collector.errors import TraceError, one_line
 from collector import boot_clock
 from collector.ingest.base import ParsedTrace, build_table, profiler_step, rank_from_filename
@@ -225,7 +225,7 @@ def _parse_files(paths: list[Path], run: str, source_path: str) -> ParsedTrace:
             raise TraceError(str(file.path), one_line(f"unexpected error: {type(error).__name__}: {error}")) from error
     parsed = ParsedTrace(format=FORMAT, events=sum(file.table.num_rows for file in files))
     for name, tables in pieces.items():
-        table = pa.concat_tables(tables).sort_by([("start_ns", "ascending")])
+        table = pc.sort_by(pa.concat_tables(tables), [("start_ns", "ascending")])
         if table.num_rows:
             parsed.tables[name] = table
     if "kernels" not in parsed.tables:
@@ -283,8 +283,8 @@ def _contract_columns(file: _File, agents: _Agents) -> dict[str, Columns]:
         return {"kernels": _copy_columns(table, agents)}
     is_marker = pc.fill_null(pc.starts_with(pc.utf8_upper(table.column("Domain")), "MARKER"), False)
     return {
-        "api_calls": _renamed(table.filter(pc.invert(is_marker)), _API_COLUMNS),
-        "annotations": _marker_columns(table.filter(is_marker)),
+        "api_calls": _renamed(pc.filter(table, pc.invert(is_marker)), _API_COLUMNS),
+        "annotations": _marker_columns(pc.filter(table, is_marker)),
     }
 
 
@@ -355,7 +355,7 @@ def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_s
         "metadata_json": json.dumps(metadata, sort_keys=True),
     }
     columns = {name: [value] for name, value in row.items()}
-    columns["ingested_at"] = pa.array([time.time_ns() // 1000], type=pa.int64()).cast(TS_TYPE)
+    columns["ingested_at"] = pc.cast(pa.array([time.time_ns() // 1000], type=pa.int64()), TS_TYPE)
     return build_table("runs", columns)
 
 
@@ -454,7 +454,7 @@ def _mapped(values: pa.ChunkedArray | pa.Array, function: Callable[[Any], Any], 
         values = values.combine_chunks()
     encoded = pc.dictionary_encode(values)
     mapped = pa.array([function(value) for value in encoded.dictionary.to_pylist()], type=type)
-    return mapped.take(encoded.indices)
+    return pc.take(mapped, encoded.indices)
 
 
 def _table(name: str, columns: Columns, run: str, rank: int) -> pa.Table:

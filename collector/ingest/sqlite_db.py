@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
+from collector import arrow_compute as pc
 from collector.errors import TraceError
 from collector.ingest.base import ParsedTrace, build_table, open_maybe_gzip
 from collector.schema import TRACE_SCHEMAS, TS_TYPE
@@ -92,7 +93,7 @@ def rank_notes(processes: Processes, without_gpu: list[int]) -> dict[str, Any]:
 def runs_table(rows: list[dict[str, Any]]) -> pa.Table:
     """The `runs` table of one row per rank, stamped with the ingest time."""
     columns = {name: [row[name] for row in rows] for name in rows[0]}
-    columns["ingested_at"] = pa.array([time.time_ns() // 1000] * len(rows), type=pa.int64()).cast(TS_TYPE)
+    columns["ingested_at"] = pc.cast(pa.array([time.time_ns() // 1000] * len(rows), type=pa.int64()), TS_TYPE)
     return build_table("runs", columns)
 
 
@@ -164,7 +165,7 @@ def by_start(parts: list[pa.Table | None], then: str) -> pa.Table | None:
     parts = [part for part in parts if part is not None]
     if not parts:
         return None
-    return pa.concat_tables(parts).sort_by([("start_ns", "ascending"), (then, "ascending")])
+    return pc.sort_by(pa.concat_tables(parts), [("start_ns", "ascending"), (then, "ascending")])
 
 
 def query_columns(conn: sqlite3.Connection, sql: str, params: dict[str, Any] | None = None) -> Columns:

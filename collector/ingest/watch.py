@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from collector import arrow_compute as pc
 from collector.ingest.batch import ingest_task, sources_in_runs
 from collector.ingest.plan import group_small_sources
 from collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
@@ -72,7 +73,7 @@ def _ingested_sources(out: Path, run: str) -> dict[str, int]:
     """When each source of `run` in the dataset was ingested (its runs rows)."""
     table = read_runs(out, run, ["source_path", "ingested_at"])
     ingested: dict[str, int] = {}
-    for source, at in zip(table.column("source_path").to_pylist(), table.column("ingested_at").cast("int64").to_pylist()):
+    for source, at in zip(table.column("source_path").to_pylist(), pc.cast(table.column("ingested_at"), "int64").to_pylist()):
         if source is not None and at is not None:
             ingested[source] = max(ingested.get(source, 0), at * 1000)  # µs -> ns
     return ingested
