@@ -496,7 +496,8 @@ def _trace_set(value: str) -> tuple[str, Path]:
         raise argparse.ArgumentTypeError(f"{value!r}: expected LABEL=DIR")
     if not Path(folder).is_dir():
         raise argparse.ArgumentTypeError(f"{folder}: not a folder")
-    return label, Path(folder)
+    # Absolute: each tool runs in another working directory (HTA's beside the folder).
+    return label, Path(folder).resolve()
 
 
 def default_hta_python() -> str | None:
