@@ -11,11 +11,14 @@ daemon. The kernels are the same either way: this module calls them as
 so each function here takes the arguments and gives the result of its
 namesake there (`tests/test_arrow_compute.py` compares them).
 
-pyarrow's own methods `Array.take`, `cast`, `fill_null`, `filter`,
-`is_null`, `unique`, `dictionary_encode`, `value_counts` and `Table.sort_by`
-import `pyarrow.compute`, so code on these paths calls the functions here
-instead; a test pins that `gpulens ingest` and `gpulens collect` never
-load it.
+pyarrow's own methods that run a compute function (`take`, `cast`,
+`fill_null`, `filter`, `is_null`, `is_valid`, `unique`, `drop_null`,
+`dictionary_encode`, `value_counts`, `Table.sort_by`, and `Table.group_by`
+through Acero) import `pyarrow.compute`, so code on these paths calls the
+functions here instead; a test pins that `gpulens ingest` and `gpulens
+collect` never load it. `_arrow.call_function` and the option classes are
+public in `pyarrow.compute` too: a pyarrow whose compiled module no
+longer has them is served from there.
 """
 
 from __future__ import annotations
@@ -23,24 +26,17 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyarrow._compute import (
-    CastOptions,
-    CountOptions,
-    FilterOptions,
-    MatchSubstringOptions,
-    NullOptions,
-    ReplaceSubstringOptions,
-    SetLookupOptions,
-    SortOptions,
-    TakeOptions,
-    call_function,
-)
+
+try:
+    from pyarrow import _compute as _arrow
+except ImportError:  # moved in a later pyarrow: the same names, public, at the import's cost
+    import pyarrow.compute as _arrow  # type: ignore[no-redef]
 
 
 def _call(name: str) -> Any:
     """The function `name` of Arrow's registry, called with its default options."""
     def call(*args: Any) -> Any:
-        return call_function(name, list(args))
+        return _arrow.call_function(name, list(args))
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"Arrow's `{name}` of the arguments (as pyarrow.compute.{name})."
@@ -78,19 +74,19 @@ dictionary_encode = _call("dictionary_encode")  # NULLs stay NULL in the indices
 def take(data: Any, indices: Any) -> Any:
     """The rows of `data` (an array, chunked array, record batch or table) at
     `indices`; a NULL index gives a NULL row, one out of bounds raises."""
-    return call_function("take", [data, indices], TakeOptions(boundscheck=True))
+    return _arrow.call_function("take", [data, indices], _arrow.TakeOptions(boundscheck=True))
 
 
 def filter(data: Any, mask: Any) -> Any:  # noqa: A001  # pyarrow.compute's name
     """The rows of `data` where `mask` is true (NULL drops the row)."""
-    return call_function("filter", [data, mask], FilterOptions("drop"))
+    return _arrow.call_function("filter", [data, mask], _arrow.FilterOptions("drop"))
 
 
 def cast(values: Any, target_type: pa.DataType | str, safe: bool = True) -> Any:
     """`values` as `target_type`; a safe cast raises where a value does not fit."""
     target_type = pa.lib.ensure_type(target_type)
-    options = CastOptions.safe(target_type) if safe else CastOptions.unsafe(target_type)
-    return call_function("cast", [values], options)
+    options = _arrow.CastOptions.safe(target_type) if safe else _arrow.CastOptions.unsafe(target_type)
+    return _arrow.call_function("cast", [values], options)
 
 
 def fill_null(values: Any, fill_value: Any) -> Any:
@@ -100,42 +96,42 @@ def fill_null(values: Any, fill_value: Any) -> Any:
         fill_value = pa.scalar(fill_value, type=values.type)
     elif values.type != fill_value.type:
         fill_value = pa.scalar(fill_value.as_py(), type=values.type)
-    return call_function("coalesce", [values, fill_value])
+    return _arrow.call_function("coalesce", [values, fill_value])
 
 
 def is_null(values: Any) -> Any:
     """Whether each value is NULL (NaN is not)."""
-    return call_function("is_null", [values], NullOptions(nan_is_null=False))
+    return _arrow.call_function("is_null", [values], _arrow.NullOptions(nan_is_null=False))
 
 
 def is_in(values: Any, value_set: Any) -> Any:
     """Whether each value is in `value_set` (an array); NULL is in it where
     the set holds a NULL."""
-    return call_function("is_in", [values], SetLookupOptions(value_set, skip_nulls=False))
+    return _arrow.call_function("is_in", [values], _arrow.SetLookupOptions(value_set, skip_nulls=False))
 
 
 def starts_with(strings: Any, pattern: str) -> Any:
     """Whether each string starts with `pattern` (NULL for NULL)."""
-    return call_function("starts_with", [strings], MatchSubstringOptions(pattern, ignore_case=False))
+    return _arrow.call_function("starts_with", [strings], _arrow.MatchSubstringOptions(pattern, ignore_case=False))
 
 
 def replace_substring_regex(strings: Any, pattern: str, replacement: str) -> Any:
     """Each string with every match of the regular expression `pattern` replaced."""
-    return call_function("replace_substring_regex", [strings],
-                         ReplaceSubstringOptions(pattern, replacement, max_replacements=None))
+    return _arrow.call_function("replace_substring_regex", [strings],
+                                _arrow.ReplaceSubstringOptions(pattern, replacement, max_replacements=None))
 
 
 def count_distinct(values: Any) -> Any:
     """How many distinct non-NULL values (a scalar)."""
-    return call_function("count_distinct", [values], CountOptions("only_valid"))
+    return _arrow.call_function("count_distinct", [values], _arrow.CountOptions("only_valid"))
 
 
 def sort_indices(values: Any) -> Any:
     """The indices that sort `values` ascending, NULLs last (stable)."""
-    return call_function("sort_indices", [values])
+    return _arrow.call_function("sort_indices", [values])
 
 
 def sort_by(table: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:
     """`table.sort_by(keys)`: its rows ordered by `keys`, (column, "ascending"
     or "descending") pairs, NULLs last (stable)."""
-    return take(table, call_function("sort_indices", [table], SortOptions(keys)))
+    return take(table, _arrow.call_function("sort_indices", [table], _arrow.SortOptions(keys)))
