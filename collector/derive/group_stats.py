@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from collector import arrow_compute as pc
-from collector.derive.inputs import _MAX, _MIN, _Columns
+from collector.derive.inputs import _MAX, _MIN, _Columns, _sorted_codes
 from collector.schema import KERNEL_NAMES_SCHEMA
 
 
@@ -106,21 +106,6 @@ def _step_launches(step_key: np.ndarray, queue_ns: np.ndarray, launched: np.ndar
 
 
 # --- per-group aggregates, as DuckDB computes them ------------------------------
-
-
-def _sorted_codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
-    """Each value's position among the column's distinct values in
-    ascending order (NULL last), and those values."""
-    encoded = pc.dictionary_encode(column)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks() if encoded.num_chunks != 1 else encoded.chunk(0)
-    dictionary = encoded.dictionary
-    order = pc.sort_indices(dictionary).to_numpy()
-    position = np.empty(len(dictionary), dtype=np.int64)
-    position[order] = np.arange(len(dictionary))
-    codes = pc.fill_null(encoded.indices, len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
-    codes = np.append(position, len(dictionary))[codes]
-    return codes, pc.take(dictionary, pa.array(order)).to_pylist() + [None]
 
 
 def _group_sum(group: np.ndarray, values: np.ndarray, keep: np.ndarray, groups: int) -> pa.Array:

@@ -68,21 +68,28 @@ def _groups(table: pa.Table) -> dict[tuple[str | None, int | None], np.ndarray]:
     # Rows grouped by a (run, rank) code, groups in the order they first
     # appear (as a hash group-by gives them; not `Table.group_by`, whose
     # Acero engine imports `pyarrow.compute`).
-    run_codes, _ = _codes(run)
-    rank_codes, ranks = _codes(rank)
-    key = run_codes * (ranks + 1) + rank_codes
+    run_codes, _ = _sorted_codes(run)
+    rank_codes, rank_values = _sorted_codes(rank)
+    key = run_codes * len(rank_values) + rank_codes
     order = np.argsort(key, kind="stable")
     bounds = np.flatnonzero(np.diff(key[order])) + 1
     groups = sorted(np.split(order, bounds), key=lambda rows: rows[0])
     return {(run[int(rows[0])].as_py(), rank[int(rows[0])].as_py()): rows for rows in groups}
 
 
-def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int]:
-    """Each value's index among the column's distinct values (NULL one more);
-    how many distinct values."""
-    encoded = pc.dictionary_encode(column.combine_chunks())
-    distinct = len(encoded.dictionary)
-    return pc.fill_null(encoded.indices, distinct).to_numpy(zero_copy_only=False).astype(np.int64), distinct
+def _sorted_codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
+    """Each value's position among the column's distinct values in
+    ascending order (NULL last), and those values."""
+    encoded = pc.dictionary_encode(column)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks() if encoded.num_chunks != 1 else encoded.chunk(0)
+    dictionary = encoded.dictionary
+    order = pc.sort_indices(dictionary).to_numpy()
+    position = np.empty(len(dictionary), dtype=np.int64)
+    position[order] = np.arange(len(dictionary))
+    codes = pc.fill_null(encoded.indices, len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = np.append(position, len(dictionary))[codes]
+    return codes, pc.take(dictionary, pa.array(order)).to_pylist() + [None]
 
 
 def _category_codes(kernels: pa.Table) -> np.ndarray:
