@@ -378,11 +378,12 @@ class _StagedWriter:
         self._pending: list[Future] = []
 
     def write(self, tables: dict[str, pa.Table]) -> None:
-        # Largest first only where threads share the writes out. By its
-        # buffers' sizes: `nbytes` walks every chunk's slices (0.4 ms a
-        # table of eight concatenated ranks, 17 ms of 64 small ranks' ingest).
-        order = sorted(tables, key=lambda name: tables[name].get_total_buffer_size(), reverse=True) \
-            if self._pool is not None else tables
+        order = list(tables)
+        if self._pool is not None:
+            # Largest first, where threads share the writes out. By buffer
+            # sizes: `nbytes` walks every chunk's slices (0.4 ms a table of
+            # eight concatenated ranks, 17 ms of 64 small ranks' ingest).
+            order.sort(key=lambda name: tables[name].get_total_buffer_size(), reverse=True)
         for table in order:
             data = tables[table]
             if not data.num_rows:
