@@ -12,7 +12,6 @@ import pytest
 from collector import parquet_io
 from collector.ingest.store import trace_parquet_options
 from collector.schema import TRACE_SCHEMAS
-from conftest import modules_loaded_by
 
 
 def kernels_table() -> pa.Table:
@@ -120,13 +119,3 @@ def test_a_pyarrow_without_the_compiled_reader_reads_through_pyarrow_parquet(
     assert parquet_io.read_table(tmp_path / "t.parquet", ["grid", "name"]).equals(table.select(["grid", "name"]))
     assert parquet_io.read_schema(tmp_path / "t.parquet").equals(expected_schema, check_metadata=True)
     assert [group.num_rows for group in parquet_io.row_groups(tmp_path / "t.parquet")] == [2, 1]
-
-
-def test_ingest_never_imports_pyarrow_parquet(tmp_path: Path) -> None:
-    # It would bring pyarrow.fs with S3, GCS, Azure and OpenSSL: 13 ms and
-    # 8.6 MB in every ingest process.
-    trace = tmp_path / "t.json"
-    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 0, '
-                     '"tid": 7, "args": {"correlation": 1}}]}')
-    command = ["ingest", str(trace), "--out", str(tmp_path / "out")]
-    assert modules_loaded_by(command, ("pyarrow.parquet", "pyarrow.fs", "pyarrow._fs")) == []
