@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import gzip
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -26,7 +27,7 @@ import pyarrow as pa
 
 from collector import arrow_compute as pc
 from collector.ingest.buffer import GZIP_MAGIC
-from collector.schema import TRACE_SCHEMAS
+from collector.schema import TRACE_SCHEMAS, TS_TYPE
 
 if TYPE_CHECKING:  # only rocprofv3 traces need it: kept off Kineto's import path
     from collector.boot_clock import BootClockTrace
@@ -60,6 +61,11 @@ class ParsedTrace:
 # The timed tables, with what one row and several rows of each are called.
 _TIMED_TABLES = {"kernels": ("GPU activity", "GPU activities"), "api_calls": ("runtime call", "runtime calls"),
                  "cpu_ops": ("CPU op", "CPU ops"), "annotations": ("annotation", "annotations")}
+
+
+def ingested_now(rows: int = 1) -> pa.Array:
+    """`runs.ingested_at` for `rows` rows: this moment, in the column's type."""
+    return pc.cast(pa.array([time.time_ns() // 1000] * rows, type=pa.int64()), TS_TYPE)
 
 
 def replace_column(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:

@@ -23,7 +23,6 @@ declared in `kineto_schema`; collectives are built in `kineto_collectives`.
 from __future__ import annotations
 
 import re
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +35,13 @@ from collector import arrow_compute as pc
 from collector.errors import TraceError
 from collector.ingest import kineto_stream
 from collector.ingest.arrays import constant, to_int
-from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, rank_from_filename
+from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, ingested_now, rank_from_filename
 from collector.ingest.buffer import read_buffer
 from collector.ingest.kineto_collectives import build_collectives
 from collector.ingest.kineto_columns import TABLES, Accumulator
 from collector.ingest.kineto_marks import Marks
 from collector.ingest.kineto_schema import EVENT_TABLES, KinetoTrace
 from collector.ingest.kineto_stream import NotStreamable, TraceStream
-from collector.schema import TS_TYPE
 
 FORMAT = "kineto"
 
@@ -264,7 +262,7 @@ def _runs_row(trace: KinetoTrace, path: Path, run: str, rank: int, rank_source: 
         "time_base": [clock.time_base],
         "backend": [_text(info.get("backend"))],
         "nccl_version": [_text(info.get("nccl_version"))],
-        "ingested_at": pc.cast(pa.array([time.time_ns() // 1000], type=pa.int64()), TS_TYPE),
+        "ingested_at": ingested_now(),
         "metadata_json": [msgspec.json.encode(metadata).decode()],
     }
     return build_table("runs", row)

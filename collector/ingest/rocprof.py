@@ -69,7 +69,6 @@ import csv
 import io
 import json
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -80,11 +79,10 @@ import pyarrow.csv as pacsv
 from collector import arrow_compute as pc
 from collector.errors import TraceError, one_line
 from collector import boot_clock
-from collector.ingest.base import ParsedTrace, build_table, profiler_step, rank_from_filename
+from collector.ingest.base import ParsedTrace, build_table, ingested_now, profiler_step, rank_from_filename
 from collector.ingest.buffer import read_buffer
 from collector.ingest.categories import categorise
 from collector.ingest.kernel_collectives import add_collectives_from_kernels
-from collector.schema import TS_TYPE
 
 FORMAT = "rocprof"
 
@@ -355,7 +353,7 @@ def _runs_table(paths: list[Path], source_path: str, run: str, rank: int, rank_s
         "metadata_json": json.dumps(metadata, sort_keys=True),
     }
     columns = {name: [value] for name, value in row.items()}
-    columns["ingested_at"] = pc.cast(pa.array([time.time_ns() // 1000], type=pa.int64()), TS_TYPE)
+    columns["ingested_at"] = ingested_now()
     return build_table("runs", columns)
 
 

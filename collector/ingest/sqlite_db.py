@@ -23,7 +23,6 @@ import re
 import shutil
 import sqlite3
 import tempfile
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,8 @@ import pyarrow as pa
 
 from collector import arrow_compute as pc
 from collector.errors import TraceError
-from collector.ingest.base import ParsedTrace, build_table, open_maybe_gzip
-from collector.schema import TRACE_SCHEMAS, TS_TYPE
+from collector.ingest.base import ParsedTrace, build_table, ingested_now, open_maybe_gzip
+from collector.schema import TRACE_SCHEMAS
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 RANK_BY_PROCESS_ORDER = "process order in the file (by pid, among processes with GPU work), not the job's rank"
@@ -93,7 +92,7 @@ def rank_notes(processes: Processes, without_gpu: list[int]) -> dict[str, Any]:
 def runs_table(rows: list[dict[str, Any]]) -> pa.Table:
     """The `runs` table of one row per rank, stamped with the ingest time."""
     columns = {name: [row[name] for row in rows] for name in rows[0]}
-    columns["ingested_at"] = pc.cast(pa.array([time.time_ns() // 1000] * len(rows), type=pa.int64()), TS_TYPE)
+    columns["ingested_at"] = ingested_now(len(rows))
     return build_table("runs", columns)
 
 
