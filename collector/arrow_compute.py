@@ -16,7 +16,7 @@ pyarrow's own methods that run a compute function (`take`, `cast`,
 `dictionary_encode`, `value_counts`, `Table.sort_by`, and `Table.group_by`
 through Acero) import `pyarrow.compute`, so code on these paths calls the
 functions here instead; a test pins that `gpulens ingest` and `gpulens
-collect` never load it. `_arrow.call_function` and the option classes are
+collect` never load it. `call_function` and the option classes are
 public in `pyarrow.compute` too: a pyarrow whose compiled module no
 longer has them is served from there.
 """
