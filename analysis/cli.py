@@ -54,10 +54,10 @@ def query(dataset, sql, output_format, max_rows, max_width):
     it writes every row in full (held in memory to align them: use csv or
     json for big results).
     """
-    from analysis.dataset import open_dataset, stream_sql
-    from analysis.registry import create_views_named_in, tables_named_in
-    from collector.errors import terminated_on_sigterm
-    from collector.no_pandas import refuse_pandas
+    from gpulens.analysis.dataset import open_dataset, stream_sql
+    from gpulens.analysis.registry import create_views_named_in, tables_named_in
+    from gpulens.collector.errors import terminated_on_sigterm
+    from gpulens.collector.no_pandas import refuse_pandas
 
     refuse_pandas()  # this process only writes rows as text: see collector.no_pandas
     con = open_dataset(dataset, analyses_on_demand=True, tables=tables_named_in(sql), footer_cache=True)
@@ -146,7 +146,7 @@ def write_table(reader: pa.RecordBatchReader, out: TextIO, max_rows: int = 0, ma
 
 def _format_table(names: list[str], head: list[tuple[str, ...]], tail: list[tuple[str, ...]], hidden: bool,
                   max_width: int) -> str:
-    from collector.cli import display_width, format_table
+    from gpulens.collector.cli import display_width, format_table
 
     # A value of several lines (an EXPLAIN plan) takes as many lines of its column.
     if any("\n" in "".join(row) for row in head + tail):
@@ -186,7 +186,7 @@ def _fitted_widths(natural: list[int], max_width: int) -> list[int]:
 
 def _cut(text: str, width: int) -> str:
     """`text` in at most `width` terminal columns, cut with `…`."""
-    from collector.cli import display_width
+    from gpulens.collector.cli import display_width
 
     if display_width(text) <= width:
         return text
@@ -259,7 +259,7 @@ def interval_text(value: pa.MonthDayNano) -> str:
 
 def _json_default(value):
     if isinstance(value, decimal.Decimal):
-        from analysis.dataset import exact_number  # imported with the query it serves
+        from gpulens.analysis.dataset import exact_number  # imported with the query it serves
 
         return exact_number(value)
     if isinstance(value, (dt.datetime, dt.date, dt.time)):

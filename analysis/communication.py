@@ -33,11 +33,11 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from analysis.findings import Finding, format_duration_ns
-from analysis.registry import run_analysis
-from collector.errors import UsageError
-from collector.hardware import NETWORK_KINDS, network_peak_bytes_per_s
-from collector.wording import counted
+from gpulens.analysis.findings import Finding, format_duration_ns
+from gpulens.analysis.registry import run_analysis
+from gpulens.collector.errors import UsageError
+from gpulens.collector.hardware import NETWORK_KINDS, network_peak_bytes_per_s
+from gpulens.collector.wording import counted
 
 PAGE = "communication"
 MIB = 1 << 20

@@ -26,9 +26,9 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 
-from collector.derive import DERIVED_TABLES
-from collector.errors import DatasetError, QueryError, one_line
-from collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
+from gpulens.collector.derive import DERIVED_TABLES
+from gpulens.collector.errors import DatasetError, QueryError, one_line
+from gpulens.collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
 
 # Where each table's files live, relative to the dataset root.
 TABLE_GLOBS: dict[str, str] = {
@@ -184,8 +184,8 @@ def open_dataset(
             con.execute(f"create or replace view {quote_identifier(table)} as select * from {quote_identifier(empty_name)}")
     _check_derived_columns(con, root, bound)
     if with_analyses:
-        from analysis import peaks
-        from analysis.registry import register_analyses_on_demand, register_analysis_views
+        from gpulens.analysis import peaks
+        from gpulens.analysis.registry import register_analyses_on_demand, register_analysis_views
 
         if all(table in bound for table in peaks.TABLES_READ):
             peaks.register_hardware_peaks(con)
@@ -209,7 +209,7 @@ def _refuse_a_trace_folder(root: Path) -> None:
     opens as empty views.)"""
     if any((root / folder).is_dir() for folder in _DATASET_FOLDERS):
         return
-    from collector.ingest.batch import TRACE_SUFFIXES
+    from gpulens.collector.ingest.batch import TRACE_SUFFIXES
 
     suffixes = tuple(suffix for suffix in TRACE_SUFFIXES if suffix not in _NOTE_SUFFIXES)
     try:

@@ -69,7 +69,7 @@ FindingSource = Callable[[duckdb.DuckDBPyConnection], list[Finding]]
 
 def finding_sources() -> list[FindingSource]:
     """Each question's findings builder, imported here so the list is explicit."""
-    from analysis import communication, launch, power, time_breakdown
+    from gpulens.analysis import communication, launch, power, time_breakdown
 
     return [launch.launch_findings, time_breakdown.breakdown_findings, communication.communication_findings, power.power_findings]
 

@@ -39,10 +39,10 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from analysis.findings import Finding, format_duration_ns
-from analysis.names import short_kernel_name
-from analysis.registry import run_analysis
-from collector.wording import counted
+from gpulens.analysis.findings import Finding, format_duration_ns
+from gpulens.analysis.names import short_kernel_name
+from gpulens.analysis.registry import run_analysis
+from gpulens.collector.wording import counted
 
 PAGE = "kernels"
 TOP_NAMES = 5

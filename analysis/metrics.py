@@ -29,8 +29,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from analysis.registry import load_analyses, run_analysis
-from collector.errors import GpulensError, UsageError
+from gpulens.analysis.registry import load_analyses, run_analysis
+from gpulens.collector.errors import GpulensError, UsageError
 
 
 @dataclass(frozen=True)

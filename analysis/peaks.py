@@ -13,7 +13,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from collector.hardware import lookup_gpu
+from gpulens.collector.hardware import lookup_gpu
 
 HARDWARE_PEAKS_SCHEMA = pa.schema(
     [

@@ -33,9 +33,9 @@ from typing import Any, Iterable
 import duckdb
 import polars as pl
 
-from analysis.findings import Finding
-from analysis.registry import run_analysis
-from collector.wording import counted
+from gpulens.analysis.findings import Finding
+from gpulens.analysis.registry import run_analysis
+from gpulens.collector.wording import counted
 
 POWER_PAGE = "power"
 INTERCONNECT_PAGE = "interconnect"

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from analysis import peaks
-from analysis.dataset import TABLES, is_vanished_file_error, retry_vanished_files
-from collector.errors import QueryError, UsageError, one_line
+from gpulens.analysis import peaks
+from gpulens.analysis.dataset import TABLES, is_vanished_file_error, retry_vanished_files
+from gpulens.collector.errors import QueryError, UsageError, one_line
 
 if TYPE_CHECKING:
     import polars as pl

@@ -33,8 +33,8 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from analysis.findings import Finding, format_duration_ns
-from analysis.registry import run_analysis
+from gpulens.analysis.findings import Finding, format_duration_ns
+from gpulens.analysis.registry import run_analysis
 
 KERNEL_WAIT_MAX_GAP_NS = 30_000
 
@@ -124,7 +124,7 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
     rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
     if rows.is_empty():
         return []
-    from analysis.launch import GRAPH_MOSTLY_SHARE, for_platform, graph_kernel_shares, hip_ranks, stall_idle_ns
+    from gpulens.analysis.launch import GRAPH_MOSTLY_SHARE, for_platform, graph_kernel_shares, hip_ranks, stall_idle_ns
 
     graph_shares = graph_kernel_shares(con)
     hip = hip_ranks(con)

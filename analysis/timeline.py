@@ -31,8 +31,8 @@ from typing import Any, Iterable
 import duckdb
 import polars as pl
 
-from analysis.power import hosts_param
-from analysis.registry import run_analysis
+from gpulens.analysis.power import hosts_param
+from gpulens.analysis.registry import run_analysis
 
 # Bucket widths a chart's axis reads well at, in seconds.
 _NICE_BUCKETS_S = (

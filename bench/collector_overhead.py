@@ -46,12 +46,12 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from collector.backend import DeviceSample  # noqa: E402
-from collector.compact import COMPACT_MERGED_AT, COMPACT_PARTS_AT, MERGED_MARK, maybe_compact  # noqa: E402
-from collector.daemon import CollectOptions, Collector  # noqa: E402
-from collector.schema import TELEMETRY_METRICS  # noqa: E402
-from collector.sim import SimBackend  # noqa: E402
-from collector.writer import STAGING_DIR, parquet_options  # noqa: E402
+from gpulens.collector.backend import DeviceSample  # noqa: E402
+from gpulens.collector.compact import COMPACT_MERGED_AT, COMPACT_PARTS_AT, MERGED_MARK, maybe_compact  # noqa: E402
+from gpulens.collector.daemon import CollectOptions, Collector  # noqa: E402
+from gpulens.collector.schema import TELEMETRY_METRICS  # noqa: E402
+from gpulens.collector.sim import SimBackend  # noqa: E402
+from gpulens.collector.writer import STAGING_DIR, parquet_options  # noqa: E402
 
 
 class _RecordingSim(SimBackend):
@@ -226,7 +226,7 @@ def measure_driver_calls(gpus: int = 8, ticks: int = 100, slow_every: int = 10) 
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     from fakes.fake_pynvml import h100_sxm, make_fake_pynvml  # type: ignore[import-not-found]
 
-    from collector.nvml import NvmlBackend
+    from gpulens.collector.nvml import NvmlBackend
 
     module = make_fake_pynvml([h100_sxm(i) for i in range(gpus)])
     fake = module.fake
@@ -270,7 +270,7 @@ class _TimedNvml:
 
 def measure_real_nvml(hz: float, seconds: float, out: Path) -> None:
     """(d): the collector on this node's GPUs through the real driver."""
-    from collector.nvml import NvmlBackend, _load_pynvml
+    from gpulens.collector.nvml import NvmlBackend, _load_pynvml
     from nvml_vs_nvidia_smi import CountingNvml
 
     # Warm up first (imports, the first flush), as for (a): a daemon pays those once.
@@ -311,7 +311,7 @@ def measure_daemon_memory(seconds: float, gpus: int = 8) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "dashboard.cli", "collect", "--backend", "sim", "--sim-gpus", str(gpus),
+            [sys.executable, "-m", "gpulens.dashboard.cli", "collect", "--backend", "sim", "--sim-gpus", str(gpus),
              "--duration", str(seconds), "--out", out],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         most = last = 0.0

@@ -51,7 +51,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from dashboard.pages.common import PAGES  # noqa: E402
+from gpulens.dashboard.pages.common import PAGES  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
@@ -88,7 +88,7 @@ st.plotly_chart(go.Figure(go.Scatter(x=x, y=[math.sin(i / 100) for i in x], mode
 def start_server(dataset: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str, float]:
     """The server process, its URL, and seconds until it answered."""
     port = _free_port()
-    return _started([sys.executable, "-m", "dashboard.cli", "dashboard", str(dataset), "--port", str(port)], port, env)
+    return _started([sys.executable, "-m", "gpulens.dashboard.cli", "dashboard", str(dataset), "--port", str(port)], port, env)
 
 
 def start_peer(folder: Path) -> tuple[subprocess.Popen, str, float]:

@@ -94,7 +94,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from collector.sim_trace import write_training_traces  # noqa: E402
+from gpulens.collector.sim_trace import write_training_traces  # noqa: E402
 
 SHARED_KINETO = REPO_ROOT.parent / "shared" / "traces" / "kineto"
 # Real GPU traces with distinct ranks, so HTA can hold them as one job.
@@ -143,7 +143,7 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": len(ranks), "
 _GPULENS_CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from dashboard.cli import main
+from gpulens.dashboard.cli import main
 t1 = time.perf_counter()
 rc = main(["ingest", sys.argv[1], "--out", sys.argv[2], "--jobs", sys.argv[3]])
 t2 = time.perf_counter()
@@ -324,7 +324,7 @@ def machine_line(hta_python: str | None) -> str:
             versions.append(f"{package} {metadata.version(package)}")
         except metadata.PackageNotFoundError:
             pass
-    from collector.ingest import kineto_native
+    from gpulens.collector.ingest import kineto_native
 
     # Which path read the Kineto events: it changes the large run's figure twofold.
     scanner = "compiled Kineto scanner" if kineto_native.available() else "Kineto read by msgspec alone (no compiled scanner)"

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import pynvml as nv  # noqa: E402
 
-from collector.nvml import _COUNTER_FIELDS, _VALUE_FIELDS, VALUE_TYPE_ATTRS, gpm_metrics_request  # noqa: E402
+from gpulens.collector.nvml import _COUNTER_FIELDS, _VALUE_FIELDS, VALUE_TYPE_ATTRS, gpm_metrics_request  # noqa: E402
 
 # value type -> (its name, the member of the value union that holds it)
 _TYPES = {getattr(nv, const): (const.removeprefix("NVML_VALUE_TYPE_"), attr) for const, attr in VALUE_TYPE_ATTRS.items()}

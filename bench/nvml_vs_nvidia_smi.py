@@ -35,7 +35,7 @@ from typing import Any, Callable
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from collector.nvml import NvmlBackend, _load_pynvml  # noqa: E402
+from gpulens.collector.nvml import NvmlBackend, _load_pynvml  # noqa: E402
 
 MIB = 2**20
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from collector.backend import BackendEvent, DeviceInfo, DeviceSample, GpuLost, ProcessSample, RateFromCounter
-from collector.errors import BackendUnavailable, one_line
-from collector.throttle import AMD_LIMITING_REASONS
+from gpulens.collector.backend import BackendEvent, DeviceInfo, DeviceSample, GpuLost, ProcessSample, RateFromCounter
+from gpulens.collector.errors import BackendUnavailable, one_line
+from gpulens.collector.throttle import AMD_LIMITING_REASONS
 
 log = logging.getLogger("gpulens.collector.amd")
 

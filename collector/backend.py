@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from collector.errors import BackendUnavailable, UsageError
+from gpulens.collector.errors import BackendUnavailable, UsageError
 
 BACKEND_NAMES = ("auto", "nvml", "amdsmi", "sim")
 
@@ -126,15 +126,15 @@ def open_backend(name: str, **options: Any) -> Backend:
     if name not in BACKEND_NAMES:
         raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     if name == "sim":
-        from collector.sim import SimBackend
+        from gpulens.collector.sim import SimBackend
 
         return SimBackend(**options)
     if name == "nvml":
-        from collector.nvml import NvmlBackend
+        from gpulens.collector.nvml import NvmlBackend
 
         return NvmlBackend()
     if name == "amdsmi":
-        from collector.amd import AmdSmiBackend
+        from gpulens.collector.amd import AmdSmiBackend
 
         return AmdSmiBackend()
 

@@ -52,8 +52,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.ingest.base import replace_column
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest.base import replace_column
 
 # Imported where first needed (socket, pyarrow.parquet, collector.writer):
 # every ingest imports this module, and only rocprofv3 traces use them.
@@ -171,7 +171,7 @@ def _host_partitions(folder: Path, host: str | None = None) -> list[Path]:
     """A node table's `host=H` folders below `folder` (H as the writer makes
     a host name a folder name): `host`'s, whatever its case, or every
     host's where it is None."""
-    from collector.writer import partition_value
+    from gpulens.collector.writer import partition_value
 
     if not folder.is_dir():
         return []
@@ -196,7 +196,7 @@ def _signature(folders: list[Path]) -> tuple[tuple[str, int, int], ...]:
 
 @functools.lru_cache(maxsize=16)
 def _read_boots(host: str, files: tuple[tuple[str, int, int], ...]) -> tuple[RecordedBoot, ...]:
-    from collector import parquet_io
+    from gpulens.collector import parquet_io
 
     records: dict[str | int, list[tuple[int, int]]] = {}
     for path, _, _ in files:

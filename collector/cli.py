@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from collector.backend import BACKEND_NAMES
+from gpulens.collector.backend import BACKEND_NAMES
 
 if TYPE_CHECKING:
-    from collector.ingest.results import IngestReport
+    from gpulens.collector.ingest.results import IngestReport
 
 DEFAULT_DATASET = "gpulens-data"
 
@@ -40,7 +40,7 @@ def _backend_options(function):
 
 
 def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
-    from collector.backend import open_backend
+    from gpulens.collector.backend import open_backend
 
     options = {"gpus": sim_gpus, "profile": sim_profile, "seed": seed} if backend == "sim" else {}
     return open_backend(backend, **options)
@@ -70,9 +70,9 @@ def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watc
     """
     import socket
 
-    from collector.daemon import CollectOptions, Collector
-    from collector.errors import UsageError
-    from collector.no_pandas import refuse_pandas
+    from gpulens.collector.daemon import CollectOptions, Collector
+    from gpulens.collector.errors import UsageError
+    from gpulens.collector.no_pandas import refuse_pandas
 
     # The daemon never makes a DataFrame; pyarrow would import pandas (and
     # with it OpenSSL) at its first conversion, for as long as it runs.
@@ -129,7 +129,7 @@ class _WatcherThread(threading.Thread):
 
 def _start_trace_watcher(directory: Path, out: Path, run: str | None, period_s: float = 2.0,
                          host: str | None = None) -> _WatcherThread:
-    from collector.ingest.watch import TraceWatcher
+    from gpulens.collector.ingest.watch import TraceWatcher
 
     watcher = TraceWatcher(directory, out, run, host=host)
     logging.getLogger("gpulens.watch").info("watching %s for traces (run %s) into %s%s", directory, watcher.run, out,
@@ -158,7 +158,7 @@ def _watch_only(directory: Path, out: Path, run: str | None, duration_s: float |
 @_backend_options
 def devices(backend, sim_gpus, sim_profile, seed):
     """Print the GPU inventory: model, UUID, limits, links."""
-    from collector.daemon import _nominal_peaks
+    from gpulens.collector.daemon import _nominal_peaks
 
     source = _open(backend, sim_gpus, sim_profile, seed)
     try:
@@ -234,9 +234,9 @@ def ingest(paths, out, run_name, jobs, quiet, host):
     # import; prepare_ingest_process can only change the pool of pyarrow's
     # Python calls. A user's own choice stands.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    from collector.errors import GpulensError, terminated_on_sigterm
-    from collector.ingest import ingest_paths
-    from collector.ingest.batch import prepare_ingest_process
+    from gpulens.collector.errors import GpulensError, terminated_on_sigterm
+    from gpulens.collector.ingest import ingest_paths
+    from gpulens.collector.ingest.batch import prepare_ingest_process
 
     prepare_ingest_process()  # this process only ingests
 
@@ -266,8 +266,8 @@ SUGGEST_MERGE_AT_SOURCES = 100
 
 
 def _suggest_merging(out: Path, runs: list[str]) -> None:
-    from collector.ingest.merge import per_source_files
-    from collector.ingest.store import run_dir
+    from gpulens.collector.ingest.merge import per_source_files
+    from gpulens.collector.ingest.store import run_dir
 
     for run in runs:
         sources = len(per_source_files(run_dir(out, run), "runs"))
@@ -279,7 +279,7 @@ def _suggest_merging(out: Path, runs: list[str]) -> None:
 def _suggest_the_scanner(report: IngestReport) -> None:
     """A note where a large Kineto ingest ran without the compiled scanner
     because none was built (the install found no compiler)."""
-    from collector.ingest import kineto_native
+    from gpulens.collector.ingest import kineto_native
 
     hint = kineto_native.not_built_hint(sum(r.events for r in report.results if r.format == "kineto"))
     if hint is not None:
@@ -304,10 +304,10 @@ def compact(dataset):
     reads several times faster merged. Safe to run while a collector writes
     or an ingest runs, and to run again.
     """
-    from collector.compact import compact_dataset, finish_interrupted
-    from collector.errors import DatasetError, terminated_on_sigterm
-    from collector.ingest.merge import merge_run
-    from collector.writer import check_writable
+    from gpulens.collector.compact import compact_dataset, finish_interrupted
+    from gpulens.collector.errors import DatasetError, terminated_on_sigterm
+    from gpulens.collector.ingest.merge import merge_run
+    from gpulens.collector.writer import check_writable
 
     if not dataset.is_dir():
         raise DatasetError(f"{dataset}: " + ("not a directory" if dataset.exists() else "no such dataset directory"))

@@ -36,12 +36,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from collector import boot_clock, hardware
-from collector.backend import Backend, DeviceInfo, GpuLost
-from collector.errors import DatasetError, UsageError
-from collector.throttle import LIMITING_REASONS
-from collector.wording import counted
-from collector.writer import DatasetWriter
+from gpulens.collector import boot_clock, hardware
+from gpulens.collector.backend import Backend, DeviceInfo, GpuLost
+from gpulens.collector.errors import DatasetError, UsageError
+from gpulens.collector.throttle import LIMITING_REASONS
+from gpulens.collector.wording import counted
+from gpulens.collector.writer import DatasetWriter
 
 log = logging.getLogger("gpulens.collector")
 

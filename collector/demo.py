@@ -39,10 +39,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from collector.errors import DatasetError, TraceError, UsageError
-from collector.sim import PROFILES, SimBackend
-from collector.throttle import LIMITING_REASONS
-from collector.writer import DatasetWriter, new_temporary_file
+from gpulens.collector.errors import DatasetError, TraceError, UsageError
+from gpulens.collector.sim import PROFILES, SimBackend
+from gpulens.collector.throttle import LIMITING_REASONS
+from gpulens.collector.writer import DatasetWriter, new_temporary_file
 
 # 2026-01-01T00:00:00Z: where the demo's clock starts.
 DEMO_START_NS = 1_767_225_600_000_000_000
@@ -157,7 +157,7 @@ def _move_in(staging: Path, out_dir: Path) -> None:
 
 def _write_node(out_dir: Path, backend: SimBackend, host: str, ticks: int) -> None:
     """Sample `backend` on a 1 s grid as the daemon would, without waiting."""
-    from collector.daemon import _nominal_peaks
+    from gpulens.collector.daemon import _nominal_peaks
 
     writer = _PinnedNameWriter(out_dir, host)
     devices = backend.discover()
@@ -206,9 +206,9 @@ def _event(writer: DatasetWriter, ts_ns: int, kind: str, device: Any, detail: st
 
 def _write_traces(out_dir: Path, seed: int, straggler_rank: int | None, steps: int, kernels_per_step: int,
                   trace_start_ns: int, ingested_ns: int, jobs: int | None) -> None:
-    from collector.ingest import ingest_paths
-    from collector.ingest.batch import trace_stem
-    from collector.sim_trace import _TRACE_START_NS, write_training_traces
+    from gpulens.collector.ingest import ingest_paths
+    from gpulens.collector.ingest.batch import trace_stem
+    from gpulens.collector.sim_trace import _TRACE_START_NS, write_training_traces
 
     raw_dir = out_dir / RAW_DIR
     # sim_trace puts a trace's first event _TRACE_START_NS after its base time.
@@ -228,7 +228,7 @@ def pin_source(out_dir: Path, run: str, raw_path: Path, name: str, ingested_ns: 
     """Name one source's tables `name`; record its path relative to the dataset
     and `ingested_ns` as its ingest time, so a sample's bytes do not depend on
     where or when it was ingested."""
-    from collector.ingest.store import run_dir, source_id
+    from gpulens.collector.ingest.store import run_dir, source_id
 
     folder = run_dir(out_dir, run)
     old = source_id(raw_path)

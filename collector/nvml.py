@@ -82,10 +82,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
-from collector.backend import BackendEvent, DeviceInfo, DeviceSample, GpuLost, ProcessSample, RateFromCounter
-from collector.errors import BackendUnavailable
-from collector.hardware import pcie_peak_bytes_per_s
-from collector.throttle import CLOCK_EVENT_REASONS, decode_clock_event_reasons  # noqa: F401  (re-exported)
+from gpulens.collector.backend import BackendEvent, DeviceInfo, DeviceSample, GpuLost, ProcessSample, RateFromCounter
+from gpulens.collector.errors import BackendUnavailable
+from gpulens.collector.hardware import pcie_peak_bytes_per_s
+from gpulens.collector.throttle import CLOCK_EVENT_REASONS, decode_clock_event_reasons  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ import math
 import uuid
 from dataclasses import dataclass
 
-from collector.backend import BackendEvent, DeviceInfo, DeviceSample, ProcessSample
-from collector.errors import UsageError
-from collector.throttle import REASON_BITS, decode_clock_event_reasons
+from gpulens.collector.backend import BackendEvent, DeviceInfo, DeviceSample, ProcessSample
+from gpulens.collector.errors import UsageError
+from gpulens.collector.throttle import REASON_BITS, decode_clock_event_reasons
 
 PROFILES = ("training", "inference")
 

@@ -29,11 +29,11 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector import parquet_io
-from collector.compact import finish_interrupted, maybe_compact
-from collector.errors import DatasetError
-from collector.schema import NODE_SCHEMAS, SCHEMA_VERSION
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector import parquet_io
+from gpulens.collector.compact import finish_interrupted, maybe_compact
+from gpulens.collector.errors import DatasetError
+from gpulens.collector.schema import NODE_SCHEMAS, SCHEMA_VERSION
 
 STAGING_DIR = ".staging"
 _US_PER_DAY = 86_400_000_000

@@ -8,18 +8,10 @@ shown. One file per page under `dashboard/pages/`, wired here with
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-# `streamlit run dashboard/app.py` puts dashboard/ on the path, not the repo.
-_REPO = str(Path(__file__).resolve().parents[1])
-if _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
-
-import streamlit as st  # noqa: E402
-
-from dashboard import data  # noqa: E402
-from dashboard.pages.common import PAGES, dataset, warm_up  # noqa: E402
+from gpulens.dashboard import data
+from gpulens.dashboard.pages.common import PAGES, dataset, warm_up
 
 st.set_page_config(page_title="gpulens", page_icon=":material/insights:", layout="wide")
 

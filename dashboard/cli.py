@@ -16,20 +16,20 @@ import sys
 
 import click
 
-from collector.cli import _IngestFailed
+from gpulens.collector.cli import _IngestFailed
 
 # Each subcommand's module, imported only when that command runs: the
 # report and demo modules pull in pandas and polars (0.7 s of imports),
 # which `gpulens ingest` or `collect` never use and should not wait for.
 COMMANDS: dict[str, str] = {
-    "collect": "collector.cli:collect",
-    "devices": "collector.cli:devices",
-    "ingest": "collector.cli:ingest",
-    "compact": "collector.cli:compact",
-    "query": "analysis.cli:query",
-    "report": "dashboard.report.command:report",
-    "demo": "collector.demo:demo",
-    "dashboard": "dashboard.serve:dashboard",
+    "collect": "gpulens.collector.cli:collect",
+    "devices": "gpulens.collector.cli:devices",
+    "ingest": "gpulens.collector.cli:ingest",
+    "compact": "gpulens.collector.cli:compact",
+    "query": "gpulens.analysis.cli:query",
+    "report": "gpulens.dashboard.report.command:report",
+    "demo": "gpulens.collector.demo:demo",
+    "dashboard": "gpulens.dashboard.serve:dashboard",
 }
 
 
@@ -132,7 +132,7 @@ def _exit_without_teardown(status: int) -> None:
 def _run(argv: list[str] | None, command: str | None) -> int:
     if command in _FORKING_COMMANDS:
         _no_idle_native_threads()
-    from collector.errors import GpulensError, Terminated
+    from gpulens.collector.errors import GpulensError, Terminated
 
     try:
         with _stdout_errors_marked():

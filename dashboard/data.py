@@ -72,7 +72,7 @@ def default_dataset() -> Path:
 
 def _build_demo(out: Path) -> None:
     try:
-        from collector.demo import make_demo
+        from gpulens.collector.demo import make_demo
     except ImportError:
         build_sample_dataset(out)
         return
@@ -137,12 +137,12 @@ def build_sample_dataset(
     straggler as a second run of that name (to compare). Deterministic for
     a seed.
     """
-    from collector import hardware
-    from collector.errors import TraceError
-    from collector.ingest import ingest_paths
-    from collector.sim import SimBackend
-    from collector.sim_trace import write_training_traces
-    from collector.writer import DatasetWriter
+    from gpulens.collector import hardware
+    from gpulens.collector.errors import TraceError
+    from gpulens.collector.ingest import ingest_paths
+    from gpulens.collector.sim import SimBackend
+    from gpulens.collector.sim_trace import write_training_traces
+    from gpulens.collector.writer import DatasetWriter
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,7 @@ class Connection:
     """One DuckDB connection with the dataset's views, used under a lock."""
 
     def __init__(self, path: str) -> None:
-        from analysis.dataset import open_dataset
+        from gpulens.analysis.dataset import open_dataset
 
         con = duckdb.connect()
         for setting in CONNECTION_SETTINGS:
@@ -260,7 +260,7 @@ class Connection:
     def run(self, func: Callable[..., Any], *args: Any, fingerprint: str = "", **kwargs: Any) -> Any:
         """`func(con, ...)`; analyses it runs twice on one state of the
         dataset's files (a table and a finding built on it) run once."""
-        from analysis.registry import remember_results
+        from gpulens.analysis.registry import remember_results
 
         with self.lock:
             remember_results(self.con, fingerprint)
@@ -268,7 +268,7 @@ class Connection:
 
     def __del__(self) -> None:
         try:
-            from analysis.registry import forget_results
+            from gpulens.analysis.registry import forget_results
 
             forget_results(self.con)
         except Exception:  # at interpreter exit the import machinery is gone
@@ -485,7 +485,7 @@ def _stop_warm_up() -> None:
 
 def _function_name(func: Callable[..., Any]) -> str:
     name = f"{func.__module__}.{func.__qualname__}"
-    if not func.__module__.startswith("analysis.") or _resolve(name) is not func:
+    if not func.__module__.startswith("gpulens.analysis.") or _resolve(name) is not func:
         raise ValueError(f"{name}: the dashboard calls module-level analysis functions only")
     return name
 

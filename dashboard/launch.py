@@ -35,9 +35,9 @@ def prepare() -> threading.Thread | None:
     import pyarrow as pa
     import plotly.graph_objects  # noqa: F401
 
-    from analysis import communication, findings, launch, power, time_breakdown, timeline  # noqa: F401
-    from dashboard import charts, data  # noqa: F401
-    from dashboard.pages import common
+    from gpulens.analysis import communication, findings, launch, power, time_breakdown, timeline  # noqa: F401
+    from gpulens.dashboard import charts, data  # noqa: F401
+    from gpulens.dashboard.pages import common
 
     pa.array([0])  # pyarrow imports pandas on its first conversion
     common.use_app_navigation()  # a first visit to a page's own address runs app.py too

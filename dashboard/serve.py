@@ -17,8 +17,8 @@ from pathlib import Path
 
 import click
 
-from collector.errors import UsageError, one_line
-from dashboard.data import DATASET_ENV
+from gpulens.collector.errors import UsageError, one_line
+from gpulens.dashboard.data import DATASET_ENV
 
 APP = Path(__file__).resolve().parent / "app.py"
 
@@ -26,7 +26,7 @@ APP = Path(__file__).resolve().parent / "app.py"
 def streamlit_command(port: int, address: str) -> list[str]:
     """The command line that serves the app."""
     return [
-        sys.executable, "-m", "dashboard.launch", "run", str(APP),
+        sys.executable, "-m", "gpulens.dashboard.launch", "run", str(APP),
         "--server.address", address,
         "--server.port", str(port),
         "--server.headless", "true",
@@ -84,7 +84,7 @@ def dashboard(dataset: Path | None, port: int, address: str) -> None:
     check_port(address, port)
     env = dict(os.environ)
     if dataset is None:
-        from dashboard.data import default_dataset
+        from gpulens.dashboard.data import default_dataset
 
         click.echo("gpulens: no dataset given: opening the built-in sample data", err=True)
         dataset = default_dataset()

@@ -23,10 +23,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from collector.demo import pin_source  # noqa: E402
-from collector.ingest import ingest_paths  # noqa: E402
-from collector.ingest.batch import trace_stem  # noqa: E402
-from collector.ingest.store import read_runs  # noqa: E402
+from gpulens.collector.demo import pin_source  # noqa: E402
+from gpulens.collector.ingest import ingest_paths  # noqa: E402
+from gpulens.collector.ingest.batch import trace_stem  # noqa: E402
+from gpulens.collector.ingest.store import read_runs  # noqa: E402
 
 COLLECTOR_FOLDERS = ("telemetry", "devices", "events", "processes")
 RUNS = {"h100-train": "raw/kineto/train", "h100-small-batch": "raw/kineto/small-batch", "h100-nccl": "raw/nccl"}

@@ -49,8 +49,8 @@ def write_trace_table(root: Path, run: str, table: str, columns: dict, source: s
     as ingest does from all of a source's tables at once."""
     import pyarrow.parquet as pq
 
-    from collector.derive import DERIVED_TABLES, derive_trace_tables
-    from collector.ingest.base import build_table
+    from gpulens.collector.derive import DERIVED_TABLES, derive_trace_tables
+    from gpulens.collector.ingest.base import build_table
 
     run_folder = root / "traces" / f"run={run}"
     path = run_folder / table / f"{source}.parquet"
@@ -68,7 +68,7 @@ def write_trace_table(root: Path, run: str, table: str, columns: dict, source: s
 
 def write_telemetry(root: Path, host: str, rows: list[dict]) -> None:
     """Write telemetry rows (ts in epoch µs, gpu_index, metrics) for `host`."""
-    from collector.writer import DatasetWriter
+    from gpulens.collector.writer import DatasetWriter
 
     writer = DatasetWriter(root, host)
     for row in rows:

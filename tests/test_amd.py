@@ -3,10 +3,10 @@ import sys
 
 import pytest
 
-from collector.amd import AmdSmiBackend
-from collector.backend import GpuLost, ProcessSample
-from collector.errors import BackendUnavailable
-from collector.schema import TELEMETRY_METRICS
+from gpulens.collector.amd import AmdSmiBackend
+from gpulens.collector.backend import GpuLost, ProcessSample
+from gpulens.collector.errors import BackendUnavailable
+from gpulens.collector.schema import TELEMETRY_METRICS
 from fakes.fake_amdsmi import (
     AMDSMI_STATUS_DRIVER_NOT_LOADED,
     AMDSMI_STATUS_NOT_FOUND,

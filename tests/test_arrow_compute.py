@@ -1,4 +1,4 @@
-"""collector.arrow_compute: pyarrow.compute's functions, called without
+"""gpulens.collector.arrow_compute: pyarrow.compute's functions, called without
 importing pyarrow.compute, give what pyarrow.compute gives."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from test_ingest_nccl_log import TWO_NODES_LOG
 from test_ingest_nsys import build_export
 from test_ingest_rocprof import _process
 
-from collector import arrow_compute as pc
-from collector.derive.inputs import _groups
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.derive.inputs import _groups
 
 NAMES = pa.chunked_array([["ncclDevKernel_Generic_4", None, "Memcpy HtoD (Host -> Device)"],
                           ["ampere_sgemm_128x64_nn", "ncclDevKernel_Generic_4", "MEMORY_COPY_DEVICE_TO_HOST"]])

@@ -21,15 +21,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis import power
-from analysis.dataset import open_dataset
-from collector import boot_clock
-from collector.boot_clock import BootClock
-from collector.daemon import CollectOptions, Collector
-from collector.ingest import rocpd, rocprof
-from collector.ingest.batch import ingest_paths
-from collector.sim import SimBackend
-from collector.writer import DatasetWriter
+from gpulens.analysis import power
+from gpulens.analysis.dataset import open_dataset
+from gpulens.collector import boot_clock
+from gpulens.collector.boot_clock import BootClock
+from gpulens.collector.daemon import CollectOptions, Collector
+from gpulens.collector.ingest import rocpd, rocprof
+from gpulens.collector.ingest.batch import ingest_paths
+from gpulens.collector.sim import SimBackend
+from gpulens.collector.writer import DatasetWriter
 from conftest import update_sqlite, write_telemetry
 from test_ingest_rocpd import write_rocpd
 from test_ingest_rocprof import _process
@@ -475,7 +475,7 @@ def test_a_placed_run_is_no_finding(tmp_path: Path) -> None:
 
 
 def test_the_collectors_trace_watcher_places_a_rocprofv3_database_of_its_node(tmp_path: Path) -> None:
-    from collector.ingest.watch import TraceWatcher
+    from gpulens.collector.ingest.watch import TraceWatcher
     from test_watch import FakeClock
 
     folder = tmp_path / "rocprof"
@@ -489,7 +489,7 @@ def test_the_collectors_trace_watcher_places_a_rocprofv3_database_of_its_node(tm
 
 
 def test_a_node_watcher_gives_its_host_to_rocprofv3_csv_files_that_name_none(tmp_path: Path, up_for_20_days: None) -> None:
-    from collector.ingest.watch import TraceWatcher
+    from gpulens.collector.ingest.watch import TraceWatcher
     from test_watch import FakeClock
 
     # Written into traces/, not rocprofv3's %hostname% folder; the node's collector

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import TraceError
-from collector.ingest import buffer
-from collector.ingest.buffer import CHUNK_BYTES, content_bytes, iter_chunks, read_buffer
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest import buffer
+from gpulens.collector.ingest.buffer import CHUNK_BYTES, content_bytes, iter_chunks, read_buffer
 
 
 def _decompressors() -> list:

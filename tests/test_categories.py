@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from collector.ingest.categories import categorise
+from gpulens.collector.ingest.categories import categorise
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}

@@ -10,7 +10,7 @@ import plotly.io as pio
 import polars as pl
 import pytest
 
-from dashboard import charts
+from gpulens.dashboard import charts
 
 
 def kernel_runs(rows: list[tuple], window_ns: tuple[int, int] | None = None) -> pl.DataFrame:
@@ -342,7 +342,7 @@ def test_skew_heatmap_of_many_ranks_numbers_them_and_stays_a_page_high() -> None
 def test_report_idle_share_axis_keeps_the_digits_a_small_share_needs() -> None:
     # A GPU-bound run idles 0.01-0.1 % of a step; ".0%" wrote every tick of
     # that axis as "0%". d3's "~%" writes 0.02 %, 0.04 % ... and 10 %, 20 %.
-    from dashboard.report.figures import launch_figure
+    from gpulens.dashboard.report.figures import launch_figure
 
     steps = pl.DataFrame({"run": ["r"] * 3, "rank": [0] * 3, "step": [0, 1, 2], "gpu_idle_share": [0.0012, 0.0004, 0.0]})
     fig = launch_figure(steps)

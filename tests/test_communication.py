@@ -1,4 +1,4 @@
-"""analysis.communication: bandwidth, arrival skew, stragglers, slow calls.
+"""gpulens.analysis.communication: bandwidth, arrival skew, stragglers, slow calls.
 
 Hand-made runs (one dataset, built once) pin exact numbers; simulated
 8-rank traces with a planted straggler and the real A100 trace check the
@@ -13,11 +13,11 @@ import duckdb
 import polars as pl
 import pytest
 
-from analysis import communication
-from analysis.dataset import open_dataset
-from collector.errors import UsageError
-from collector.hardware import network_peak_bytes_per_s
-from collector.writer import DatasetWriter
+from gpulens.analysis import communication
+from gpulens.analysis.dataset import open_dataset
+from gpulens.collector.errors import UsageError
+from gpulens.collector.hardware import network_peak_bytes_per_s
+from gpulens.collector.writer import DatasetWriter
 from conftest import write_trace_table
 
 GIB = 1 << 30
@@ -484,8 +484,8 @@ def test_all_to_all_imbalance_is_among_the_communication_findings(moe):
 
 @pytest.fixture(scope="session")
 def simulated(tmp_path_factory):
-    from collector.ingest import ingest_paths
-    from collector.sim_trace import write_training_traces
+    from gpulens.collector.ingest import ingest_paths
+    from gpulens.collector.sim_trace import write_training_traces
 
     root = tmp_path_factory.mktemp("sim_communication")
     for run, straggler in (("straggler", 5), ("even", None)):
@@ -531,7 +531,7 @@ def test_simulated_transfer_busbw_sees_through_the_wait(simulated):
 
 @pytest.fixture(scope="session")
 def a100(shared_traces, tmp_path_factory):
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     root = tmp_path_factory.mktemp("a100_communication")
     report = ingest_paths([shared_traces / "kineto" / "a100_2rank_allreduce_nccl2.17.json.gz"], root, run="a100")
@@ -565,7 +565,7 @@ def test_a100_trace_numbers_calls_in_start_order_and_has_no_skew(a100):
 
 @pytest.fixture(scope="session")
 def sampled_pair(shared_traces, tmp_path_factory):
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     root = tmp_path_factory.mktemp("sampled_communication")
     paths = [shared_traces / "kineto" / f"sampled_128rank_rank{r}.json.gz" for r in (0, 1)]

@@ -1,4 +1,4 @@
-"""collector.compact: a partition's flush files merged into few big ones."""
+"""gpulens.collector.compact: a partition's flush files merged into few big ones."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pyarrow as pa
 import pytest
 import pyarrow.parquet as pq
 
-from analysis.dataset import open_dataset
-from collector import compact
-from collector.compact import finish_interrupted, maybe_compact
-from collector.errors import DatasetError
-from collector.writer import DatasetWriter
+from gpulens.analysis.dataset import open_dataset
+from gpulens.collector import compact
+from gpulens.collector.compact import finish_interrupted, maybe_compact
+from gpulens.collector.errors import DatasetError
+from gpulens.collector.writer import DatasetWriter
 from conftest import signal_self
 
 T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
@@ -114,7 +114,7 @@ def test_files_a_crash_left_beside_their_merged_file_are_removed_on_the_next_sta
 def test_gpulens_compact_merges_a_whole_dataset_and_keeps_its_rows(tmp_path):
     _flushes(tmp_path, 30)
     before = _power_rows(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "compact", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "compact", str(tmp_path)],
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stderr
     assert "30 node-table files merged into 1" in result.stdout
@@ -123,7 +123,7 @@ def test_gpulens_compact_merges_a_whole_dataset_and_keeps_its_rows(tmp_path):
 
 
 def test_gpulens_compact_on_a_missing_folder_is_one_line_and_exit_1(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "compact", str(tmp_path / "nope")],
+    result = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "compact", str(tmp_path / "nope")],
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert (result.returncode, result.stderr.strip()) == (1, f"gpulens: error: {tmp_path / 'nope'}: no such dataset directory")
 
@@ -140,7 +140,7 @@ def test_a_merge_that_cannot_read_a_file_names_that_file_and_keeps_every_file(tm
 
 
 def _compact(capsys, dataset: Path) -> tuple[int, str, str]:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     code = cli.main(["compact", str(dataset)])
     captured = capsys.readouterr()

@@ -13,11 +13,11 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.dataset import open_dataset
-from collector.backend import DeviceInfo, DeviceSample, GpuLost
-from collector.daemon import CollectOptions, Collector
-from collector.errors import UsageError
-from collector.sim import SimBackend
+from gpulens.analysis.dataset import open_dataset
+from gpulens.collector.backend import DeviceInfo, DeviceSample, GpuLost
+from gpulens.collector.daemon import CollectOptions, Collector
+from gpulens.collector.errors import UsageError
+from gpulens.collector.sim import SimBackend
 from conftest import modules_loaded_by
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +152,7 @@ def test_seconds_that_are_not_finite_are_a_usage_error_naming_the_option(tmp_pat
 
 
 def test_collect_for_an_infinite_duration_is_one_error_line_and_exit_2(tmp_path, capsys):
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     code = cli.main(["collect", "--backend", "sim", "--out", str(tmp_path / "data"), "--duration", "inf"])
     assert (code, capsys.readouterr().err) == (2, "gpulens: error: --duration must be a finite number of seconds, 0 or more, got inf\n")
@@ -160,7 +160,7 @@ def test_collect_for_an_infinite_duration_is_one_error_line_and_exit_2(tmp_path,
 
 
 def test_collect_watching_traces_only_refuses_a_duration_of_nan(tmp_path, capsys):
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     code = cli.main(["collect", "--no-telemetry", "--watch-traces", str(tmp_path / "traces"),
                      "--out", str(tmp_path / "data"), "--duration", "nan"])
@@ -170,7 +170,7 @@ def test_collect_watching_traces_only_refuses_a_duration_of_nan(tmp_path, capsys
 # --- the real command, as a process ------------------------------------------
 
 def _start(out: Path, *extra: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "dashboard.cli", "collect", "--backend", "sim", "--sim-gpus", "4",
+    command = [sys.executable, "-m", "gpulens.dashboard.cli", "collect", "--backend", "sim", "--sim-gpus", "4",
                "--out", str(out), "--host", "node-a", *extra]
     return subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -229,7 +229,7 @@ def test_unwritable_out_is_one_error_line_and_nonzero_exit(tmp_path):
 
 @pytest.mark.slow
 def test_auto_backend_without_a_gpu_suggests_sim(tmp_path):
-    command = [sys.executable, "-m", "dashboard.cli", "collect", "--out", str(tmp_path), "--duration", "1"]
+    command = [sys.executable, "-m", "gpulens.dashboard.cli", "collect", "--out", str(tmp_path), "--duration", "1"]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
                             env={**os.environ, "LD_LIBRARY_PATH": ""})
     if result.returncode == 0:

@@ -22,11 +22,11 @@ import pytest
 from click.testing import CliRunner
 from streamlit.testing.v1 import AppTest
 
-from analysis import communication, power, timeline
-from analysis.dataset import open_dataset
+from gpulens.analysis import communication, power, timeline
+from gpulens.analysis.dataset import open_dataset
 from conftest import write_data_loader_trace, write_graph_replay_trace, write_sync_loop_trace, write_telemetry, write_trace_table
-from dashboard import charts, data
-from dashboard.pages.common import default_hosts
+from gpulens.dashboard import charts, data
+from gpulens.dashboard.pages.common import default_hosts
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
@@ -124,7 +124,7 @@ def test_overview_gives_each_findings_numbers_as_a_table_not_a_code_block(monkey
 
 
 def test_evidence_markdown_writes_numbers_short_and_escapes_table_bars():
-    from dashboard.pages.common import evidence_markdown
+    from gpulens.dashboard.pages.common import evidence_markdown
 
     assert evidence_markdown({"wait_caused_ns": 38208256, "score": 0.8857142857142858, "ranks": [0, 5],
                               "note": "a|b", "capped": True}) == (
@@ -207,7 +207,7 @@ def test_telemetry_of_24_gpus_draws_the_first_two_hosts_and_says_so(monkeypatch,
 
 
 def test_telemetry_of_24_gpus_asks_for_the_series_of_the_two_hosts_shown_alone(monkeypatch, three_nodes):
-    from dashboard.pages import common
+    from gpulens.dashboard.pages import common
 
     data.RESULTS.clear()
     _run(monkeypatch, three_nodes, "pages/telemetry.py")
@@ -286,7 +286,7 @@ def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sampl
 
 
 def test_kernels_page_says_how_many_kernels_graph_replays_ran(monkeypatch, tmp_path):
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     ingest_paths([write_graph_replay_trace(tmp_path / "graph.json", kernels=40)], tmp_path / "data", run="graph")
     at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
@@ -294,7 +294,7 @@ def test_kernels_page_says_how_many_kernels_graph_replays_ran(monkeypatch, tmp_p
 
 
 def test_kernels_page_shows_a_data_starved_runs_loading_per_step(monkeypatch, tmp_path):
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     ingest_paths([write_data_loader_trace(tmp_path / "rank0.json", 0, 4_000.0)], tmp_path / "data", run="loop")
     at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
@@ -303,7 +303,7 @@ def test_kernels_page_shows_a_data_starved_runs_loading_per_step(monkeypatch, tm
 
 
 def test_kernels_page_shows_the_idle_gpu_that_item_calls_leave(monkeypatch, tmp_path):
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     ingest_paths([write_sync_loop_trace(tmp_path / "rank0.json", 0)], tmp_path / "data", run="loop")
     at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
@@ -598,7 +598,7 @@ def test_reload_drops_the_results_and_warms_the_dataset_again(sample, tmp_path):
 
 
 def test_page_warm_up_draws_the_kernels_timeline_the_page_shows_first(sample, tmp_path):
-    from dashboard.pages import common
+    from gpulens.dashboard.pages import common
 
     copy = tmp_path / "sample"
     shutil.copytree(sample, copy)
@@ -639,7 +639,7 @@ def test_default_dataset_prefers_the_demo_folder_then_builds_one_into_the_cache(
 
 
 def _serve(monkeypatch, args: list[str]) -> tuple[list[str], dict[str, str]]:
-    from dashboard import serve
+    from gpulens.dashboard import serve
 
     calls = []
     monkeypatch.setattr(serve.os, "execve", lambda path, argv, env: calls.append((argv, env)))
@@ -650,7 +650,7 @@ def _serve(monkeypatch, args: list[str]) -> tuple[list[str], dict[str, str]]:
 
 def test_dashboard_command_binds_localhost_and_names_the_dataset(monkeypatch, sample):
     argv, env = _serve(monkeypatch, [str(sample), "--port", "8600"])
-    assert argv[1:4] == ["-m", "dashboard.launch", "run"] and argv[4].endswith("dashboard/app.py")
+    assert argv[1:4] == ["-m", "gpulens.dashboard.launch", "run"] and argv[4].endswith("dashboard/app.py")
     options = dict(zip(argv[5::2], argv[6::2]))
     assert options == {
         "--server.address": "127.0.0.1", "--server.port": "8600", "--server.headless": "true",
@@ -666,7 +666,7 @@ def test_dashboard_command_binds_elsewhere_only_when_told(monkeypatch, sample):
 
 
 def _serve_refused(monkeypatch, capsys, args: list[str]) -> tuple[int, str, list]:
-    from dashboard import cli, serve
+    from gpulens.dashboard import cli, serve
 
     calls = []
     monkeypatch.setattr(serve.os, "execve", lambda path, argv, env: calls.append(argv))
@@ -700,9 +700,9 @@ def test_dashboard_on_a_port_another_server_holds_is_one_error_line_and_starts_n
 
 
 def test_the_launcher_warms_every_pages_first_view_into_the_pages_cache(monkeypatch, sample, tmp_path):
-    from analysis.findings import all_findings
-    from dashboard import launch
-    from dashboard.pages import common
+    from gpulens.analysis.findings import all_findings
+    from gpulens.dashboard import launch
+    from gpulens.dashboard.pages import common
 
     copy = tmp_path / "sample"  # its own dataset key, warmed by no other test
     shutil.copytree(sample, copy)
@@ -719,7 +719,7 @@ def test_the_launcher_warms_every_pages_first_view_into_the_pages_cache(monkeypa
 
 
 def test_the_launcher_warms_nothing_with_warm_up_off(monkeypatch, sample):
-    from dashboard import launch
+    from gpulens.dashboard import launch
 
     monkeypatch.setenv(data.DATASET_ENV, str(sample))
     monkeypatch.setenv("GPULENS_WARM_UP", "0")
@@ -727,7 +727,7 @@ def test_the_launcher_warms_nothing_with_warm_up_off(monkeypatch, sample):
 
 
 def test_warm_up_computes_the_power_views_of_the_first_hosts_the_page_opens_on(monkeypatch, three_nodes):
-    from dashboard.pages import common
+    from gpulens.dashboard.pages import common
 
     monkeypatch.delenv("GPULENS_WARM_UP", raising=False)
     ds = data.current(three_nodes)
@@ -741,7 +741,7 @@ def test_warm_up_computes_the_power_views_of_the_first_hosts_the_page_opens_on(m
 
 
 def test_page_warm_up_computes_the_telemetry_view_the_page_shows_first(monkeypatch, sample):
-    from dashboard.pages import common
+    from gpulens.dashboard.pages import common
 
     data.RESULTS.clear()
     _run(monkeypatch, sample, "pages/telemetry.py")
@@ -768,7 +768,7 @@ def test_compare_page_opens_on_the_first_two_runs_with_kernels(monkeypatch):
 
 
 def test_compare_page_sets_the_two_runs_headline_metrics_side_by_side(monkeypatch):
-    from analysis.metrics import compute_run_metrics
+    from gpulens.analysis.metrics import compute_run_metrics
 
     at = _run(monkeypatch, H100_SAMPLE, "pages/compare.py")
     [table] = [df.value for df in at.dataframe if "verdict" in df.value.columns]

@@ -43,7 +43,7 @@ PAGES: dict[str, list[str]] = {
 
 @pytest.fixture(scope="module")
 def sample_dataset(tmp_path_factory) -> Path:
-    from dashboard.data import build_sample_dataset
+    from gpulens.dashboard.data import build_sample_dataset
 
     return build_sample_dataset(tmp_path_factory.mktemp("dashboard_e2e") / "data", ranks=4, straggler_rank=2, steps=5, kernels_per_step=60,
                                 telemetry_s=180, dense_s=1.0, dense_interval_s=0.05, balanced_run="balanced")
@@ -70,7 +70,7 @@ def _free_port() -> int:
 
 
 def _gpulens_dashboard_command(dataset: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "dashboard.cli", "dashboard", str(dataset), "--port", str(port)]
+    return [sys.executable, "-m", "gpulens.dashboard.cli", "dashboard", str(dataset), "--port", str(port)]
 
 
 @contextlib.contextmanager

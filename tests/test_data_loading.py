@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import launch
-from analysis.dataset import open_dataset
-from collector.ingest import ingest_paths
+from gpulens.analysis import launch
+from gpulens.analysis.dataset import open_dataset
+from gpulens.collector.ingest import ingest_paths
 from conftest import DATA_LOADER_WORKERS, write_data_loader_trace
 
 
@@ -73,7 +73,7 @@ def test_a_trace_without_dataloader_ranges_has_no_rows(tmp_path: Path) -> None:
 
 
 def test_report_metric_is_the_gpu_idle_on_data_over_all_complete_steps(loop) -> None:
-    from analysis.metrics import compute_metrics
+    from gpulens.analysis.metrics import compute_metrics
 
     metrics = compute_metrics(loop)
     # rank 0: 4 + 4 ms, rank 1: 0.1 + 0.1 ms, over 2 ranks x 3 complete steps of 10 ms
@@ -82,7 +82,7 @@ def test_report_metric_is_the_gpu_idle_on_data_over_all_complete_steps(loop) -> 
 
 
 def test_the_gpu_idle_finding_says_how_much_of_the_idle_time_was_data_loading(loop) -> None:
-    from analysis.time_breakdown import gpu_idle_findings
+    from gpulens.analysis.time_breakdown import gpu_idle_findings
 
     idle = {f.subject["rank"]: f for f in gpu_idle_findings(loop)}
     assert (idle[0].evidence["data_loader_idle_ns"], idle[0].evidence["sync_idle_ns"]) == (8_000_000, 0)

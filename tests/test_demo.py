@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from analysis.dataset import open_dataset
-from analysis.registry import run_analysis
-from collector.demo import DEMO_RUN, DEMO_START_NS, demo, make_demo
-from collector.errors import UsageError
-from collector.sim_trace import MIN_KERNELS_PER_STEP
+from gpulens.analysis.dataset import open_dataset
+from gpulens.analysis.registry import run_analysis
+from gpulens.collector.demo import DEMO_RUN, DEMO_START_NS, demo, make_demo
+from gpulens.collector.errors import UsageError
+from gpulens.collector.sim_trace import MIN_KERNELS_PER_STEP
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_traces"
@@ -120,7 +120,7 @@ def test_demo_refuses_to_overwrite_a_dataset_without_force(tmp_path: Path) -> No
 
 
 def test_demo_stopped_halfway_leaves_no_half_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector import demo
+    from gpulens.collector import demo
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -132,7 +132,7 @@ def test_demo_stopped_halfway_leaves_no_half_dataset(tmp_path: Path, monkeypatch
 
 
 def test_demo_forced_and_stopped_halfway_keeps_the_old_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector import demo
+    from gpulens.collector import demo
 
     out = make_demo(tmp_path / "demo", profile="inference", minutes=0.1)
     before = sorted(path.relative_to(out) for path in out.rglob("*"))

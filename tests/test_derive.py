@@ -1,4 +1,4 @@
-"""collector.derive: the per-kernel facts ingest stores beside each trace file.
+"""gpulens.collector.derive: the per-kernel facts ingest stores beside each trace file.
 
 Small hand-made ranks (times in µs from T0) with every derived value
 worked out by hand; the analyses built on them are pinned in
@@ -10,10 +10,10 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.dataset import open_dataset
-from collector.derive import derive_trace_tables
-from collector.errors import DatasetError
-from collector.ingest.base import build_table
+from gpulens.analysis.dataset import open_dataset
+from gpulens.collector.derive import derive_trace_tables
+from gpulens.collector.errors import DatasetError
+from gpulens.collector.ingest.base import build_table
 
 US = 1_000
 T0 = 1_700_000_000_000_000_000
@@ -229,7 +229,7 @@ def test_gpu_phases_tile_the_main_devices_window_with_running_totals():
 
 
 def test_gpu_phases_are_cut_at_bucket_bounds():
-    from collector.derive import PHASE_BUCKET_NS
+    from gpulens.collector.derive import PHASE_BUCKET_NS
 
     # one 40 ms kernel spans three 16.8 ms buckets
     phases = derive_trace_tables(_tables(kernels=[(1, "compute", 7, 0, 40_000)]))["gpu_phases"].to_pylist()
@@ -239,7 +239,7 @@ def test_gpu_phases_are_cut_at_bucket_bounds():
 
 
 def test_gpu_phases_of_a_kernel_days_away_take_wider_buckets_not_millions_of_rows():
-    from collector.derive import PHASE_MAX_BUCKETS
+    from gpulens.collector.derive import PHASE_MAX_BUCKETS
 
     # A bogus time 51 days after the other kernel: 2^24 ns buckets would be 266 million tiles.
     days_51_us = 51 * 86_400 * 10**6
@@ -297,7 +297,7 @@ def _random_kernels(seed: int, n: int = 5000):
 def test_kernel_names_are_what_duckdbs_group_by_gives():
     import duckdb
 
-    from collector.derive.group_stats import _kernel_names
+    from gpulens.collector.derive.group_stats import _kernel_names
 
     kernels = _random_kernels(seed=7)
     con = duckdb.connect()
@@ -327,8 +327,8 @@ def test_step_launches_are_what_duckdbs_group_by_gives():
     import numpy as np
     import pyarrow as pa
 
-    from collector.derive.inputs import _MIN
-    from collector.derive.group_stats import _step_launches
+    from gpulens.collector.derive.inputs import _MIN
+    from gpulens.collector.derive.group_stats import _step_launches
 
     rng = np.random.default_rng(11)
     n = 4000
@@ -359,7 +359,7 @@ def test_quantile_interpolation_rounds_the_exact_value_once():
     exact sum: what a fused multiply-add gives, checked against Fractions."""
     from fractions import Fraction
 
-    from collector.derive.group_stats import _interpolate
+    from gpulens.collector.derive.group_stats import _interpolate
 
     cases = [
         (1000.0, 2000.0, 0.95 * 8 - 7),  # 0.95 of 9 values: 1599.9999999999998
@@ -378,9 +378,9 @@ def test_quantile_interpolation_rounds_the_exact_value_once():
 
 def test_derive_gives_back_every_table_but_kernels_and_annotations_as_it_was(tmp_path):
     # The writer writes those while derive runs (store._StagedWriter).
-    from collector.derive import CHANGED_TABLES, DERIVED_TABLES
-    from collector.ingest import kineto
-    from collector.sim_trace import write_training_traces
+    from gpulens.collector.derive import CHANGED_TABLES, DERIVED_TABLES
+    from gpulens.collector.ingest import kineto
+    from gpulens.collector.sim_trace import write_training_traces
 
     (path,) = write_training_traces(tmp_path, ranks=1, steps=3, kernels_per_step=60)
     tables = kineto.parse(path, "r").tables

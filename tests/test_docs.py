@@ -11,7 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from dashboard.cli import cli
+from gpulens.dashboard.cli import cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
@@ -83,7 +83,7 @@ def test_help_text_shows_a_percent_sign_once(name: str) -> None:
 
 
 def test_report_help_names_every_metric_fail_on_takes() -> None:
-    from analysis.metrics import METRICS
+    from gpulens.analysis.metrics import METRICS
 
     shown = CliRunner().invoke(cli, ["report", "--help"], terminal_width=1000).output
     assert [m.name for m in METRICS if m.name not in shown] == []

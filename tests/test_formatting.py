@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.findings import format_duration_ns
-from dashboard.report.format import format_subjects, format_value
+from gpulens.analysis.findings import format_duration_ns
+from gpulens.dashboard.report.format import format_subjects, format_value
 
 
 @pytest.mark.parametrize(("ns", "text"), [

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.dataset import open_dataset
-from analysis.launch import launch_rank_summary
-from analysis.timeline import step_queue_length
+from gpulens.analysis.dataset import open_dataset
+from gpulens.analysis.launch import launch_rank_summary
+from gpulens.analysis.timeline import step_queue_length
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training"
 

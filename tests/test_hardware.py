@@ -1,7 +1,7 @@
 import pytest
 
-from collector import hardware
-from collector.hardware import lookup_gpu, network_peak_bytes_per_s, pcie_peak_bytes_per_s
+from gpulens.collector import hardware
+from gpulens.collector.hardware import lookup_gpu, network_peak_bytes_per_s, pcie_peak_bytes_per_s
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import launch
-from analysis.dataset import open_dataset
-from collector.ingest import ingest_paths
+from gpulens.analysis import launch
+from gpulens.analysis.dataset import open_dataset
+from gpulens.collector.ingest import ingest_paths
 from conftest import write_graph_replay_trace, write_sync_loop_trace
 
 
@@ -97,7 +97,7 @@ def test_a_sync_on_a_thread_that_launches_nothing_is_not_the_loops(tmp_path: Pat
 
 
 def test_report_metric_is_the_drained_gpu_idle_over_all_complete_steps(loop) -> None:
-    from analysis.metrics import compute_metrics
+    from gpulens.analysis.metrics import compute_metrics
 
     metrics = compute_metrics(loop)
     # rank 0: 5 + 5 ms (step 3 unknown), rank 1: none, over 2 ranks x 3 complete steps of 10 ms
@@ -106,7 +106,7 @@ def test_report_metric_is_the_drained_gpu_idle_over_all_complete_steps(loop) -> 
 
 
 def test_report_metrics_of_a_dataset_without_steps_are_not_known(tmp_path: Path) -> None:
-    from analysis.metrics import compute_metrics
+    from gpulens.analysis.metrics import compute_metrics
 
     assert not ingest_paths([write_graph_replay_trace(tmp_path / "g.json")], out=tmp_path / "ds", run="g").failures
     metrics = compute_metrics(open_dataset(tmp_path / "ds"))
@@ -114,7 +114,7 @@ def test_report_metrics_of_a_dataset_without_steps_are_not_known(tmp_path: Path)
 
 
 def test_the_gpu_idle_finding_says_how_much_of_the_idle_time_followed_syncs(loop) -> None:
-    from analysis.time_breakdown import gpu_idle_findings
+    from gpulens.analysis.time_breakdown import gpu_idle_findings
 
     [idle] = [f for f in gpu_idle_findings(loop) if f.subject["rank"] == 0]
     assert (idle.evidence["data_loader_idle_ns"], idle.evidence["sync_idle_ns"]) == (0, 10_000_000)
@@ -126,7 +126,7 @@ def test_a_drain_that_runs_into_the_next_fetch_is_split_between_the_two(tmp_path
     # (steps 2 and 3 known): the fetch is data loading's, the rest the sync's.
     import json
 
-    from analysis.time_breakdown import gpu_idle_findings
+    from gpulens.analysis.time_breakdown import gpu_idle_findings
     from conftest import DATA_LOADER_SINGLE
 
     trace = write_sync_loop_trace(tmp_path / "rank0.json", 0)

@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.errors import DatasetError, TraceError
-from collector.ingest import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules, ingest_paths, source_id
-from collector.ingest.results import FileResult, SharedRank, rank_ranges
-from collector.ingest.sources import common_stem
-from collector.ingest.store import STAGING_DIR
+from gpulens.collector.errors import DatasetError, TraceError
+from gpulens.collector.ingest import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules, ingest_paths, source_id
+from gpulens.collector.ingest.results import FileResult, SharedRank, rank_ranges
+from gpulens.collector.ingest.sources import common_stem
+from gpulens.collector.ingest.store import STAGING_DIR
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="shared real traces not present")
@@ -62,7 +62,7 @@ def test_detect_format_kineto_gzip_by_content(tmp_path: Path) -> None:
 
 
 def test_detect_format_nsys_sqlite(tmp_path: Path) -> None:
-    pytest.importorskip("collector.ingest.nsys")
+    pytest.importorskip("gpulens.collector.ingest.nsys")
     path = tmp_path / "report.sqlite"
     with sqlite3.connect(path) as connection:
         connection.execute("create table CUPTI_ACTIVITY_KIND_KERNEL (start integer, end integer)")
@@ -71,13 +71,13 @@ def test_detect_format_nsys_sqlite(tmp_path: Path) -> None:
 
 
 def test_detect_format_rocprof_csv(tmp_path: Path) -> None:
-    pytest.importorskip("collector.ingest.rocprof")
+    pytest.importorskip("gpulens.collector.ingest.rocprof")
     header = "Kind,Agent_Id,Queue_Id,Kernel_Id,Kernel_Name,Correlation_Id,Start_Timestamp,End_Timestamp\n"
     assert detect_format(write(tmp_path / "kernel_trace.csv", header)) == "rocprof"
 
 
 def test_detect_format_nccl_log(tmp_path: Path) -> None:
-    pytest.importorskip("collector.ingest.nccl_log")
+    pytest.importorskip("gpulens.collector.ingest.nccl_log")
     line = "node01:2201:2201 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
     assert detect_format(write(tmp_path / "slurm-42.out", line)) == "nccl_log"
 
@@ -86,7 +86,7 @@ def test_detect_format_imports_only_the_formats_it_tries(tmp_path: Path) -> None
     # A fresh interpreter, so modules other tests imported do not count.
     path = write(tmp_path / "trace.json", kineto_json())
     code = ("import sys; from collector.ingest.formats import detect_format; "
-            f"print(detect_format({str(path)!r}), sorted(m for m in sys.modules if m.startswith('collector.ingest.')"
+            f"print(detect_format({str(path)!r}), sorted(m for m in sys.modules if m.startswith('gpulens.collector.ingest.')"
             " and m.rsplit('.', 1)[1] in ('nsys', 'rocprof', 'nccl_log')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["kineto", "[]"]
@@ -400,7 +400,7 @@ def test_ingest_of_distinct_ranks_reports_no_shared_rank(tmp_path: Path) -> None
 
 
 def test_ingest_command_warns_of_a_shared_rank_and_succeeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     # Traces without distributedInfo all default to rank 0.
     files = [write(tmp_path / name, kineto_json(rank=None)) for name in ("train.json", "eval.json")]
@@ -423,7 +423,7 @@ def test_rank_ranges_groups_consecutive_ranks(ranks: list[int], text: str) -> No
 
 
 def test_ingest_command_ends_with_a_summary_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     for rank in range(3):
         write(tmp_path / "job" / f"rank{rank}.json", kineto_json(rank=rank, kernels=2))
@@ -437,7 +437,7 @@ def test_ingest_command_ends_with_a_summary_line(tmp_path: Path, capsys: pytest.
 
 
 def _ingest_two_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     for rank in range(2):
         write(tmp_path / "job" / f"rank{rank}.json", kineto_json(rank=rank, kernels=2))
@@ -447,7 +447,7 @@ def _ingest_two_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> lis
 
 def test_ingest_says_when_a_large_kineto_ingest_lacked_the_compiled_scanner(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.ingest import kineto_native
+    from gpulens.collector.ingest import kineto_native
 
     monkeypatch.setattr(kineto_native, "_SCANNER", None)
     monkeypatch.setattr(kineto_native, "_NOT_BUILT", True)  # no compiler at install
@@ -457,7 +457,7 @@ def test_ingest_says_when_a_large_kineto_ingest_lacked_the_compiled_scanner(
 
 def test_ingest_says_nothing_of_a_scanner_turned_off_on_purpose(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.ingest import kineto_native
+    from gpulens.collector.ingest import kineto_native
 
     monkeypatch.setattr(kineto_native, "_SCANNER", None)  # GPULENS_PURE_PYTHON=1
     monkeypatch.setattr(kineto_native, "_NOT_BUILT", False)
@@ -467,7 +467,7 @@ def test_ingest_says_nothing_of_a_scanner_turned_off_on_purpose(
 
 def test_ingest_says_nothing_of_the_scanner_below_a_million_events(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.ingest import kineto_native
+    from gpulens.collector.ingest import kineto_native
 
     monkeypatch.setattr(kineto_native, "_SCANNER", None)
     monkeypatch.setattr(kineto_native, "_NOT_BUILT", True)
@@ -475,7 +475,7 @@ def test_ingest_says_nothing_of_the_scanner_below_a_million_events(
 
 
 def test_ingest_command_quiet_prints_only_problems_and_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     for rank in range(2):
         write(tmp_path / "job" / f"rank{rank}.json", kineto_json(rank=rank, kernels=2))
@@ -491,7 +491,7 @@ def test_ingest_command_quiet_prints_only_problems_and_the_summary(tmp_path: Pat
 
 
 def test_ingest_command_of_one_bad_file_prints_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     bad = write(tmp_path / "rank0.json", '{"traceEvents": [{"ph": "X"')
     code = cli.main(["ingest", str(bad), "--out", str(tmp_path / "out")])
@@ -569,7 +569,7 @@ def test_common_stem_strips_rank_suffix() -> None:
 
 def set_parallel_min(monkeypatch: pytest.MonkeyPatch, content_bytes: int) -> None:
     """Set PARALLEL_MIN_CONTENT_BYTES, which the split plan and the pool both read."""
-    from collector.ingest import plan
+    from gpulens.collector.ingest import plan
 
     monkeypatch.setattr(plan, "PARALLEL_MIN_CONTENT_BYTES", content_bytes)
 
@@ -654,7 +654,7 @@ def test_ingest_parallel_reports_every_file_once_with_this_process_working_besid
 def test_ingest_parallel_this_process_parses_the_largest_file_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from collector.ingest import batch
+    from gpulens.collector.ingest import batch
 
     parent, real_ingest_file, mine = os.getpid(), batch.ingest_file, []
 
@@ -676,7 +676,7 @@ def test_ingest_parallel_workers_exit_once_no_file_is_left(tmp_path: Path, monke
     import os
     import time
 
-    from collector.ingest import batch
+    from gpulens.collector.ingest import batch
 
     parent, real_ingest_file, workers_alive = os.getpid(), batch.ingest_file, []
 
@@ -701,7 +701,7 @@ def test_ingest_parallel_workers_exit_once_no_file_is_left(tmp_path: Path, monke
 def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from collector.ingest import batch
+    from gpulens.collector.ingest import batch
 
     parent, real_ingest_file = os.getpid(), batch.ingest_file
 
@@ -728,7 +728,7 @@ def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, mo
 def small_parts(monkeypatch: pytest.MonkeyPatch) -> list:
     """Split files of these tests' size, into parts of several batches;
     the plans `ingest_paths` made."""
-    from collector.ingest import batch, kineto_stream, plan
+    from gpulens.collector.ingest import batch, kineto_stream, plan
 
     set_parallel_min(monkeypatch, 0)
     monkeypatch.setattr(plan, "SPLIT_MIN_PART_BYTES", 64 << 10)
@@ -763,7 +763,7 @@ def test_ingest_reads_a_big_kineto_file_in_parts_with_the_rows_of_one_process(tm
 
 def test_ingest_reads_a_split_file_whole_where_a_part_cannot_be_read_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
-    from collector.ingest import kineto, kineto_stream
+    from gpulens.collector.ingest import kineto, kineto_stream
 
     real_read_part = kineto.read_part
 
@@ -797,8 +797,8 @@ def test_ingest_split_file_without_gpu_events_fails_as_a_whole_one_does(tmp_path
 
 
 def test_progress_counts_files_whatever_their_parts(tmp_path: Path) -> None:
-    from collector.ingest import pool, sources
-    from collector.ingest.results import Assembly, PartOutcome
+    from gpulens.collector.ingest import pool, sources
+    from gpulens.collector.ingest.results import Assembly, PartOutcome
 
     whole = sources.Source(str(tmp_path / "rank1.json"), "r", True)
     parts = [dataclasses.replace(whole, path=str(tmp_path / "rank0.json"), part=sources.FilePart(i, 6, i, i + 1))
@@ -811,8 +811,8 @@ def test_progress_counts_files_whatever_their_parts(tmp_path: Path) -> None:
 
 
 def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, small_parts: list) -> None:
-    from collector.ingest import plan, sources
-    from collector.ingest.buffer import content_bytes
+    from gpulens.collector.ingest import plan, sources
+    from gpulens.collector.ingest.buffer import content_bytes
 
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
     tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=2)
@@ -824,7 +824,7 @@ def test_split_plan_gives_a_big_file_two_parts_a_core_that_meet(tmp_path: Path, 
 
 def test_split_plan_gives_a_gzip_file_one_part_a_core(tmp_path: Path, small_parts: list) -> None:
     # Each part of a gzip file decompresses all the content before its own.
-    from collector.ingest import plan, sources
+    from gpulens.collector.ingest import plan, sources
 
     text = kineto_json(rank=0, kernels=8000)
     plain, packed = write(tmp_path / "rank0.json", text), write(tmp_path / "rank0.json.gz", text, compress=True)
@@ -835,7 +835,7 @@ def test_split_plan_gives_a_gzip_file_one_part_a_core(tmp_path: Path, small_part
 def test_split_plan_cuts_one_big_file_into_at_most_four_parts_on_many_cores(tmp_path: Path, small_parts: list) -> None:
     # Past a few parts this process's own work on the file is what the
     # ingest waits for, and each more part is one more process's memory.
-    from collector.ingest import plan, sources
+    from gpulens.collector.ingest import plan, sources
 
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
     tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=16)
@@ -844,7 +844,7 @@ def test_split_plan_cuts_one_big_file_into_at_most_four_parts_on_many_cores(tmp_
 
 def test_split_plan_gives_no_more_parts_than_the_cores_can_take(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
-    from collector.ingest import plan, sources
+    from gpulens.collector.ingest import plan, sources
 
     monkeypatch.setattr(plan, "_usable_cores", lambda: 2)
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
@@ -853,7 +853,7 @@ def test_split_plan_gives_no_more_parts_than_the_cores_can_take(
 
 
 def test_split_plan_leaves_like_sized_ranks_whole(tmp_path: Path, small_parts: list) -> None:
-    from collector.ingest import plan, sources
+    from gpulens.collector.ingest import plan, sources
 
     files = [(write(tmp_path / f"rank{r}.json", kineto_json(rank=r, kernels=4000)), True) for r in range(8)]
     tasks = plan._split_big_files(sources.sources_of(files, "r"), jobs=2)
@@ -863,7 +863,7 @@ def test_split_plan_leaves_like_sized_ranks_whole(tmp_path: Path, small_parts: l
 def test_split_plan_leaves_a_rank_of_about_a_cores_share_whole(tmp_path: Path, small_parts: list) -> None:
     # Its core reads it while the other reads the other rank: cut, both
     # files would wait on their joining.
-    from collector.ingest import plan, sources
+    from gpulens.collector.ingest import plan, sources
 
     files = [(write(tmp_path / f"rank{r}.json", kineto_json(rank=r, kernels=4000 + 100 * r)), True) for r in range(2)]
     tasks = plan._split_big_files(sources.sources_of(files, "r"), jobs=2)
@@ -871,7 +871,7 @@ def test_split_plan_leaves_a_rank_of_about_a_cores_share_whole(tmp_path: Path, s
 
 
 def test_split_plan_cuts_only_the_rank_bigger_than_its_share(tmp_path: Path, small_parts: list) -> None:
-    from collector.ingest import plan, sources
+    from gpulens.collector.ingest import plan, sources
 
     files = [(write(tmp_path / f"rank{r}.json", kineto_json(rank=r, kernels=8000 if r == 0 else 500)), True)
              for r in range(3)]
@@ -881,7 +881,7 @@ def test_split_plan_cuts_only_the_rank_bigger_than_its_share(tmp_path: Path, sma
 
 
 def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list) -> None:
-    from collector.ingest import plan, sources
+    from gpulens.collector.ingest import plan, sources
 
     line = "node1:100:200 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x1 recvbuff 0x2 count 262144 datatype 9 op 0 root 0 comm 0xabc [nranks=8] stream 0x5\n"
     log = write(tmp_path / "nccl.log", line * 4000)
@@ -890,15 +890,15 @@ def test_split_plan_leaves_other_formats_whole(tmp_path: Path, small_parts: list
 
 def _halves(path: str) -> list:
     """The two parts of a 200-byte file at `path`, as the plan cuts it."""
-    from collector.ingest.sources import FilePart, Source
+    from gpulens.collector.ingest.sources import FilePart, Source
 
     return [Source(path, "r", True, part=FilePart(i, 2, i * 100, (100, None)[i])) for i in range(2)]
 
 
 def test_split_file_read_in_full_is_joined_next_by_whichever_process_is_free() -> None:
-    from collector.ingest import pool
-    from collector.ingest.results import Assembly, PartOutcome
-    from collector.ingest.sources import Source
+    from gpulens.collector.ingest import pool
+    from gpulens.collector.ingest.results import Assembly, PartOutcome
+    from gpulens.collector.ingest.sources import Source
 
     other = Source("rank1.json", "r", True)
     halves = _halves("rank0.json")
@@ -914,8 +914,8 @@ def test_split_file_read_in_full_is_joined_next_by_whichever_process_is_free() -
 
 def test_a_split_file_is_joined_from_the_parts_workers_spilled(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
-    from collector.ingest import batch, pool, sources
-    from collector.ingest.results import Assembly
+    from gpulens.collector.ingest import batch, pool, sources
+    from gpulens.collector.ingest.results import Assembly
 
     trace = write(tmp_path / "in" / "rank0.json", kineto_json(rank=0, kernels=4000))
     ingest_paths([trace], tmp_path / "one", run="r", jobs=1)
@@ -934,9 +934,9 @@ def test_a_split_file_is_joined_from_the_parts_workers_spilled(
 
 def test_pool_queue_keeps_the_joining_of_a_file_read_partly_here_from_workers() -> None:
     # Joined in this process, the part it read needs no moving.
-    from collector.ingest import pool
-    from collector.ingest.results import Assembly, PartOutcome
-    from collector.ingest.sources import Source
+    from gpulens.collector.ingest import pool
+    from gpulens.collector.ingest.results import Assembly, PartOutcome
+    from gpulens.collector.ingest.sources import Source
 
     halves = _halves("rank0.json")
     other = Source("rank1.json", "r", True)
@@ -949,8 +949,8 @@ def test_pool_queue_keeps_the_joining_of_a_file_read_partly_here_from_workers() 
 def test_a_worker_that_dies_joining_a_split_file_fails_that_file() -> None:
     # A part's loss is not yet its file's (it is read whole instead); the
     # joining's is, as a whole file's would be.
-    from collector.ingest import pool
-    from collector.ingest.results import Assembly, FileFailure, PartOutcome
+    from gpulens.collector.ingest import pool
+    from gpulens.collector.ingest.results import Assembly, FileFailure, PartOutcome
 
     halves = _halves("rank0.json")
     joining = Assembly([PartOutcome(half, None, 0.0, spilled=f"part-{i}") for i, half in enumerate(halves)])
@@ -962,8 +962,8 @@ def test_a_worker_that_dies_joining_a_split_file_fails_that_file() -> None:
 def test_pool_queue_hands_a_process_waiting_to_join_a_split_file_only_parts() -> None:
     # A whole file taken while the split file's last part is read elsewhere
     # would keep its joining waiting.
-    from collector.ingest import pool
-    from collector.ingest.sources import Source
+    from gpulens.collector.ingest import pool
+    from gpulens.collector.ingest.sources import Source
 
     big, small = Source("rank1.json", "r", True), Source("rank2.json", "r", True)
     halves = _halves("rank0.json")
@@ -976,9 +976,9 @@ def test_pool_queue_hands_a_process_waiting_to_join_a_split_file_only_parts() ->
 def test_pool_queue_hands_a_process_waiting_to_join_one_file_the_joining_of_another() -> None:
     # Holding parts of two split files, this process joins the one read in
     # full at once, not after the other's last part (and no worker may).
-    from collector.ingest import pool
-    from collector.ingest.results import Assembly, PartOutcome
-    from collector.ingest.sources import Source
+    from gpulens.collector.ingest import pool
+    from gpulens.collector.ingest.results import Assembly, PartOutcome
+    from gpulens.collector.ingest.sources import Source
 
     halves = _halves("rank0.json")
     whole = Source("rank2.json", "r", True)
@@ -1027,7 +1027,7 @@ def test_gpulens_ingest_loads_neither_pandas_nor_the_report(tmp_path: Path) -> N
     trace = write(tmp_path / "t.json", kineto_json())
     program = ("import sys; from dashboard.cli import main; code = main(sys.argv[1:]); "
                "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'polars', 'streamlit', 'plotly'}), "
-               "'dashboard.report' in sys.modules, code)")
+               "'gpulens.dashboard.report' in sys.modules, code)")
     result = subprocess.run([sys.executable, "-c", program, "ingest", str(trace), "--out", str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert result.stdout.strip() == "[] False 0"
@@ -1059,7 +1059,7 @@ def test_gpulens_ingest_ends_at_once_with_its_exit_status_and_every_line(tmp_pat
 
     good, bad = write(tmp_path / "good.json", kineto_json()), write(tmp_path / "bad.json", "{")
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "ingest", str(good), str(bad), "--out", str(out)],
+    result = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "ingest", str(good), str(bad), "--out", str(out)],
                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
     lines = result.stderr.splitlines()
     assert (result.returncode, lines[0].split(":")[0], lines[-1]) == (
@@ -1075,7 +1075,7 @@ def test_gpulens_ingest_under_a_profiler_ends_as_python_does(tmp_path: Path) -> 
     import sys
 
     trace, stats = write(tmp_path / "t.json", kineto_json()), tmp_path / "ingest.prof"
-    result = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "dashboard.cli", "ingest",
+    result = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "gpulens.dashboard.cli", "ingest",
                              str(trace), "--out", str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert (result.returncode, stats.is_file()) == (0, True)
@@ -1101,7 +1101,7 @@ def test_host_option_leaves_the_host_a_trace_names(tmp_path: Path) -> None:
 
 
 def test_ingest_command_takes_a_host(tmp_path: Path) -> None:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     trace = write(tmp_path / "train.json", kineto_json())
     assert cli.main(["ingest", str(trace), "--out", str(tmp_path / "out"), "--host", "gpu-017"]) == 0

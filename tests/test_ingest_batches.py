@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.ingest import batch, ingest_paths, merge, plan, store
-from collector.ingest.merge import BATCH_SOURCES, MERGED_DIR, MERGED_PREFIX
-from collector.ingest.results import FileResult
-from collector.ingest.sources import Source, _expand
+from gpulens.collector.ingest import batch, ingest_paths, merge, plan, store
+from gpulens.collector.ingest.merge import BATCH_SOURCES, MERGED_DIR, MERGED_PREFIX
+from gpulens.collector.ingest.results import FileResult
+from gpulens.collector.ingest.sources import Source, _expand
 from tests.test_ingest import kineto_json, rows_in, write
 from tests.test_merge import job, kernels_per_rank, run_path, table_files, table_rows
 
@@ -248,7 +248,7 @@ def test_a_batch_cut_short_while_replacing_an_earlier_one_is_undone_and_the_earl
 
 
 def test_a_group_of_several_formats_holds_the_rows_each_gives_written_alone(tmp_path, monkeypatch):
-    from collector.schema import TRACE_SCHEMAS
+    from gpulens.collector.schema import TRACE_SCHEMAS
     from tests import test_ingest_nccl_log as nccl
     from tests import test_ingest_nsys as nsys
     from tests import test_ingest_rocprof as rocprof

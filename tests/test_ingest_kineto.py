@@ -19,11 +19,11 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from collector.errors import TraceError
-from collector.ingest import kineto, kineto_native, kineto_stream
-from collector.ingest.arrays import add_or_null, int_array, us_to_ns
-from collector.ingest.base import ParsedTrace
-from collector.ingest.kineto_collectives import parse_group_ranks, parse_split_sizes
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest import kineto, kineto_native, kineto_stream
+from gpulens.collector.ingest.arrays import add_or_null, int_array, us_to_ns
+from gpulens.collector.ingest.base import ParsedTrace
+from gpulens.collector.ingest.kineto_collectives import parse_group_ranks, parse_split_sizes
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
 
@@ -726,8 +726,8 @@ def test_collective_bytes_of_every_pytorch_dtype(tmp_path: Path, dtype: str, ele
 def test_collective_args_alike_but_for_their_type_are_read_apart() -> None:
     # Each distinct set of args is normalised once: 1 and true (equal keys
     # to Python) must not share a memo; true is no group size.
-    from collector.ingest.kineto_collectives import fields_from_args
-    from collector.ingest.kineto_schema import KinetoArgs
+    from gpulens.collector.ingest.kineto_collectives import fields_from_args
+    from gpulens.collector.ingest.kineto_schema import KinetoArgs
 
     read = [fields_from_args(KinetoArgs(collective_name="allreduce", group_size=size, seq=seq))
             for seq, size in enumerate([1, True, 1.0, 1, 1.5])]
@@ -735,8 +735,8 @@ def test_collective_args_alike_but_for_their_type_are_read_apart() -> None:
 
 
 def test_collective_ranks_written_as_a_list_are_read() -> None:
-    from collector.ingest.kineto_collectives import fields_from_args
-    from collector.ingest.kineto_schema import KinetoArgs
+    from gpulens.collector.ingest.kineto_collectives import fields_from_args
+    from gpulens.collector.ingest.kineto_schema import KinetoArgs
 
     fields = fields_from_args(KinetoArgs(collective_name="allreduce", process_group_ranks=[0, 2, 4, 6], seq=3))
     assert (fields["group_ranks"], fields["group_size"], fields["seq"]) == ([0, 2, 4, 6], 4, 3)
@@ -1031,7 +1031,7 @@ def test_kineto_part_past_the_last_event_is_empty(tmp_path: Path) -> None:
 def test_kineto_kernel_categories_and_dims_outlast_a_memo_that_fills(tmp_path: Path, monkeypatch) -> None:
     # The memos live as long as the process (the ranks of a job share their
     # kernels); one that grows past its bound starts again, empty.
-    from collector.ingest import kineto_columns
+    from gpulens.collector.ingest import kineto_columns
 
     monkeypatch.setattr(kineto_columns, "_MEMO_ENTRIES", 2)
     monkeypatch.setattr(kineto_columns, "_CATEGORIES", {})

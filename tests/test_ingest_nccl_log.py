@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import TraceError
-from collector.ingest import nccl_log
-from collector.ingest.formats import HEAD_BYTES, detect_format
-from collector.schema import TRACE_SCHEMAS
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest import nccl_log
+from gpulens.collector.ingest.formats import HEAD_BYTES, detect_format
+from gpulens.collector.schema import TRACE_SCHEMAS
 
 # Two ranks on two nodes, one communicator, NCCL 2.21 over InfiniBand, as
 # NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,COLL prints it (lines of the two
@@ -336,7 +336,7 @@ def test_damaged_coll_lines_are_a_warning_for_the_user(tmp_path: Path) -> None:
 
 
 def test_ingest_command_prints_a_files_warnings_after_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     path = _write(tmp_path, TWO_NODES_LOG)
     assert cli.main(["ingest", str(path), "--out", str(tmp_path / "out")]) == 0

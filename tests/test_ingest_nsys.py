@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.derive import derive_trace_tables
-from collector.errors import TraceError
-from collector.ingest import nsys
-from collector.schema import TRACE_SCHEMAS
+from gpulens.collector.derive import derive_trace_tables
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest import nsys
+from gpulens.collector.schema import TRACE_SCHEMAS
 from conftest import update_sqlite
 
 EPOCH_NS = 1_700_000_000_000_000_000

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from collector.derive import derive_trace_tables
-from collector.errors import TraceError
-from collector.ingest import rocpd
-from collector.ingest.batch import ingest_paths
-from collector.ingest.formats import detect_format
-from collector.schema import TRACE_SCHEMAS
+from gpulens.collector.derive import derive_trace_tables
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest import rocpd
+from gpulens.collector.ingest.batch import ingest_paths
+from gpulens.collector.ingest.formats import detect_format
+from gpulens.collector.schema import TRACE_SCHEMAS
 from conftest import update_sqlite
 
 UUID = "_00015a3c9f2e4b7d"
@@ -380,7 +380,7 @@ JSONB_BLOBS = [
 
 @pytest.mark.parametrize(("text", "blob"), JSONB_BLOBS, ids=["short", "escapes", "long and every type", "empty"])
 def test_sqlite_jsonb_blobs_decode_to_their_json(text: str, blob: str) -> None:
-    from collector.ingest.sqlite_db import jsonb_loads
+    from gpulens.collector.ingest.sqlite_db import jsonb_loads
 
     assert jsonb_loads(bytes.fromhex(blob)) == json.loads(text)
 
@@ -388,7 +388,7 @@ def test_sqlite_jsonb_blobs_decode_to_their_json(text: str, blob: str) -> None:
 @pytest.mark.parametrize("blob", ["cc18776d657373616765c70e5072", "2c1761", "0d", "0c00"],
                          ids=["truncated", "key without value", "reserved type", "bytes after"])
 def test_malformed_jsonb_is_refused(blob: str) -> None:
-    from collector.ingest.sqlite_db import NotJsonb, jsonb_loads
+    from gpulens.collector.ingest.sqlite_db import NotJsonb, jsonb_loads
 
     with pytest.raises(NotJsonb):
         jsonb_loads(bytes.fromhex(blob))

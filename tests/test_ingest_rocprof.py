@@ -9,12 +9,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.derive import derive_trace_tables
-from collector.errors import TraceError
-from collector.ingest import rocprof
-from collector.ingest.formats import detect_format
-from collector.ingest.store import source_id, table_path, write_source
-from collector.schema import TRACE_SCHEMAS
+from gpulens.collector.derive import derive_trace_tables
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest import rocprof
+from gpulens.collector.ingest.formats import detect_format
+from gpulens.collector.ingest.store import source_id, table_path, write_source
+from gpulens.collector.schema import TRACE_SCHEMAS
 
 # rocprofv3 (ROCm 6.4) --kernel-trace on an MI300X node: relative agent ids
 # ("Agent 1" is logical node 1; node 0 is the CPU). Names with commas are quoted.

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import Terminated, terminated_on_sigterm
-from collector.ingest import ingest_paths, store
-from collector.ingest.store import STAGING_DIR
-from collector.sim_trace import write_training_traces
+from gpulens.collector.errors import Terminated, terminated_on_sigterm
+from gpulens.collector.ingest import ingest_paths, store
+from gpulens.collector.ingest.store import STAGING_DIR
+from gpulens.collector.sim_trace import write_training_traces
 from conftest import SignalledInDel, signal_self
 from tests.test_ingest import kineto_json, rows_in, write
 
@@ -62,7 +62,7 @@ def big_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _ingest_until_its_workers_run(job: Path, out: Path) -> tuple[subprocess.Popen, list[int]]:
-    ingest = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "ingest", str(job), "--out", str(out), "--jobs", "2"],
+    ingest = subprocess.Popen([sys.executable, "-m", "gpulens.dashboard.cli", "ingest", str(job), "--out", str(out), "--jobs", "2"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     deadline = time.monotonic() + 5
     while not (workers := _children(ingest.pid)) and time.monotonic() < deadline:
@@ -120,7 +120,7 @@ def test_ingest_forks_its_workers_from_a_process_with_no_other_thread(tmp_path: 
     log = tmp_path / "threads"
     env = {name: value for name, value in os.environ.items() if name not in ("OPENBLAS_NUM_THREADS", "JE_ARROW_MALLOC_CONF")}
     env.update(PYTHONPATH=os.pathsep.join([str(hook), str(REPO_ROOT)]), THREADS_AT_FORK=str(log))
-    done = subprocess.run([sys.executable, "-m", "dashboard.cli", "ingest", str(job), "--out", str(tmp_path / "out"), "--jobs", "2"],
+    done = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "ingest", str(job), "--out", str(tmp_path / "out"), "--jobs", "2"],
                           capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert log.read_text().split() == ["1"]
@@ -168,7 +168,7 @@ def test_ingest_removes_what_an_older_gpulens_staged_once_it_is_a_day_old(tmp_pa
 
 
 def test_a_write_stopped_while_staging_leaves_no_staging_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.ingest import kineto
+    from gpulens.collector.ingest import kineto
 
     parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
 
@@ -184,7 +184,7 @@ def test_a_write_stopped_while_staging_leaves_no_staging_folder(tmp_path: Path, 
 def _written_once(tmp_path: Path):
     """A source written once into a dataset: (the dataset, the source's
     parsed trace, its files' bytes)."""
-    from collector.ingest import kineto
+    from gpulens.collector.ingest import kineto
 
     out = tmp_path / "out"
     parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
@@ -196,7 +196,7 @@ def test_a_table_that_cannot_be_written_keeps_the_earlier_ingest_and_no_staging(
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     # The tables are written on several threads: one failing must still
     # leave the source's earlier files in place, and nothing staged.
-    from collector.errors import DatasetError
+    from gpulens.collector.errors import DatasetError
 
     out, parsed, before = _written_once(tmp_path)
     write_parquet = store.parquet_io.write_table
@@ -220,7 +220,7 @@ def test_an_interrupt_while_waiting_for_the_writes_lets_those_running_finish_and
     # the writer threads; the staging folder is removed right after, so a
     # write still running would put its file back into it. Writes not begun
     # are dropped, and must not be waited for (they never run).
-    from collector.ingest import kineto
+    from gpulens.collector.ingest import kineto
 
     parsed = kineto.parse(write(tmp_path / "rank0.json", kineto_json()), "r")
     tables = dict(parsed.tables)  # kernels, cpu_ops, runs: two threads take two, one waits

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import TraceError
-from collector.ingest import kineto, kineto_native, kineto_stream
-from collector.ingest.base import ParsedTrace
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest import kineto, kineto_native, kineto_stream
+from gpulens.collector.ingest.base import ParsedTrace
 
 SHARED_KINETO = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto"
 
@@ -238,7 +238,7 @@ def test_every_shared_trace_reads_the_same_by_both_paths(name: str, monkeypatch:
 
 @built
 def test_a_simulated_training_run_reads_the_same_by_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector.sim_trace import write_training_traces
+    from gpulens.collector.sim_trace import write_training_traces
 
     paths = write_training_traces(tmp_path, ranks=2, steps=3, kernels_per_step=80, seed=5)
     monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 16 << 10)
@@ -362,11 +362,11 @@ def test_scan_reads_or_refuses_mangled_text_and_never_fails() -> None:
 def test_a_scanner_that_cannot_be_imported_is_noted_as_not_built(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    import collector.ingest
+    import gpulens.collector.ingest
 
     # As where no compiler built it: the import fails.
-    monkeypatch.setitem(sys.modules, "collector.ingest._kineto_scan", None)
-    monkeypatch.delattr(collector.ingest, "_kineto_scan", raising=False)
+    monkeypatch.setitem(sys.modules, "gpulens.collector.ingest._kineto_scan", None)
+    monkeypatch.delattr(gpulens.collector.ingest, "_kineto_scan", raising=False)
     monkeypatch.setattr(kineto_native, "_NOT_BUILT", False)
     assert kineto_native._load() is None
     assert kineto_native._NOT_BUILT

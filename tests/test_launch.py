@@ -1,4 +1,4 @@
-"""analysis.launch: launch delay, queuing time (TKLQT), short kernels, verdicts.
+"""gpulens.analysis.launch: launch delay, queuing time (TKLQT), short kernels, verdicts.
 
 Small hand-made runs pin exact values; the real V100 and A100 traces,
 ingested once, are compared kernel by kernel with Holistic Trace Analysis
@@ -16,9 +16,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analysis import launch
-from analysis.dataset import open_dataset
-from analysis.registry import all_params
+from gpulens.analysis import launch
+from gpulens.analysis.dataset import open_dataset
+from gpulens.analysis.registry import all_params
 from conftest import write_graph_replay_trace, write_trace_table
 
 T0 = 1_700_000_000_000_000_123  # epoch ns with odd last digits: any rounding to µs would show
@@ -329,14 +329,14 @@ def test_step_launch_summary_median_delay_leaves_out_a_graph_replays_kernels(han
 def test_kernel_launches_and_ingest_know_graph_launches_by_the_same_names() -> None:
     import re
 
-    from collector.derive import GRAPH_LAUNCH_PREFIXES
+    from gpulens.collector.derive import GRAPH_LAUNCH_PREFIXES
 
     sql = (Path(launch.__file__).parent / "sql" / "kernel_launches.sql").read_text()
     assert tuple(re.findall(r"launch_call_name like '(\w+)%'", sql)) == GRAPH_LAUNCH_PREFIXES
 
 
 def test_a_kineto_graph_replay_is_ingested_as_one_launch_of_many_kernels(tmp_path: Path) -> None:
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     ingest_paths([write_graph_replay_trace(tmp_path / "graph.json", kernels=40)], tmp_path / "data", run="graph")
     con = open_dataset(tmp_path / "data")
@@ -360,7 +360,7 @@ def test_graph_launches_of_a_rank_without_graphs_count_no_replays(hand) -> None:
 
 
 def test_gpu_idle_of_a_rank_that_replays_graphs_does_not_advise_capturing_one(hand) -> None:
-    from analysis.time_breakdown import gpu_idle_findings
+    from gpulens.analysis.time_breakdown import gpu_idle_findings
 
     finding = next(f for f in gpu_idle_findings(hand) if f.subject["run"] == "graph")
     assert finding.evidence["main_cause"] == "host_wait"
@@ -387,7 +387,7 @@ def test_a_launch_call_without_a_name_is_not_taken_for_a_graph_replay(tmp_path: 
 
 
 def test_launch_histogram_counts_only_the_kernels_launched_one_by_one(hand) -> None:
-    from analysis.timeline import launch_histogram
+    from gpulens.analysis.timeline import launch_histogram
 
     frame = _of(launch_histogram(hand), "graph")
     assert frame.group_by("metric").agg(pl.col("kernels").sum()).sort("metric").rows() == [
@@ -498,7 +498,7 @@ HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync"
 @pytest.fixture(scope="module")
 def real(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory):
     """The V100 and A100 traces, ingested once as runs "v100" and "a100", opened."""
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     root = tmp_path_factory.mktemp("launch_real")
     for run, name in HTA_TRACES.items():
@@ -597,8 +597,8 @@ def test_step_launch_summary_real_traces_are_cpu_bound(real) -> None:
 
 def test_findings_on_the_mi250_trace_advise_hip_graphs(shared_traces: Path, tmp_path: Path) -> None:
     # ROCm's kernels are launched by hipLaunchKernel: the advice names HIP graphs, not CUDA's.
-    from collector.ingest import ingest_paths
-    from analysis.time_breakdown import gpu_idle_findings
+    from gpulens.collector.ingest import ingest_paths
+    from gpulens.analysis.time_breakdown import gpu_idle_findings
 
     assert not ingest_paths([shared_traces / "kineto" / "mi250_rocm6.2_minitoy.json.gz"], out=tmp_path, run="mi250").failures
     con = open_dataset(tmp_path)

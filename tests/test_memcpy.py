@@ -12,8 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import time_breakdown
-from analysis.dataset import open_dataset
+from gpulens.analysis import time_breakdown
+from gpulens.analysis.dataset import open_dataset
 from conftest import write_trace_table
 
 T0 = 1_700_000_000_000_000_000

@@ -1,4 +1,4 @@
-"""collector.ingest.merge: a run's per-source trace files merged into one
+"""gpulens.collector.ingest.merge: a run's per-source trace files merged into one
 file per table (`gpulens compact`), and undone when a source is ingested again."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import DatasetError
-from collector.ingest import ingest_paths
-from collector.ingest.merge import MERGED_DIR, MERGED_PREFIX, merge_run
+from gpulens.collector.errors import DatasetError
+from gpulens.collector.ingest import ingest_paths
+from gpulens.collector.ingest.merge import MERGED_DIR, MERGED_PREFIX, merge_run
 from tests.test_ingest import kineto_json, rows_in, write
 
 RANKS = 16  # MERGE_MIN_SOURCES
@@ -22,7 +22,7 @@ def one_file_per_source(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ingest writes each source on its own here, as the trace watcher and
     commands of a few files do: the runs `gpulens compact` merges. (A
     command of many small files writes them in batches: test_ingest_batches.)"""
-    from collector.ingest import plan
+    from gpulens.collector.ingest import plan
 
     monkeypatch.setattr(plan, "GROUP_MIN_SOURCES", 1 << 30)
 
@@ -148,7 +148,7 @@ def test_a_merge_that_cannot_read_a_file_names_the_folder_and_leaves_the_run_as_
 
 def test_gpulens_compact_merges_each_trace_run_and_says_so(tmp_path):
     _, out = ingested(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "compact", str(out)],
+    result = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "compact", str(out)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert f"run=r: {RANKS * 6} trace files merged into 6" in result.stdout
@@ -156,8 +156,8 @@ def test_gpulens_compact_merges_each_trace_run_and_says_so(tmp_path):
 
 
 def test_ingest_of_a_run_of_many_sources_suggests_gpulens_compact(tmp_path, monkeypatch, capsys):
-    from collector import cli as collector_cli
-    from dashboard import cli
+    from gpulens.collector import cli as collector_cli
+    from gpulens.dashboard import cli
 
     monkeypatch.setattr(collector_cli, "SUGGEST_MERGE_AT_SOURCES", RANKS)
     out = tmp_path / "out"
@@ -168,8 +168,8 @@ def test_ingest_of_a_run_of_many_sources_suggests_gpulens_compact(tmp_path, monk
 
 
 def test_ingest_of_a_run_of_fewer_sources_suggests_nothing(tmp_path, monkeypatch, capsys):
-    from collector import cli as collector_cli
-    from dashboard import cli
+    from gpulens.collector import cli as collector_cli
+    from gpulens.dashboard import cli
 
     monkeypatch.setattr(collector_cli, "SUGGEST_MERGE_AT_SOURCES", RANKS + 1)
     assert cli.main(["ingest", str(job(tmp_path)), "--out", str(tmp_path / "out"), "--quiet", "--jobs", "1"]) == 0
@@ -179,7 +179,7 @@ def test_ingest_of_a_run_of_fewer_sources_suggests_nothing(tmp_path, monkeypatch
 def test_a_merge_stopped_between_two_moves_leaves_the_run_as_it_was(tmp_path, monkeypatch):
     # SIGTERM's Terminated or Ctrl-C between the moves that put a merge in
     # place: the run is put back at once, not left for the next command.
-    from collector.ingest import merge
+    from gpulens.collector.ingest import merge
 
     _, out = ingested(tmp_path)
     before = {path.relative_to(out): path.read_bytes() for path in (out / "traces").rglob("*.parquet")}

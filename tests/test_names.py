@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.names import short_kernel_name, unique_short_names
+from gpulens.analysis.names import short_kernel_name, unique_short_names
 
 # PyTorch's fused Adam step on an H100 (sample_traces/h100-training).
 FUSED_ADAM = (

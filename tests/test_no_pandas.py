@@ -1,4 +1,4 @@
-"""collector.no_pandas: pandas looks not installed to the processes that refuse it."""
+"""gpulens.collector.no_pandas: pandas looks not installed to the processes that refuse it."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ import inspect
 import pynvml
 import pytest
 
-from collector.backend import BackendEvent, GpuLost, ProcessSample, RateFromCounter
-from collector.errors import BackendUnavailable
-from collector.nvml import CLOCK_EVENT_REASONS, NVML_METRICS, NvmlBackend, decode_clock_event_reasons
-from collector.schema import TELEMETRY_METRICS
+from gpulens.collector.backend import BackendEvent, GpuLost, ProcessSample, RateFromCounter
+from gpulens.collector.errors import BackendUnavailable
+from gpulens.collector.nvml import CLOCK_EVENT_REASONS, NVML_METRICS, NvmlBackend, decode_clock_event_reasons
+from gpulens.collector.schema import TELEMETRY_METRICS
 from fakes.fake_pynvml import (
     OLD_DRIVER_MISSING,
     FakeNvml,

@@ -1,4 +1,4 @@
-"""collector.parquet_io: the files pyarrow.parquet would write and read,
+"""gpulens.collector.parquet_io: the files pyarrow.parquet would write and read,
 without importing it (nor, through it, S3, GCS, Azure and OpenSSL)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collector import parquet_io
-from collector.ingest.store import trace_parquet_options
-from collector.schema import TRACE_SCHEMAS
+from gpulens.collector import parquet_io
+from gpulens.collector.ingest.store import trace_parquet_options
+from gpulens.collector.schema import TRACE_SCHEMAS
 
 
 def kernels_table() -> pa.Table:

@@ -1,4 +1,4 @@
-"""analysis.power: headroom, node power, caps, interconnect, step and phase energy."""
+"""gpulens.analysis.power: headroom, node power, caps, interconnect, step and phase energy."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import duckdb
 import polars as pl
 import pytest
 
-from analysis import power, timeline
-from analysis.dataset import open_dataset
-from analysis.registry import SQL_DIR
-from collector import hardware
-from collector.sim import SimBackend
-from collector.throttle import POWER_REASONS, THERMAL_REASONS
-from collector.writer import DatasetWriter
+from gpulens.analysis import power, timeline
+from gpulens.analysis.dataset import open_dataset
+from gpulens.analysis.registry import SQL_DIR
+from gpulens.collector import hardware
+from gpulens.collector.sim import SimBackend
+from gpulens.collector.throttle import POWER_REASONS, THERMAL_REASONS
+from gpulens.collector.writer import DatasetWriter
 from conftest import write_telemetry, write_trace_table
 
 T0_S = 1_700_000_000  # a multiple of 50 s: timeline buckets start at T0

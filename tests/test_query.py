@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from analysis.dataset import TABLES, open_dataset
-from collector.schema import TRACE_SCHEMAS, TELEMETRY_SCHEMA
-from collector.writer import DatasetWriter
+from gpulens.analysis.dataset import TABLES, open_dataset
+from gpulens.collector.schema import TRACE_SCHEMAS, TELEMETRY_SCHEMA
+from gpulens.collector.writer import DatasetWriter
 from conftest import write_trace_table
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gpulens(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dashboard.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture()
@@ -88,7 +88,7 @@ def test_query_json_writes_a_time_difference_as_duckdb_does(dataset):
 def test_interval_text_matches_duckdbs_own(interval):
     import duckdb
 
-    from analysis.cli import interval_text
+    from gpulens.analysis.cli import interval_text
 
     value, text = duckdb.sql(f"select {interval} as v, v::varchar").arrow().read_all().to_pylist()[0].values()
     assert interval_text(value) == text
@@ -130,7 +130,7 @@ def test_an_empty_folder_is_an_empty_dataset(tmp_path):
 
 
 def _query(capsys, dataset: Path, sql: str, output_format: str = "table") -> tuple[int, str, str]:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     code = cli.main(["query", str(dataset), sql, "--format", output_format])
     captured = capsys.readouterr()
@@ -200,7 +200,7 @@ def test_query_json_keeps_booleans_lists_and_structs_json(tmp_path, capsys):
 
 
 def _query_args(capsys, dataset: Path, *args: str) -> tuple[int, str, str]:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     code = cli.main(["query", str(dataset), *args])
     captured = capsys.readouterr()
@@ -258,7 +258,7 @@ class _Terminal(io.StringIO):
 
 
 def test_query_table_fits_a_terminal_by_default(tmp_path, monkeypatch):
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stdout", terminal)
@@ -281,9 +281,9 @@ def test_query_table_gives_a_value_of_several_lines_as_many_lines(tmp_path, caps
 
 
 def test_query_writes_rows_across_batches_as_one_result(tmp_path, capsys, monkeypatch):
-    import analysis.dataset
+    import gpulens.analysis.dataset
 
-    monkeypatch.setattr(analysis.dataset, "STREAM_BATCH_ROWS", 2)
+    monkeypatch.setattr(gpulens.analysis.dataset, "STREAM_BATCH_ROWS", 2)
     sql = "select range as step, range % 2 = 0 as even from range(5)"
     assert _query(capsys, tmp_path, sql, "json")[1] == (
         '[{"step":0,"even":true},{"step":1,"even":false},{"step":2,"even":true},'
@@ -295,7 +295,7 @@ def test_query_writes_rows_across_batches_as_one_result(tmp_path, capsys, monkey
 
 
 def test_stream_sql_gives_batches_of_the_size_asked(tmp_path):
-    from analysis.dataset import stream_sql
+    from gpulens.analysis.dataset import stream_sql
 
     reader = stream_sql(open_dataset(tmp_path, with_analyses=False), "select range as i from range(10)", rows_per_batch=4)
     assert [batch.column(0).to_pylist() for batch in reader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
@@ -319,18 +319,18 @@ class _Pauses:
 def _telemetry_file_away(dataset: Path, monkeypatch, back_at_first_pause: bool) -> _Pauses:
     """Move the dataset's one telemetry file out of its table, as a merge
     removes the files it merged; put it back at the first pause if asked."""
-    import analysis.dataset
+    import gpulens.analysis.dataset
 
     (path,) = dataset.glob("telemetry/**/*.parquet")
     away = dataset / "away.parquet"
     path.rename(away)
     pauses = _Pauses(then=(lambda: away.rename(path)) if back_at_first_pause else None)
-    monkeypatch.setattr(analysis.dataset, "time", pauses)
+    monkeypatch.setattr(gpulens.analysis.dataset, "time", pauses)
     return pauses
 
 
 def test_run_sql_runs_again_when_a_file_vanishes_while_it_runs(dataset, monkeypatch):
-    from analysis.dataset import run_sql
+    from gpulens.analysis.dataset import run_sql
 
     con = open_dataset(dataset, with_analyses=False)
     pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=True)
@@ -339,7 +339,7 @@ def test_run_sql_runs_again_when_a_file_vanishes_while_it_runs(dataset, monkeypa
 
 
 def test_stream_sql_runs_again_when_a_file_vanishes_before_its_first_rows(dataset, monkeypatch):
-    from analysis.dataset import stream_sql
+    from gpulens.analysis.dataset import stream_sql
 
     con = open_dataset(dataset, with_analyses=False)
     pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=True)
@@ -348,7 +348,7 @@ def test_stream_sql_runs_again_when_a_file_vanishes_before_its_first_rows(datase
 
 
 def test_run_analysis_runs_again_when_a_file_vanishes_while_it_runs(dataset, monkeypatch):
-    from analysis.registry import run_analysis
+    from gpulens.analysis.registry import run_analysis
 
     con = open_dataset(dataset, analyses_on_demand=True)  # the view too is made while the file is away
     pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=True)
@@ -357,7 +357,7 @@ def test_run_analysis_runs_again_when_a_file_vanishes_while_it_runs(dataset, mon
 
 
 def test_dataset_summary_counts_again_when_a_file_vanishes_while_it_counts(dataset, monkeypatch):
-    from analysis.dataset import dataset_summary
+    from gpulens.analysis.dataset import dataset_summary
 
     con = open_dataset(dataset, with_analyses=False)
     pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=True)
@@ -365,8 +365,8 @@ def test_dataset_summary_counts_again_when_a_file_vanishes_while_it_counts(datas
 
 
 def test_run_analysis_names_a_file_that_stays_missing_not_its_sql(dataset, monkeypatch):
-    from analysis.registry import run_analysis
-    from collector.errors import QueryError
+    from gpulens.analysis.registry import run_analysis
+    from gpulens.collector.errors import QueryError
 
     con = open_dataset(dataset, analyses_on_demand=True)
     pauses = _telemetry_file_away(dataset, monkeypatch, back_at_first_pause=False)
@@ -377,9 +377,9 @@ def test_run_analysis_names_a_file_that_stays_missing_not_its_sql(dataset, monke
 
 
 def test_query_names_a_file_that_stays_missing_on_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
-    import analysis.dataset
+    import gpulens.analysis.dataset
 
-    monkeypatch.setattr(analysis.dataset, "time", _Pauses())
+    monkeypatch.setattr(gpulens.analysis.dataset, "time", _Pauses())
     missing = tmp_path / "telemetry" / "part-1.parquet"
     code, out, err = _query(capsys, tmp_path, f"select * from read_parquet('{missing}')", "csv")
     assert (code, out, err) == (2, "", f"gpulens: error: {missing}: no file matches (tried 3 times)\n")
@@ -405,7 +405,7 @@ class _MergedAwayOnce:
 
 
 def test_query_runs_again_when_a_merge_removes_a_file_it_listed(dataset, capsys, monkeypatch):
-    import analysis.dataset
+    import gpulens.analysis.dataset
 
     opened: list[_MergedAwayOnce] = []
 
@@ -413,16 +413,16 @@ def test_query_runs_again_when_a_merge_removes_a_file_it_listed(dataset, capsys,
         opened.append(_MergedAwayOnce(open_dataset(path, **options), path / "telemetry" / "part-1.parquet"))
         return opened[0]
 
-    monkeypatch.setattr(analysis.dataset, "open_dataset", open_merging)
-    monkeypatch.setattr(analysis.dataset, "time", pauses := _Pauses())
+    monkeypatch.setattr(gpulens.analysis.dataset, "open_dataset", open_merging)
+    monkeypatch.setattr(gpulens.analysis.dataset, "time", pauses := _Pauses())
     code, out, err = _query(capsys, dataset, "select gpu_index, count(*) as samples from telemetry group by 1 order by 1", "csv")
     assert (code, out, err, opened[0].failures, pauses.seconds) == (0, "gpu_index,samples\n0,3\n1,3\n", "", 1, [0.1])
 
 
 def test_query_does_not_run_a_failing_statement_again(tmp_path, capsys, monkeypatch):
-    import analysis.dataset
+    import gpulens.analysis.dataset
 
-    monkeypatch.setattr(analysis.dataset, "time", pauses := _Pauses())
+    monkeypatch.setattr(gpulens.analysis.dataset, "time", pauses := _Pauses())
     code, _, err = _query(capsys, tmp_path, "select nosuchcolumn from telemetry")
     assert (code, err.startswith("gpulens: error: SQL error: Binder Error"), pauses.seconds) == (2, True, [])
 
@@ -430,7 +430,7 @@ def test_query_does_not_run_a_failing_statement_again(tmp_path, capsys, monkeypa
 def test_query_into_a_reader_that_stops_early_exits_0_quietly() -> None:
     # `gpulens query ... | head -1`: the reader closes the pipe after a line.
     process = subprocess.Popen(
-        [sys.executable, "-m", "dashboard.cli", "query", str(REPO_ROOT / "sample_traces" / "demo-training"),
+        [sys.executable, "-m", "gpulens.dashboard.cli", "query", str(REPO_ROOT / "sample_traces" / "demo-training"),
          "select * from kernels", "--format", "csv"],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
@@ -445,7 +445,7 @@ def test_query_into_a_reader_that_stops_early_exits_0_quietly() -> None:
 def test_query_into_a_full_disk_is_one_error_line_and_exit_1(output_format) -> None:
     with open("/dev/full", "w") as full:
         result = subprocess.run(
-            [sys.executable, "-m", "dashboard.cli", "query", str(REPO_ROOT / "sample_traces" / "demo-training"),
+            [sys.executable, "-m", "gpulens.dashboard.cli", "query", str(REPO_ROOT / "sample_traces" / "demo-training"),
              "select * from kernels", "--format", output_format],
             cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert (result.returncode, result.stderr) == (1, "gpulens: error: cannot write to standard output (No space left on device)\n")
@@ -455,7 +455,7 @@ def test_query_into_a_full_disk_is_one_error_line_and_exit_1(output_format) -> N
 def test_a_short_query_result_into_a_full_disk_is_one_error_line_too(tmp_path) -> None:
     # A line stays buffered until the end: the write that fails is the last flush.
     with open("/dev/full", "w") as full:
-        result = subprocess.run([sys.executable, "-m", "dashboard.cli", "query", str(tmp_path), "select 42 as answer", "--format", "csv"],
+        result = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "query", str(tmp_path), "select 42 as answer", "--format", "csv"],
                                 cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
                                 env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
     assert (result.returncode, result.stderr) == (1, "gpulens: error: cannot write to standard output (No space left on device)\n")
@@ -470,7 +470,7 @@ def test_query_reads_an_analysis_view_it_names(dataset, capsys):
 def test_query_binds_only_the_analysis_views_its_sql_names(dataset, capsys, monkeypatch):
     # Binding a view reads every file of its tables: 45 of them took 1.8 s
     # of a query over 200 ranks that needed none.
-    from analysis import registry
+    from gpulens.analysis import registry
 
     created = []
     create = registry._create_view
@@ -482,7 +482,7 @@ def test_query_binds_only_the_analysis_views_its_sql_names(dataset, capsys, monk
 
 
 def test_query_of_the_catalogue_lists_every_analysis_view(dataset, capsys):
-    from analysis.registry import load_analyses
+    from gpulens.analysis.registry import load_analyses
 
     code, out, _ = _query(capsys, dataset, "select view_name from duckdb_views() where not internal", "csv")
     assert code == 0
@@ -542,7 +542,7 @@ def test_query_stopped_by_sigterm_says_so_and_exits_143(dataset: Path, tmp_path_
     import time
 
     cwd = tmp_path_factory.mktemp("cwd")  # where DuckDB would spill
-    query = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "query", str(dataset),
+    query = subprocess.Popen([sys.executable, "-m", "gpulens.dashboard.cli", "query", str(dataset),
                               "select count(*) from range(20000000000) t(i) where i % 7 = 3"],
                              cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})

@@ -1,4 +1,4 @@
-"""analysis.timeline.step_queue_length: each stream's launch queue over one step.
+"""gpulens.analysis.timeline.step_queue_length: each stream's launch queue over one step.
 
 A kernel is in its stream's queue from its launch call's start to its end
 on the GPU. One hand-made step of 1.5 ms, so that at 1,500 pixels a pixel
@@ -12,8 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import timeline
-from analysis.dataset import open_dataset
+from gpulens.analysis import timeline
+from gpulens.analysis.dataset import open_dataset
 from conftest import write_trace_table
 
 T0 = 1_700_000_000_000_000_000

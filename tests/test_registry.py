@@ -1,4 +1,4 @@
-"""analysis.registry: SQL files become views, with parameters as variables."""
+"""gpulens.analysis.registry: SQL files become views, with parameters as variables."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import registry
-from analysis.dataset import open_dataset
-from analysis.registry import tables_named_in
-from collector.errors import UsageError
+from gpulens.analysis import registry
+from gpulens.analysis.dataset import open_dataset
+from gpulens.analysis.registry import tables_named_in
+from gpulens.collector.errors import UsageError
 from conftest import write_trace_table
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-training"

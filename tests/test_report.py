@@ -20,7 +20,7 @@ SCHEMA = REPO_ROOT / "dashboard" / "report" / "schema" / "report.schema.json"
 
 def gpulens(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Run `gpulens ARGS` in this process: (exit code, stdout, stderr)."""
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     capsys.readouterr()
     code = cli.main(list(args))
@@ -33,14 +33,14 @@ def training_report():
     """The report of the training sample, built once."""
     if not TRAINING.is_dir():
         pytest.skip("sample_traces/demo-training is not present")
-    from dashboard.report.build import build_report
+    from gpulens.dashboard.report.build import build_report
 
     return build_report(TRAINING)
 
 
 @pytest.fixture(scope="module")
 def training_json(training_report) -> dict:
-    from dashboard.report.jsonout import render_json
+    from gpulens.dashboard.report.jsonout import render_json
 
     return json.loads(render_json(training_report))
 
@@ -48,8 +48,8 @@ def training_json(training_report) -> dict:
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small training demo (1 minute, 4 steps) with rank 4 straggling, for the command-line tests."""
-    from collector.demo import make_demo
-    from collector.sim_trace import MIN_KERNELS_PER_STEP
+    from gpulens.collector.demo import make_demo
+    from gpulens.collector.sim_trace import MIN_KERNELS_PER_STEP
 
     return make_demo(tmp_path_factory.mktemp("small") / "demo", straggler_rank=4, capped_gpu=1, minutes=1, steps=4,
                      kernels_per_step=MIN_KERNELS_PER_STEP)
@@ -118,7 +118,7 @@ def test_report_json_is_the_same_for_the_same_data(small: Path, capsys: pytest.C
 
 
 def test_report_markdown_lists_the_findings_and_key_tables(training_report) -> None:
-    from dashboard.report.markdown import render_markdown
+    from gpulens.dashboard.report.markdown import render_markdown
 
     text = render_markdown(training_report)
     assert text.startswith("# gpulens report")
@@ -129,7 +129,7 @@ def test_report_markdown_lists_the_findings_and_key_tables(training_report) -> N
 
 
 def test_report_markdown_shows_two_findings_of_a_kind_and_names_the_rest(training_report) -> None:
-    from dashboard.report.markdown import render_markdown
+    from gpulens.dashboard.report.markdown import render_markdown
 
     text = render_markdown(training_report)
     exposed = [line for line in text.splitlines() if "`exposed_communication`" in line]
@@ -140,8 +140,8 @@ def test_report_markdown_shows_two_findings_of_a_kind_and_names_the_rest(trainin
 def test_report_markdown_leaves_out_an_empty_table_marked_omit_if_empty(training_report) -> None:
     import dataclasses
 
-    from dashboard.report.build import TableResult
-    from dashboard.report.markdown import render_markdown
+    from gpulens.dashboard.report.build import TableResult
+    from gpulens.dashboard.report.markdown import render_markdown
 
     def emptied(table: TableResult) -> TableResult:
         if table.name != "stragglers":
@@ -155,7 +155,7 @@ def test_report_markdown_leaves_out_an_empty_table_marked_omit_if_empty(training
 
 
 def test_report_html_is_self_contained_with_plotly_inlined_once(training_report) -> None:
-    from dashboard.report.html import render_html
+    from gpulens.dashboard.report.html import render_html
 
     page = render_html(training_report)
     assert page.count("* plotly.js v") == 1
@@ -170,7 +170,7 @@ def test_report_html_shows_long_kernel_names_short_opening_to_the_full_name(trai
     import html
     import re
 
-    from dashboard.report.html import NAME_CHARS, render_html
+    from gpulens.dashboard.report.html import NAME_CHARS, render_html
 
     page = render_html(training_report)
     cells = re.findall(r'<details class="name"><summary>(.*?)</summary><span class="full">(.*?)</span>', page)
@@ -274,8 +274,8 @@ def test_report_compare_with_itself_exits_zero(tmp_path: Path, capsys: pytest.Ca
 
 @pytest.fixture(scope="module")
 def small_json(small: Path) -> dict:
-    from dashboard.report.build import build_report
-    from dashboard.report.jsonout import render_json
+    from gpulens.dashboard.report.build import build_report
+    from gpulens.dashboard.report.jsonout import render_json
 
     return json.loads(render_json(build_report(small)))
 
@@ -307,8 +307,8 @@ def test_report_compare_passes_within_the_threshold(small: Path, small_json: dic
 
 
 def test_report_compare_against_a_run_without_straggler(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from collector.demo import make_demo
-    from collector.sim_trace import MIN_KERNELS_PER_STEP
+    from gpulens.collector.demo import make_demo
+    from gpulens.collector.sim_trace import MIN_KERNELS_PER_STEP
 
     good = make_demo(tmp_path / "good", straggler_rank=None, capped_gpu=1, minutes=1, steps=4,
                      kernels_per_step=MIN_KERNELS_PER_STEP)
@@ -377,7 +377,7 @@ def test_report_on_a_trace_without_profiler_steps_is_written_without_step_charts
 
 
 def test_report_of_a_job_without_graphs_leaves_the_graph_table_out(training_report) -> None:
-    from dashboard.report.html import render_html
+    from gpulens.dashboard.report.html import render_html
 
     assert "graph replays per rank" not in render_html(training_report)
 
@@ -424,7 +424,7 @@ def analysis_runs(monkeypatch):
     """How often each analysis ran, by (name, parameters), from now on."""
     from collections import Counter
 
-    from analysis import registry
+    from gpulens.analysis import registry
 
     runs: Counter[tuple] = Counter()
     real = registry._run_analysis
@@ -438,8 +438,8 @@ def analysis_runs(monkeypatch):
 
 
 def test_report_runs_each_analysis_once_though_findings_and_sections_share_them(small: Path, analysis_runs) -> None:
-    from analysis import registry
-    from dashboard.report.build import build_report
+    from gpulens.analysis import registry
+    from gpulens.dashboard.report.build import build_report
 
     kept_before = set(registry._REMEMBERED)  # other tests' dashboard connections
     build_report(small)
@@ -449,7 +449,7 @@ def test_report_runs_each_analysis_once_though_findings_and_sections_share_them(
 
 
 def test_report_baseline_dataset_runs_each_analysis_once(small: Path, analysis_runs) -> None:
-    from dashboard.report.compare import load_baseline
+    from gpulens.dashboard.report.compare import load_baseline
 
     baseline = load_baseline(small)
     assert baseline.metrics and analysis_runs
@@ -457,8 +457,8 @@ def test_report_baseline_dataset_runs_each_analysis_once(small: Path, analysis_r
 
 
 def test_report_step_charts_of_two_runs_on_one_gpu_give_each_run_its_colour():
-    from dashboard import charts
-    from dashboard.report import figures
+    from gpulens.dashboard import charts
+    from gpulens.dashboard.report import figures
 
     steps = pl.DataFrame({"run": ["train", "train", "small", "small"], "rank": [0] * 4, "step": [10, 11, 100, 101],
                           "gpu_idle_share": [0.02, 0.03, 0.8, 0.7], "energy_j": [39.0, 40.0, 9.0, 8.0],
@@ -468,8 +468,8 @@ def test_report_step_charts_of_two_runs_on_one_gpu_give_each_run_its_colour():
 
 
 def test_report_draws_each_runs_median_step_with_its_launch_queue() -> None:
-    from dashboard.report import figures
-    from dashboard.report.build import build_report
+    from gpulens.dashboard.report import figures
+    from gpulens.dashboard.report.build import build_report
 
     report = build_report(Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training")
     # Of the complete steps of rank 0 (the last may be cut short): 34.3, 34.9, 54.1, 60.7 ms -> step 12;
@@ -483,8 +483,8 @@ def test_report_draws_each_runs_median_step_with_its_launch_queue() -> None:
 
 
 def test_report_draws_energy_per_step_and_per_phase_as_the_dashboard_does() -> None:
-    from dashboard.report import figures
-    from dashboard.report.build import build_report
+    from gpulens.dashboard.report import figures
+    from gpulens.dashboard.report.build import build_report
 
     report = build_report(Path(__file__).resolve().parents[1] / "sample_traces" / "h100-training")
     titles = [build().layout.title.text for _, build in figures.section_figures(report, report.section("energy"))]
@@ -503,8 +503,8 @@ def _runs_alone(tmp_path: Path, runs: list[str]) -> Path:
 
 
 def test_report_metrics_per_run_are_each_runs_own_metrics(tmp_path: Path) -> None:
-    from analysis.dataset import open_dataset
-    from analysis.metrics import compute_metrics, compute_run_metrics
+    from gpulens.analysis.dataset import open_dataset
+    from gpulens.analysis.metrics import compute_metrics, compute_run_metrics
 
     runs = ["h100-small-batch", "h100-train"]
     both = compute_run_metrics(open_dataset(_runs_alone(tmp_path, runs)), runs)
@@ -516,8 +516,8 @@ def test_report_metrics_per_run_are_each_runs_own_metrics(tmp_path: Path) -> Non
 
 
 def test_report_metrics_per_run_leave_telemetry_metrics_to_the_dataset() -> None:
-    from analysis.dataset import open_dataset
-    from analysis.metrics import compute_metrics, compute_run_metrics
+    from gpulens.analysis.dataset import open_dataset
+    from gpulens.analysis.metrics import compute_metrics, compute_run_metrics
 
     con = open_dataset(H100)
     per_run = compute_run_metrics(con, ["h100-small-batch", "h100-train"])
@@ -531,25 +531,25 @@ def test_report_of_one_run_has_no_metrics_per_run(training_json: dict) -> None:
 
 @pytest.fixture(scope="module")
 def two_run_report(tmp_path_factory: pytest.TempPathFactory):
-    from dashboard.report.build import build_report
+    from gpulens.dashboard.report.build import build_report
 
     return build_report(_runs_alone(tmp_path_factory.mktemp("two_runs"), ["h100-small-batch", "h100-train"]))
 
 
 def test_report_markdown_gives_each_run_a_metrics_column(two_run_report) -> None:
-    from dashboard.report.markdown import render_markdown
+    from gpulens.dashboard.report.markdown import render_markdown
 
     assert "| metric | h100-small-batch | h100-train | all runs | better |" in render_markdown(two_run_report)
 
 
 def test_report_html_gives_each_run_a_metrics_column(two_run_report) -> None:
-    from dashboard.report.html import render_html
+    from gpulens.dashboard.report.html import render_html
 
     assert "<th>metric</th><th>h100-small-batch</th><th>h100-train</th><th>all runs</th><th>what</th>" in render_html(two_run_report)
 
 
 def test_report_json_of_two_runs_matches_the_schema(two_run_report) -> None:
-    from dashboard.report.jsonout import render_json
+    from gpulens.dashboard.report.jsonout import render_json
 
     report = json.loads(render_json(two_run_report))
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
@@ -565,7 +565,7 @@ def test_the_report_command_ends_at_once_with_its_report_whole(small: Path, tmp_
     import tempfile
 
     scratch_before = set(Path(tempfile.gettempdir()).glob("gpulens-report-*"))
-    result = subprocess.run([sys.executable, "-m", "dashboard.cli", "report", str(small), "--format", "json"],
+    result = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "report", str(small), "--format", "json"],
                             capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
     assert _findings(json.loads(result.stdout), "straggler_rank")[0]["subject"]["rank"] == 4

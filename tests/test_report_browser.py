@@ -33,8 +33,8 @@ def test_report_html_opens_offline_without_console_errors(browser, sample: str, 
     dataset = SAMPLES / sample
     if not dataset.is_dir():
         pytest.skip(f"sample_traces/{sample} is not present")
-    from dashboard.report.build import build_report
-    from dashboard.report.html import render_html
+    from gpulens.dashboard.report.build import build_report
+    from gpulens.dashboard.report.html import render_html
 
     page_path = tmp_path / "report.html"
     page_path.write_text(render_html(build_report(dataset)))

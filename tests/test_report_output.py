@@ -30,8 +30,8 @@ def trace(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def inference_json() -> dict:
     """The JSON report of the inference sample, to edit into baselines."""
-    from dashboard.report.build import build_report
-    from dashboard.report.jsonout import render_json
+    from gpulens.dashboard.report.build import build_report
+    from gpulens.dashboard.report.jsonout import render_json
 
     return json.loads(render_json(build_report(INFERENCE)))
 
@@ -135,7 +135,7 @@ def test_report_keeps_the_permission_bits_of_the_file_it_replaces(tmp_path: Path
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_report_to_a_full_stdout_fails_with_one_line() -> None:
     with open("/dev/full", "wb") as full:
-        result = subprocess.run([sys.executable, "-m", "dashboard.cli", "report", str(INFERENCE), "--format", "md",
+        result = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "report", str(INFERENCE), "--format", "md",
                                  "-o", "-"], stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     assert (result.returncode, result.stderr) == (
         1, "gpulens: error: cannot write the report to standard output (No space left on device)\n")
@@ -187,7 +187,7 @@ def _sigterm_while_building(monkeypatch: pytest.MonkeyPatch, swallowed: bool) ->
     swallows it in a callback of its own)."""
     import signal
 
-    from dashboard.report import build
+    from gpulens.dashboard.report import build
 
     build_report = build.build_report
 

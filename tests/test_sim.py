@@ -1,4 +1,4 @@
-from collector.sim import SimBackend
+from gpulens.collector.sim import SimBackend
 
 T0_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from collector.errors import UsageError
-from collector.sim_trace import MIN_KERNELS_PER_STEP, write_training_traces
+from gpulens.collector.errors import UsageError
+from gpulens.collector.sim_trace import MIN_KERNELS_PER_STEP, write_training_traces
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -154,7 +154,7 @@ def test_bad_arguments_raise_usage_error(tmp_path: Path, kwargs: dict) -> None:
 
 
 def test_ingester_accepts_synthesised_traces(tmp_path: Path) -> None:
-    ingest = pytest.importorskip("collector.ingest")
+    ingest = pytest.importorskip("gpulens.collector.ingest")
     import pyarrow.parquet as pq
 
     traces = tmp_path / "job"

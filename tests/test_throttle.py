@@ -1,4 +1,4 @@
-from collector.throttle import LIMITING_REASONS, decode_clock_event_reasons
+from gpulens.collector.throttle import LIMITING_REASONS, decode_clock_event_reasons
 
 
 def test_power_cap_and_thermal_bits_decode_in_bit_order():

@@ -1,4 +1,4 @@
-"""analysis.time_breakdown: where GPU time goes, idle causes, comm overlap.
+"""gpulens.analysis.time_breakdown: where GPU time goes, idle causes, comm overlap.
 
 Hand-made runs (one dataset, built once) pin exact numbers; the real V100
 and A100 traces, ingested once, are compared with Holistic Trace Analysis
@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analysis import time_breakdown as tb
-from analysis.dataset import open_dataset
+from gpulens.analysis import time_breakdown as tb
+from gpulens.analysis.dataset import open_dataset
 from conftest import write_trace_table
 
 US = 1_000  # ns
@@ -307,7 +307,7 @@ A100 = "a100_2rank_allreduce_nccl2.17.json.gz"  # rank 0 of 2, ns timestamps
 
 @pytest.fixture(scope="session")
 def real(shared_traces, tmp_path_factory):
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     out = tmp_path_factory.mktemp("real")
     for run, name in (("v100", V100), ("a100", A100)):

@@ -1,4 +1,4 @@
-"""analysis.timeline.step_kernel_runs: a step's kernels merged at drawing resolution.
+"""gpulens.analysis.timeline.step_kernel_runs: a step's kernels merged at drawing resolution.
 
 One hand-made step of 1.5 ms, so that at 1,500 pixels one pixel is 1 µs:
 kernels of a stream and category less than 1 µs apart are one run.
@@ -11,8 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis import timeline
-from analysis.dataset import open_dataset
+from gpulens.analysis import timeline
+from gpulens.analysis.dataset import open_dataset
 from conftest import write_trace_table
 
 T0 = 1_700_000_000_000_000_000

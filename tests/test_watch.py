@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from collector.ingest.watch import TraceWatcher
+from gpulens.collector.ingest.watch import TraceWatcher
 
 
 def kineto_text(rank: int = 0) -> str:
@@ -242,7 +242,7 @@ def test_collect_logs_each_trace_its_watcher_ingests(tmp_path: Path, caplog) -> 
     import logging
     import time
 
-    from collector.cli import _WatcherThread
+    from gpulens.collector.cli import _WatcherThread
 
     folder, out = tmp_path / "handler", tmp_path / "out"
     folder.mkdir()
@@ -260,7 +260,7 @@ def test_collect_logs_each_trace_its_watcher_ingests(tmp_path: Path, caplog) -> 
 
 
 def test_collect_without_telemetry_only_ingests_traces(tmp_path: Path) -> None:
-    from collector.cli import _watch_only
+    from gpulens.collector.cli import _watch_only
 
     folder, out = tmp_path / "handler", tmp_path / "out"
     folder.mkdir()
@@ -270,7 +270,7 @@ def test_collect_without_telemetry_only_ingests_traces(tmp_path: Path) -> None:
 
 
 def test_collect_run_name_without_a_trace_folder_is_a_usage_error(tmp_path: Path, capsys) -> None:
-    from dashboard import cli
+    from gpulens.dashboard import cli
 
     code = cli.main(["collect", "--backend", "sim", "--run", "job", "--out", str(tmp_path / "out")])
     assert (code, capsys.readouterr().err) == (

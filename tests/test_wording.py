@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collector.wording import counted, noun_for
+from gpulens.collector.wording import counted, noun_for
 
 
 @pytest.mark.parametrize(("count", "noun", "text"), [

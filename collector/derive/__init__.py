@@ -66,8 +66,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.derive.inputs import (
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.derive.inputs import (
     COMMUNICATION,
     COMPUTE,
     GRAPH_LAUNCH_PREFIXES,
@@ -84,9 +84,9 @@ from collector.derive.inputs import (
     _StepWindows,
     graph_launch_calls,
 )
-from collector.derive.phases import PHASE_BUCKET_BITS, PHASE_BUCKET_NS, PHASE_MAX_BUCKETS, _phases, bucket_bits
-from collector.derive.group_stats import _kernel_names, _step_launches
-from collector.schema import (
+from gpulens.collector.derive.phases import PHASE_BUCKET_BITS, PHASE_BUCKET_NS, PHASE_MAX_BUCKETS, _phases, bucket_bits
+from gpulens.collector.derive.group_stats import _kernel_names, _step_launches
+from gpulens.collector.schema import (
     GPU_PHASES_SCHEMA,
     KERNEL_NAMES_SCHEMA,
     RANK_SUMMARY_SCHEMA,

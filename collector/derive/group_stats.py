@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.derive.inputs import _MAX, _MIN, _Columns, _sorted_codes
-from collector.schema import KERNEL_NAMES_SCHEMA
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.derive.inputs import _MAX, _MIN, _Columns, _sorted_codes
+from gpulens.collector.schema import KERNEL_NAMES_SCHEMA
 
 
 def _kernel_names(kernels: pa.Table) -> pa.Table:

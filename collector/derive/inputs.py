@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from collector import arrow_compute as pc
+from gpulens.collector import arrow_compute as pc
 
 _MIN = np.iinfo(np.int64).min
 _MAX = np.iinfo(np.int64).max

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from collector.derive.inputs import COMMUNICATION, COMPUTE, MEMORY, PHASE_NAMES, _RankKernels, _StepWindows
-from collector.schema import GPU_PHASES_SCHEMA
+from gpulens.collector.derive.inputs import COMMUNICATION, COMPUTE, MEMORY, PHASE_NAMES, _RankKernels, _StepWindows
+from gpulens.collector.schema import GPU_PHASES_SCHEMA
 
 
 # Phase rows are cut at every multiple of 2^PHASE_BUCKET_BITS ns (about

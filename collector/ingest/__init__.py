@@ -12,11 +12,11 @@ land in `OUT/traces/run=<R>/<table>/<source-id>.parquet` (see `store`).
 
 from __future__ import annotations
 
-from collector.ingest.batch import ingest_file, ingest_paths
-from collector.ingest.formats import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules
-from collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
-from collector.ingest.sources import find_traces
-from collector.ingest.store import source_id
+from gpulens.collector.ingest.batch import ingest_file, ingest_paths
+from gpulens.collector.ingest.formats import FORMAT_MODULES, UNKNOWN_FORMAT, detect_format, format_modules
+from gpulens.collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
+from gpulens.collector.ingest.sources import find_traces
+from gpulens.collector.ingest.store import source_id
 
 __all__ = [
     "FORMAT_MODULES",

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from collector import arrow_compute as pc
+from gpulens.collector import arrow_compute as pc
 
 
 # Microseconds below this in magnitude are within int64 nanoseconds.

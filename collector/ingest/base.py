@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.ingest.buffer import GZIP_MAGIC
-from collector.schema import TRACE_SCHEMAS, TS_TYPE
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest.buffer import GZIP_MAGIC
+from gpulens.collector.schema import TRACE_SCHEMAS, TS_TYPE
 
 if TYPE_CHECKING:  # only rocprofv3 traces need it: kept off Kineto's import path
-    from collector.boot_clock import BootClockTrace
+    from gpulens.collector.boot_clock import BootClockTrace
 
 
 @dataclass

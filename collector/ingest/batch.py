@@ -33,20 +33,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from collector.errors import DatasetError, TraceError, one_line, raise_if_terminated
-from collector.ingest.base import timing_warnings, with_host
-from collector.ingest.buffer import content_bytes
-from collector.ingest.formats import UNKNOWN_FORMAT, detect_format, module_for
-from collector.ingest.plan import _split_big_files, group_small_sources
-from collector.ingest.pool import _read_part, _run, prepare_ingest_process, release_freed_memory
-from collector.ingest.results import Assembly, FileFailure, FileResult, IngestReport, PartOutcome, SkippedFile
-from collector.ingest.sources import (ROCPROF, TRACE_SUFFIXES, Source, _expand, common_stem, default_run_name,
+from gpulens.collector.errors import DatasetError, TraceError, one_line, raise_if_terminated
+from gpulens.collector.ingest.base import timing_warnings, with_host
+from gpulens.collector.ingest.buffer import content_bytes
+from gpulens.collector.ingest.formats import UNKNOWN_FORMAT, detect_format, module_for
+from gpulens.collector.ingest.plan import _split_big_files, group_small_sources
+from gpulens.collector.ingest.pool import _read_part, _run, prepare_ingest_process, release_freed_memory
+from gpulens.collector.ingest.results import Assembly, FileFailure, FileResult, IngestReport, PartOutcome, SkippedFile
+from gpulens.collector.ingest.sources import (ROCPROF, TRACE_SUFFIXES, Source, _expand, common_stem, default_run_name,
                                       find_traces, sources_of, trace_stem)
-from collector.ingest.store import (STAGING_DIR, read_runs, remove_abandoned_staging, runs_holding, sanitise_run,
+from gpulens.collector.ingest.store import (STAGING_DIR, read_runs, remove_abandoned_staging, runs_holding, sanitise_run,
                                     source_id, write_source, write_sources)
 
 if TYPE_CHECKING:
-    from collector.ingest.base import ParsedTrace
+    from gpulens.collector.ingest.base import ParsedTrace
 
 
 def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None, jobs: int | None = None,
@@ -174,7 +174,7 @@ def _parse(path: str, run: str, explicit: bool, parts: tuple[str, ...], out: str
             parsed = module_for(format_name).parse(Path(path), run)
         with_host(parsed, host)
         if parsed.boot_clock is not None:
-            from collector import boot_clock  # rocprofv3 only: kept off Kineto's import path
+            from gpulens.collector import boot_clock  # rocprofv3 only: kept off Kineto's import path
 
             boot_clock.place(parsed, Path(out))
         return format_name, parsed
@@ -261,7 +261,7 @@ def ingest_task(task: Source | Assembly, out: str) -> list[FileResult | FileFail
 def _assembled(task: Source, parts: list[PartOutcome], out: str) -> FileResult | FileFailure | SkippedFile:
     """Build and write a file from all its parts; where one could not be
     read, or they do not meet, ingest it whole."""
-    from collector.ingest import kineto
+    from gpulens.collector.ingest import kineto
 
     reads = [read for read in (part.events() for part in parts) if read is not None]
     for part in parts:

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from collector.errors import TraceError
+from gpulens.collector.errors import TraceError
 
 try:
     from zlib_ng import zlib_ng as zlib

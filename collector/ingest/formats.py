@@ -12,8 +12,8 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from collector.errors import TraceError
-from collector.ingest.base import open_maybe_gzip
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest.base import open_maybe_gzip
 
 # Sniffed in this order: cheap, unambiguous checks first.
 FORMAT_MODULES: tuple[str, ...] = ("kineto", "nsys", "rocpd", "rocprof", "nccl_log")

@@ -29,10 +29,10 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.ingest.base import build_table, normalise_op, op_from_kernel_name
-from collector.ingest.categories import COMMUNICATION
-from collector.ingest.kineto_schema import COLLECTIVE_ANNOTATION_PREFIX
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest.base import build_table, normalise_op, op_from_kernel_name
+from gpulens.collector.ingest.categories import COMMUNICATION
+from gpulens.collector.ingest.kineto_schema import COLLECTIVE_ANNOTATION_PREFIX
 
 
 class Enclosing:

@@ -31,17 +31,17 @@ from typing import Any, Iterator
 import msgspec
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.errors import TraceError
-from collector.ingest import kineto_stream
-from collector.ingest.arrays import constant, to_int
-from collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, ingested_now, rank_from_filename
-from collector.ingest.buffer import read_buffer
-from collector.ingest.kineto_collectives import build_collectives
-from collector.ingest.kineto_columns import TABLES, Accumulator
-from collector.ingest.kineto_marks import Marks
-from collector.ingest.kineto_schema import EVENT_TABLES, KinetoTrace
-from collector.ingest.kineto_stream import NotStreamable, TraceStream
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest import kineto_stream
+from gpulens.collector.ingest.arrays import constant, to_int
+from gpulens.collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, ingested_now, rank_from_filename
+from gpulens.collector.ingest.buffer import read_buffer
+from gpulens.collector.ingest.kineto_collectives import build_collectives
+from gpulens.collector.ingest.kineto_columns import TABLES, Accumulator
+from gpulens.collector.ingest.kineto_marks import Marks
+from gpulens.collector.ingest.kineto_schema import EVENT_TABLES, KinetoTrace
+from gpulens.collector.ingest.kineto_stream import NotStreamable, TraceStream
 
 FORMAT = "kineto"
 

@@ -30,11 +30,11 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.ingest.arrays import to_int
-from collector.ingest.base import dtype_bytes, normalise_op, op_from_kernel_name
-from collector.ingest.kernel_collectives import Enclosing
-from collector.ingest.kineto_schema import (
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest.arrays import to_int
+from gpulens.collector.ingest.base import dtype_bytes, normalise_op, op_from_kernel_name
+from gpulens.collector.ingest.kernel_collectives import Enclosing
+from gpulens.collector.ingest.kineto_schema import (
     COLLECTIVE_ANNOTATION_PREFIX,
     NO_ARGS,
     KinetoArgs,

@@ -27,15 +27,15 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.ingest.arrays import add_or_null, int_array, str_array, us_to_ns
-from collector.ingest import kineto_native
-from collector.ingest.categories import COMMUNICATION, categorise
-from collector.ingest.kineto_collectives import EventRows
-from collector.ingest.kineto_marks import Marks
-from collector.ingest.kineto_scanned import PieceTables, scanned_tables
-from collector.ingest.kineto_stream import decode_events
-from collector.ingest.kineto_schema import (
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest.arrays import add_or_null, int_array, str_array, us_to_ns
+from gpulens.collector.ingest import kineto_native
+from gpulens.collector.ingest.categories import COMMUNICATION, categorise
+from gpulens.collector.ingest.kineto_collectives import EventRows
+from gpulens.collector.ingest.kineto_marks import Marks
+from gpulens.collector.ingest.kineto_scanned import PieceTables, scanned_tables
+from gpulens.collector.ingest.kineto_stream import decode_events
+from gpulens.collector.ingest.kineto_schema import (
     BULK_SKIPPED,
     COLLECTIVE_ANNOTATION_PREFIX,
     EVENT_KINDS,

@@ -35,10 +35,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.ingest.arrays import int_array, str_array
-from collector.ingest.base import INSTANT_KIND
-from collector.ingest.kineto_schema import MarkArgs
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest.arrays import int_array, str_array
+from gpulens.collector.ingest.base import INSTANT_KIND
+from gpulens.collector.ingest.kineto_schema import MarkArgs
 
 # Instants that are allocator events, by name.
 MEMORY_EVENT_NAMES: tuple[str, ...] = ("[memory]", "[OutOfMemory]")

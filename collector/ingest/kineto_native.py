@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass
 from types import ModuleType
 
-from collector.ingest.kineto_schema import BULK_SKIPPED, EVENT_TABLES
+from gpulens.collector.ingest.kineto_schema import BULK_SKIPPED, EVENT_TABLES
 
 
 # The scanner's output this module reads (`SCAN_VERSION` in the C file).
@@ -45,7 +45,7 @@ def _load() -> ModuleType | None:
     if os.environ.get("GPULENS_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from collector.ingest import _kineto_scan
+        from gpulens.collector.ingest import _kineto_scan
     except ImportError:
         _NOT_BUILT = True
         return None

@@ -21,10 +21,10 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.ingest import kineto_native
-from collector.ingest.categories import CATEGORIES, COMMUNICATION, MEMORY, categorise
-from collector.ingest.kineto_schema import (
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest import kineto_native
+from gpulens.collector.ingest.categories import CATEGORIES, COMMUNICATION, MEMORY, categorise
+from gpulens.collector.ingest.kineto_schema import (
     COLLECTIVE_ANNOTATION_PREFIX,
     EVENT_KINDS,
     EVENT_TABLES,
@@ -35,8 +35,8 @@ from collector.ingest.kineto_schema import (
     annotation_kind,
     launch_dims_text,
 )
-from collector.ingest.kineto_marks import MEMORY_EVENT_NAMES, device_type_name
-from collector.ingest.kineto_stream import decode_events
+from gpulens.collector.ingest.kineto_marks import MEMORY_EVENT_NAMES, device_type_name
+from gpulens.collector.ingest.kineto_stream import decode_events
 
 # Per scanner code (offset by 2: CAT_OTHER, CAT_MISSING, then `CATS`), the
 # table's index in TABLES, -1 where the events are skipped.

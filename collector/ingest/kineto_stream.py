@@ -50,9 +50,9 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import msgspec
 
-from collector.ingest import kineto_native
-from collector.ingest.buffer import content_bytes, iter_chunks, read_buffer
-from collector.ingest.kineto_schema import PHASED_EVENTS, KinetoEvent, KinetoTrace, LooseTimesEvent, PhasedEvent
+from gpulens.collector.ingest import kineto_native
+from gpulens.collector.ingest.buffer import content_bytes, iter_chunks, read_buffer
+from gpulens.collector.ingest.kineto_schema import PHASED_EVENTS, KinetoEvent, KinetoTrace, LooseTimesEvent, PhasedEvent
 
 # Larger where the compiled scanner reads them (see above). A piece it
 # refuses is decoded by msgspec whole: ~40 MB of objects at most.

@@ -78,10 +78,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.errors import TraceError
-from collector.ingest.base import NCCL_DTYPES, ParsedTrace, build_table, dtype_bytes, normalise_op, open_maybe_gzip, rank_from_filename
-from collector.ingest.buffer import read_buffer
-from collector.ingest.formats import HEAD_BYTES
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest.base import NCCL_DTYPES, ParsedTrace, build_table, dtype_bytes, normalise_op, open_maybe_gzip, rank_from_filename
+from gpulens.collector.ingest.buffer import read_buffer
+from gpulens.collector.ingest.formats import HEAD_BYTES
 
 FORMAT = "nccl_log"
 

@@ -66,15 +66,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.errors import TraceError
-from collector.ingest.base import INSTANT_KIND, NO_GPU_EVENTS, ParsedTrace, profiler_step, rank_from_filename
-from collector.ingest.categories import categorise
-from collector.ingest.kernel_collectives import add_collectives_from_kernels
-from collector.ingest.sqlite_db import (
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest.base import INSTANT_KIND, NO_GPU_EVENTS, ParsedTrace, profiler_step, rank_from_filename
+from gpulens.collector.ingest.categories import categorise
+from gpulens.collector.ingest.kernel_collectives import add_collectives_from_kernels
+from gpulens.collector.ingest.sqlite_db import (
     SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, mapped, parse_file, processes_of, query_columns,
     rank_notes, runs_table, schema_has, table_names, whole_number,
 )
-from collector.wording import counted
+from gpulens.collector.wording import counted
 
 FORMAT = "nsys"
 

@@ -11,13 +11,13 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
-from collector.errors import TraceError
-from collector.ingest.buffer import content_bytes, is_gzip
-from collector.ingest.formats import detect_format
-from collector.ingest.sources import FilePart
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest.buffer import content_bytes, is_gzip
+from gpulens.collector.ingest.formats import detect_format
+from gpulens.collector.ingest.sources import FilePart
 
 if TYPE_CHECKING:
-    from collector.ingest.sources import Source
+    from gpulens.collector.ingest.sources import Source
 
 # Below this much trace content in all (decompressed), one process parses
 # everything: a forked worker's pool takes ~12 ms to start and stop and, by

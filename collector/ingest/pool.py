@@ -29,20 +29,20 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from collector.errors import one_line
-from collector.ingest.formats import FORMAT_MODULES, module_for
-from collector.ingest import plan
-from collector.ingest.results import Assembly, FileFailure, FileResult, PartOutcome, SkippedFile
-from collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
-from collector.no_pandas import refuse_pandas
-from collector.progress import StderrProgress
+from gpulens.collector.errors import one_line
+from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
+from gpulens.collector.ingest import plan
+from gpulens.collector.ingest.results import Assembly, FileFailure, FileResult, PartOutcome, SkippedFile
+from gpulens.collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
+from gpulens.collector.no_pandas import refuse_pandas
+from gpulens.collector.progress import StderrProgress
 
 if TYPE_CHECKING:
     import multiprocessing.process
     from concurrent.futures import ProcessPoolExecutor
 
-    from collector.ingest.kineto import PartRead
-    from collector.ingest.sources import Source
+    from gpulens.collector.ingest.kineto import PartRead
+    from gpulens.collector.ingest.sources import Source
 
 # Set in ingest workers (`_worker_start`): they spill a part's events to a
 # file in the ingest's own staging folder.
@@ -77,7 +77,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
     16-core host, in four parts each, took 4.6 s (2.6 s on two cores, not
     cut), this process joining the eight one after another.
     """
-    from collector.ingest.batch import ingest_task  # here: batch imports this module
+    from gpulens.collector.ingest.batch import ingest_task  # here: batch imports this module
 
     split = _SplitFiles(tasks)
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
@@ -223,7 +223,7 @@ def _run_here(task: Source | Assembly, out: Path, bar: _Progress, split: _SplitF
     """Run `task` in this process: its sources' outcomes; a part read is
     counted in `split` instead (which queues its file's joining once all
     its parts are in)."""
-    from collector.ingest.batch import ingest_task  # here: batch imports this module
+    from gpulens.collector.ingest.batch import ingest_task  # here: batch imports this module
 
     for outcome in ingest_task(task, str(out)):
         bar.advance(task)
@@ -235,7 +235,7 @@ def _run_here(task: Source | Assembly, out: Path, bar: _Progress, split: _SplitF
 
 def _unjoined(split: _SplitFiles, out: Path) -> Iterator[FileResult | FileFailure | SkippedFile]:
     """Ingest whole, in this process, the split files never joined."""
-    from collector.ingest.batch import ingest_task
+    from gpulens.collector.ingest.batch import ingest_task
 
     for task in split.unjoined():
         yield from ingest_task(task, str(out))  # type: ignore[misc]  # a whole file gives no PartOutcome
@@ -308,7 +308,7 @@ def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, Source | Assemb
     next (it comes first in the queue), unless this process holds one of
     the file's parts: then this process joins it, which saves moving that
     part's events to the worker."""
-    from collector.ingest.batch import ingest_task  # here: batch imports this module
+    from gpulens.collector.ingest.batch import ingest_task  # here: batch imports this module
 
     tasks = dict(running)
     try:
@@ -458,7 +458,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def _read_part(task: Source, out: str) -> PartOutcome:
-    from collector.ingest import kineto
+    from gpulens.collector.ingest import kineto
 
     started = time.perf_counter()
     assert task.part is not None

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collector.ingest.kineto import PartRead
-    from collector.ingest.sources import Source
+    from gpulens.collector.ingest.kineto import PartRead
+    from gpulens.collector.ingest.sources import Source
 
 
 @dataclass

@@ -55,13 +55,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.boot_clock import BootClockTrace
-from collector.errors import TraceError
-from collector.ingest.base import ParsedTrace, profiler_step
-from collector.ingest.categories import categorise
-from collector.ingest.kernel_collectives import add_collectives_from_kernels
-from collector.ingest.rocprof import COPY_NAMES, NO_GPU_EVENTS, rank_from_path
-from collector.ingest.sqlite_db import (
+from gpulens.collector.boot_clock import BootClockTrace
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest.base import ParsedTrace, profiler_step
+from gpulens.collector.ingest.categories import categorise
+from gpulens.collector.ingest.kernel_collectives import add_collectives_from_kernels
+from gpulens.collector.ingest.rocprof import COPY_NAMES, NO_GPU_EVENTS, rank_from_path
+from gpulens.collector.ingest.sqlite_db import (
     SQLITE_MAGIC, Columns, Processes, column_names, gpu_and_cpu_tables, jsonb_loads, mapped, parse_file, processes_of,
     query_columns, rank_notes, runs_table, schema_has, table_names, whole_number,
 )

@@ -76,13 +76,13 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from collector import arrow_compute as pc
-from collector.errors import TraceError, one_line
-from collector import boot_clock
-from collector.ingest.base import ParsedTrace, build_table, ingested_now, profiler_step, rank_from_filename
-from collector.ingest.buffer import read_buffer
-from collector.ingest.categories import categorise
-from collector.ingest.kernel_collectives import add_collectives_from_kernels
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.errors import TraceError, one_line
+from gpulens.collector import boot_clock
+from gpulens.collector.ingest.base import ParsedTrace, build_table, ingested_now, profiler_step, rank_from_filename
+from gpulens.collector.ingest.buffer import read_buffer
+from gpulens.collector.ingest.categories import categorise
+from gpulens.collector.ingest.kernel_collectives import add_collectives_from_kernels
 
 FORMAT = "rocprof"
 

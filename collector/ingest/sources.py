@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.ingest.formats import module_for
-from collector.ingest.results import FileFailure
-from collector.ingest.store import sanitise_run
+from gpulens.collector.ingest.formats import module_for
+from gpulens.collector.ingest.results import FileFailure
+from gpulens.collector.ingest.store import sanitise_run
 
 # File names a directory is searched for (the watcher looks for the same).
 # Files found this way whose content is no known format are skipped, not

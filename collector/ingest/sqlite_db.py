@@ -30,10 +30,10 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
-from collector import arrow_compute as pc
-from collector.errors import TraceError
-from collector.ingest.base import ParsedTrace, build_table, ingested_now, open_maybe_gzip
-from collector.schema import TRACE_SCHEMAS
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.errors import TraceError
+from gpulens.collector.ingest.base import ParsedTrace, build_table, ingested_now, open_maybe_gzip
+from gpulens.collector.schema import TRACE_SCHEMAS
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 RANK_BY_PROCESS_ORDER = "process order in the file (by pid, among processes with GPU work), not the job's rank"

@@ -57,12 +57,12 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from collector import parquet_io
-from collector.derive import CHANGED_TABLES, DERIVED_TABLES, derive_trace_tables
-from collector.errors import DatasetError, even_if_interrupted
-from collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,
+from gpulens.collector import parquet_io
+from gpulens.collector.derive import CHANGED_TABLES, DERIVED_TABLES, derive_trace_tables
+from gpulens.collector.errors import DatasetError, even_if_interrupted
+from gpulens.collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,
                                     unmerge_sources)
-from collector.schema import TRACE_SCHEMAS
+from gpulens.collector.schema import TRACE_SCHEMAS
 
 # SHA-256 by CPython's own code (`_sha2` from 3.12, `_sha256` before), not
 # `hashlib`'s: that loads OpenSSL's libcrypto, 2.4 ms and 3.7 MB in every

@@ -53,12 +53,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from collector import arrow_compute as pc
-from collector.ingest.batch import ingest_task, sources_in_runs
-from collector.ingest.plan import group_small_sources
-from collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
-from collector.ingest.sources import Source, find_traces, sources_of
-from collector.ingest.store import read_runs, sanitise_run
+from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest.batch import ingest_task, sources_in_runs
+from gpulens.collector.ingest.plan import group_small_sources
+from gpulens.collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
+from gpulens.collector.ingest.sources import Source, find_traces, sources_of
+from gpulens.collector.ingest.store import read_runs, sanitise_run
 
 # Size in bytes and mtime in ns of each of a source's files, by path.
 Signature = tuple[tuple[str, int, int], ...]

@@ -41,10 +41,10 @@ import random
 from pathlib import Path
 from typing import BinaryIO, Generator
 
-from collector.errors import UsageError
-from collector.sim_trace.events import (COMM_STREAM, COMPUTE_STREAM, _close, _cpu_only, _launch, _open, _Rank,
+from gpulens.collector.errors import UsageError
+from gpulens.collector.sim_trace.events import (COMM_STREAM, COMPUTE_STREAM, _close, _cpu_only, _launch, _open, _Rank,
                                         _run_collective, _runtime, _us, _wait_comm)
-from collector.sim_trace.job import MIN_KERNELS_PER_STEP, Plan, build_plan, device_properties_json, distributed_info_json
+from gpulens.collector.sim_trace.job import MIN_KERNELS_PER_STEP, Plan, build_plan, device_properties_json, distributed_info_json
 
 GPUS_PER_HOST = 8
 # Profiling usually starts after wait/warm-up steps; c10d's first few

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generator
 
-from collector.sim_trace.job import Collective, Kernel
+from gpulens.collector.sim_trace.job import Collective, Kernel
 
 LAUNCH_QUEUE_DEPTH = 1024
 

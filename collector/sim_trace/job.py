@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from collector.errors import UsageError
+from gpulens.collector.errors import UsageError
 
 # --- the job: a transformer on H100s -----------------------------------------
 

@@ -15,25 +15,25 @@ GL, as on many servers and VMs) the telemetry page with WebGL for its 8 ×
 
 from __future__ import annotations
 
-from dashboard.charts.base import (
+from gpulens.dashboard.charts.base import (
     CUDA_LAUNCH_QUEUE_LIMIT, GB, LINK_NAMES, TELEMETRY_METRICS, TEMPLATE, TEMPLATE_NAME, TEMPLATE_TRACE_TYPES,
     TIME_AXIS, WEBGL_MIN_POINTS, empty_figure, gpu_label, new_figure, size_label,
 )
-from dashboard.charts.dataset import coverage_figure
-from dashboard.charts.telemetry import telemetry_figure, throttle_periods, throttle_strip_figure
-from dashboard.charts.power import (
+from gpulens.dashboard.charts.dataset import coverage_figure
+from gpulens.dashboard.charts.telemetry import telemetry_figure, throttle_periods, throttle_strip_figure
+from gpulens.dashboard.charts.power import (
     cap_curve_figure, node_power_figure, power_distribution_figure, power_percentiles_figure,
 )
-from dashboard.charts.interconnect import interconnect_timeline_figure, interconnect_usage_figure
-from dashboard.charts.kernels import (
+from gpulens.dashboard.charts.interconnect import interconnect_timeline_figure, interconnect_usage_figure
+from gpulens.dashboard.charts.kernels import (
     kernel_timeline_figure, launch_histogram_figure, short_kernels_figure, time_breakdown_figure, tklqt_figure,
     top_kernels_figure,
 )
-from dashboard.charts.energy import phase_energy_figure, rank_label, step_energy_figure
-from dashboard.charts.communication import (
+from gpulens.dashboard.charts.energy import phase_energy_figure, rank_label, step_energy_figure
+from gpulens.dashboard.charts.communication import (
     busbw_figure, collective_time_figure, overlap_figure, skew_heatmap_figure, straggler_figure,
 )
-from dashboard.charts.compare import collective_delta_figure, kernel_delta_figure
+from gpulens.dashboard.charts.compare import collective_delta_figure, kernel_delta_figure
 
 __all__ = [
     "CUDA_LAUNCH_QUEUE_LIMIT", "GB", "LINK_NAMES", "TELEMETRY_METRICS", "TEMPLATE", "TEMPLATE_NAME",

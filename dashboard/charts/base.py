@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import polars as pl
 
-from dashboard import theme
+from gpulens.dashboard import theme
 
 # Plotly's "plotly_white", less its defaults for the trace types gpulens
 # never draws (the whole one cost about 19 ms a figure and 4 KB of its JSON).

@@ -10,8 +10,8 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from dashboard import theme
-from dashboard.charts.base import (
+from gpulens.dashboard import theme
+from gpulens.dashboard.charts.base import (
     GB, LINK_NAMES, _STEP_TICKS_MAX, _alpha, empty_figure, _layout, new_figure, size_label, _step_ticks, time_unit,
 )
 

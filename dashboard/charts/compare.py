@@ -7,9 +7,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import polars as pl
 
-from analysis.names import unique_short_names
-from dashboard import theme
-from dashboard.charts.base import GB, empty_figure, _layout, new_figure, size_label
+from gpulens.analysis.names import unique_short_names
+from gpulens.dashboard import theme
+from gpulens.dashboard.charts.base import GB, empty_figure, _layout, new_figure, size_label
 
 
 def kernel_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str, top: int = 15) -> go.Figure:

@@ -11,8 +11,8 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from dashboard import theme
-from dashboard.charts.base import TIME_AXIS, empty_figure, _layout, _naive, new_figure
+from gpulens.dashboard import theme
+from gpulens.dashboard.charts.base import TIME_AXIS, empty_figure, _layout, _naive, new_figure
 
 
 def coverage_figure(coverage: pl.DataFrame, runs: pl.DataFrame) -> go.Figure:

@@ -8,8 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from dashboard import theme
-from dashboard.charts.base import empty_figure, _layout, new_figure
+from gpulens.dashboard import theme
+from gpulens.dashboard.charts.base import empty_figure, _layout, new_figure
 
 
 def rank_label(run: str, rank: int, runs: int) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import polars as pl
 
-from dashboard import theme
-from dashboard.charts.base import (
+from gpulens.dashboard import theme
+from gpulens.dashboard.charts.base import (
     GB, _GPU_LINES_MAX, LINK_NAMES, TIME_AXIS, _BucketGrid, _categories, empty_figure, _extreme_names, gpu_label,
     _hosts, _layout, new_figure, _np, _scatter, _spread, _x_times,
 )

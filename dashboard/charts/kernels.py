@@ -11,9 +11,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 import polars as pl
 
-from analysis.names import short_kernel_name, unique_short_names
-from dashboard import theme
-from dashboard.charts.base import (
+from gpulens.analysis.names import short_kernel_name, unique_short_names
+from gpulens.dashboard import theme
+from gpulens.dashboard.charts.base import (
     CUDA_LAUNCH_QUEUE_LIMIT, _DASHES, _STEP_TICKS_MAX, empty_figure, _layout, new_figure, _np,
     _step_ticks, time_unit,
 )

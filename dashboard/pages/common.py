@@ -21,8 +21,8 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
-from collector.errors import GpulensError, one_line
-from dashboard import data
+from gpulens.collector.errors import GpulensError, one_line
+from gpulens.dashboard import data
 
 # key -> (script relative to dashboard/, title, icon); the order of the menu.
 PAGES: dict[str, tuple[str, str, str]] = {
@@ -121,9 +121,9 @@ def _one_line(error: BaseException) -> str:
 def overview_results() -> tuple[Callable[..., Any], ...]:
     """What the overview asks for, in its order (pages/overview.py): warmed
     first, at server start (dashboard/launch.py) and at the first visit."""
-    from analysis import timeline
-    from analysis.dataset import dataset_summary
-    from analysis.findings import all_findings
+    from gpulens.analysis import timeline
+    from gpulens.analysis.dataset import dataset_summary
+    from gpulens.analysis.findings import all_findings
 
     return dataset_summary, timeline.telemetry_coverage, timeline.trace_runs, all_findings
 
@@ -135,7 +135,7 @@ def warm_up(ds: data.Dataset) -> threading.Thread | None:
     thread, or None where there is nothing (more) to warm."""
     if os.environ.get(WARM_UP_ENV, "1") == "0" or data.problem(ds) is not None:
         return None
-    from analysis import communication, launch, power, time_breakdown, timeline
+    from gpulens.analysis import communication, launch, power, time_breakdown, timeline
 
     def plain(*funcs: Callable[..., Any]) -> list[data.WarmUpCall]:
         return [(func, (), {}) for func in funcs]
@@ -170,7 +170,7 @@ def telemetry_range(coverage: pl.DataFrame) -> tuple[datetime, datetime, float]:
 
 def telemetry_bucket_s(start: datetime, end: datetime, interval_s: float) -> float:
     """The bucket width the telemetry page draws `start` to `end` in."""
-    from analysis import timeline
+    from gpulens.analysis import timeline
 
     return timeline.bucket_seconds(max((end - start).total_seconds(), interval_s), interval_s)
 
@@ -205,14 +205,14 @@ def host_scope(hosts: list[str], hosts_all: list[str]) -> tuple[str, ...] | None
     """The analyses' `hosts` argument for the hosts a page shows: None where
     that is every host, so the page shares its results with the overview's
     findings and the warm-up; else the names, sorted (one cache key)."""
-    from analysis.power import hosts_param
+    from gpulens.analysis.power import hosts_param
 
     return None if set(hosts) >= set(hosts_all) else hosts_param(hosts)
 
 
 def default_host_scope(ds: data.Dataset) -> tuple[str, ...] | None:
     """`host_scope` of the hosts the telemetry and power pages open on (`default_hosts`)."""
-    from analysis import timeline
+    from gpulens.analysis import timeline
 
     coverage = data.cached(ds, timeline.telemetry_coverage)
     return host_scope(default_hosts(coverage), hosts_of(coverage))
@@ -227,7 +227,7 @@ def caption_hosts_shown(hosts: list[str], hosts_all: list[str]) -> None:
 def default_telemetry_window(ds: data.Dataset) -> tuple[float, datetime, datetime] | None:
     """`telemetry_timeline`'s arguments (bucket_s, start, end) for what the
     telemetry page draws first: the whole range (None: no telemetry)."""
-    from analysis import timeline
+    from gpulens.analysis import timeline
 
     coverage = data.cached(ds, timeline.telemetry_coverage)
     if not coverage.height:
@@ -254,7 +254,7 @@ def timeline_choices(steps: pl.DataFrame) -> tuple[list[int], list[int]]:
 def default_timeline_step(ds: data.Dataset) -> tuple[str, int, int] | None:
     """`step_kernel_runs`' and `step_queue_length`'s arguments for what the kernels page draws first: its
     first run, and the defaults of `timeline_choices` (None: no steps)."""
-    from analysis import launch, timeline
+    from gpulens.analysis import launch, timeline
 
     runs = with_kernels(data.cached(ds, timeline.trace_runs))
     if not runs.height:
@@ -268,7 +268,7 @@ def default_timeline_step(ds: data.Dataset) -> tuple[str, int, int] | None:
 
 
 def counts(ds: data.Dataset) -> dict[str, int]:
-    from analysis.dataset import dataset_summary
+    from gpulens.analysis.dataset import dataset_summary
 
     result = fetch(ds, dataset_summary)
     return result if isinstance(result, dict) else {}

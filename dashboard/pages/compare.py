@@ -5,12 +5,12 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from analysis import metrics, timeline
-from collector.wording import counted
-from dashboard import charts
-from dashboard.pages.common import (NO_TRACES, caption_dataset, chart, fetch, frame, require_dataset, require_tables,
+from gpulens.analysis import metrics, timeline
+from gpulens.collector.wording import counted
+from gpulens.dashboard import charts
+from gpulens.dashboard.pages.common import (NO_TRACES, caption_dataset, chart, fetch, frame, require_dataset, require_tables,
                                     with_kernels)
-from dashboard.report.format import format_value
+from gpulens.dashboard.report.format import format_value
 
 st.title("Compare runs")
 ds = require_dataset()

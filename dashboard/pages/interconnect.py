@@ -5,9 +5,9 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from analysis import power, timeline
-from dashboard import charts
-from dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables
+from gpulens.analysis import power, timeline
+from gpulens.dashboard import charts
+from gpulens.dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables
 
 LINK_ORDER = ("nvlink", "xgmi", "pcie")
 

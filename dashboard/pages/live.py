@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 import streamlit as st
 
-from analysis import timeline
-from dashboard import charts
-from dashboard import data
-from dashboard.pages.common import (
+from gpulens.analysis import timeline
+from gpulens.dashboard import charts
+from gpulens.dashboard import data
+from gpulens.dashboard.pages.common import (
     NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, dataset, default_hosts, frame, host_scope, hosts_of,
     naive,
 )

@@ -7,10 +7,10 @@ from datetime import timedelta
 import polars as pl
 import streamlit as st
 
-from analysis import timeline
-from collector.wording import counted
-from dashboard import charts
-from dashboard.pages.common import (
+from gpulens.analysis import timeline
+from gpulens.collector.wording import counted
+from gpulens.dashboard import charts
+from gpulens.dashboard.pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, host_scope,
     hosts_of, require_dataset, require_tables, telemetry_bucket_s, telemetry_range,
 )

@@ -1,6 +1,6 @@
 """Batch reports: `gpulens report` as HTML, Markdown or JSON.
 
-    from dashboard.report import build_report, render_html
+    from gpulens.dashboard.report import build_report, render_html
     report = build_report(Path("gpulens-data"))
     Path("report.html").write_text(render_html(report))
 
@@ -9,9 +9,9 @@
 computes deltas against a baseline, `command` is the click command.
 """
 
-from dashboard.report.build import Report, build_report
-from dashboard.report.html import render_html
-from dashboard.report.jsonout import render_json, report_to_dict
-from dashboard.report.markdown import render_markdown
+from gpulens.dashboard.report.build import Report, build_report
+from gpulens.dashboard.report.html import render_html
+from gpulens.dashboard.report.jsonout import render_json, report_to_dict
+from gpulens.dashboard.report.markdown import render_markdown
 
 __all__ = ["Report", "build_report", "render_html", "render_json", "render_markdown", "report_to_dict"]

@@ -22,12 +22,12 @@ from typing import Any, Callable
 import duckdb
 import polars as pl
 
-from analysis import findings as findings_module
-from analysis.findings import Finding, sort_findings
-from analysis.dataset import run_sql
-from analysis.registry import load_analyses, run_analysis
-from collector.errors import DatasetError, GpulensError, one_line
-from dashboard.report.sections import SECTIONS, SectionSpec, TableSpec
+from gpulens.analysis import findings as findings_module
+from gpulens.analysis.findings import Finding, sort_findings
+from gpulens.analysis.dataset import run_sql
+from gpulens.analysis.registry import load_analyses, run_analysis
+from gpulens.collector.errors import DatasetError, GpulensError, one_line
+from gpulens.dashboard.report.sections import SECTIONS, SectionSpec, TableSpec
 
 # Chart series are downsampled to about this many time buckets.
 TIMELINE_BUCKETS = 600
@@ -133,10 +133,10 @@ def build_report(
     (trace files ingested into `dataset`, which is `temporary`).
     Raises DatasetError for a dataset that cannot be read or holds nothing.
     """
-    from analysis.dataset import open_dataset
-    from analysis.registry import results_kept
-    from analysis import metrics as metrics_of
-    from dashboard.report import compare as comparing
+    from gpulens.analysis.dataset import open_dataset
+    from gpulens.analysis.registry import results_kept
+    from gpulens.analysis import metrics as metrics_of
+    from gpulens.dashboard.report import compare as comparing
 
     step = progress or (lambda label: None)
     try:
@@ -182,14 +182,14 @@ def build_report(
             baseline = comparing.load_baseline(compare, label=compare_label)
             report.comparison = comparing.compare(report, baseline, fail_on or {})
         elif fail_on:
-            from collector.errors import UsageError
+            from gpulens.collector.errors import UsageError
 
             raise UsageError("--fail-on needs --compare BASELINE")
         return report
 
 
 # The report section of each question's findings; the power module's go by page.
-_MODULE_SECTIONS = {"analysis.launch": "launch", "analysis.time_breakdown": "time", "analysis.communication": "communication"}
+_MODULE_SECTIONS = {"gpulens.analysis.launch": "launch", "gpulens.analysis.time_breakdown": "time", "gpulens.analysis.communication": "communication"}
 
 
 def collect_findings(con: duckdb.DuckDBPyConnection, problems: list[str],
@@ -277,7 +277,7 @@ def _typical_steps(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame]:
     of median length, as the kernels page draws a step (its kernels per
     stream, and each stream's launch queue). Keys: `step_kernels/RUN` and
     `step_queue/RUN`."""
-    from analysis import timeline
+    from gpulens.analysis import timeline
 
     steps = run_analysis(con, "step_launch_summary")  # the launch section's, kept on the connection
     # A rank without profiler steps has one window of step NULL: no step to draw.
@@ -301,7 +301,7 @@ def _typical_steps(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame]:
 
 def describe_source(con: duckdb.DuckDBPyConnection, dataset: Path, inputs: list[str], temporary: bool) -> Source:
     """Rows per table, hosts, runs and trace files of the dataset."""
-    from analysis.dataset import TABLES, quote_identifier
+    from gpulens.analysis.dataset import TABLES, quote_identifier
 
     try:
         # One query, fully fetched: DuckDB 2 keeps a connection busy while a

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import click
 
-from collector.errors import DatasetError, UsageError, raise_if_terminated, terminated_on_sigterm
-from collector.progress import StderrProgress
-from collector.writer import new_temporary_file
+from gpulens.collector.errors import DatasetError, UsageError, raise_if_terminated, terminated_on_sigterm
+from gpulens.collector.progress import StderrProgress
+from gpulens.collector.writer import new_temporary_file
 
 FORMATS = ("html", "md", "json")
 _SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
@@ -54,14 +54,14 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         gpulens report traces/job42/ --format md > findings.md
         gpulens report new-data --compare baseline.json --fail-on step_time:5 --fail-on busbw:10 -o report.json
     """
-    from collector.no_pandas import refuse_pandas
+    from gpulens.collector.no_pandas import refuse_pandas
 
     # No DataFrame is ever made: pyarrow (and plotly's encoder, as it looks)
     # would import pandas, 0.19 s and 34 MB of each report.
     refuse_pandas()
-    from dashboard.report.build import build_report
-    from dashboard.report.compare import RegressionFound, parse_fail_on
-    from dashboard.report.inputs import refuse_output_among_inputs, resolve_inputs
+    from gpulens.dashboard.report.build import build_report
+    from gpulens.dashboard.report.compare import RegressionFound, parse_fail_on
+    from gpulens.dashboard.report.inputs import refuse_output_among_inputs, resolve_inputs
 
     output_format = output_format or _format_for(output)
     thresholds = parse_fail_on(fail_on)
@@ -101,10 +101,10 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
 
 def _resolve_baseline(baseline: Path | None, scratch: Path) -> tuple[Path | None, str | None]:
     """The baseline as a dataset or JSON report; trace files are ingested into `scratch`."""
-    from collector.errors import TraceError
-    from collector.ingest.formats import UNKNOWN_FORMAT
-    from dashboard.report.compare import is_json_report
-    from dashboard.report.inputs import is_dataset, resolve_inputs
+    from gpulens.collector.errors import TraceError
+    from gpulens.collector.ingest.formats import UNKNOWN_FORMAT
+    from gpulens.dashboard.report.compare import is_json_report
+    from gpulens.dashboard.report.inputs import is_dataset, resolve_inputs
 
     if baseline is None or is_json_report(baseline) or is_dataset(baseline):
         return baseline, None
@@ -128,14 +128,14 @@ def _format_for(output: Path | None) -> str:
 
 def _render(built, output_format: str) -> bytes:
     if output_format == "json":
-        from dashboard.report.jsonout import render_json
+        from gpulens.dashboard.report.jsonout import render_json
 
         return render_json(built)
     if output_format == "md":
-        from dashboard.report.markdown import render_markdown
+        from gpulens.dashboard.report.markdown import render_markdown
 
         return render_markdown(built).encode()
-    from dashboard.report.html import render_html
+    from gpulens.dashboard.report.html import render_html
 
     return render_html(built).encode()
 
@@ -192,7 +192,7 @@ class _Progress(StderrProgress):
     """The report's bar on a terminal: one step a part, named as it starts."""
 
     def __init__(self, enabled: bool) -> None:
-        from dashboard.report.sections import SECTIONS
+        from gpulens.dashboard.report.sections import SECTIONS
 
         # findings, the sections, charts, baseline, writing
         super().__init__(enabled, len(SECTIONS) + 4, "report: {task.description:<32}")

@@ -29,9 +29,9 @@ from typing import Any
 import duckdb
 import orjson
 
-from analysis.findings import Finding
-from analysis.metrics import METRICS, MetricDelta, compute_metrics, finite, metric
-from collector.errors import DatasetError, GpulensError, UsageError, one_line
+from gpulens.analysis.findings import Finding
+from gpulens.analysis.metrics import METRICS, MetricDelta, compute_metrics, finite, metric
+from gpulens.collector.errors import DatasetError, GpulensError, UsageError, one_line
 
 
 class RegressionFound(GpulensError):
@@ -80,10 +80,10 @@ def load_baseline(path: Path, label: str | None = None) -> Baseline:
         if problem is not None:
             raise DatasetError(f"{path}: {problem}")
         return Baseline(label or f"JSON report {path}", {m.key: finite(metrics.get(m.key)) for m in METRICS}, data["findings"])
-    from analysis.dataset import open_dataset
-    from analysis.findings import all_findings
-    from analysis.registry import results_kept
-    from dashboard.report.inputs import resolve_inputs
+    from gpulens.analysis.dataset import open_dataset
+    from gpulens.analysis.findings import all_findings
+    from gpulens.analysis.registry import results_kept
+    from gpulens.dashboard.report.inputs import resolve_inputs
 
     with tempfile.TemporaryDirectory(prefix="gpulens-baseline-") as scratch:
         dataset, temporary = resolve_inputs([str(path)], Path(scratch) / "dataset", keep=None)

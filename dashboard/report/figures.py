@@ -15,7 +15,7 @@ from typing import Any, Callable
 import plotly.graph_objects as go
 import polars as pl
 
-from dashboard import charts, theme
+from gpulens.dashboard import charts, theme
 
 HEIGHT_PX = 380
 

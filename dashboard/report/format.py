@@ -12,8 +12,8 @@ import decimal
 import math
 from typing import Any
 
-from analysis.dataset import exact_number
-from analysis.findings import format_duration_ns
+from gpulens.analysis.dataset import exact_number
+from gpulens.analysis.findings import format_duration_ns
 
 
 # `_ns` columns that are instants, not durations (`start_ns`, `window_end_ns`).
@@ -91,7 +91,7 @@ def format_subjects(subjects: list[dict[str, Any]]) -> str:
     """Many subjects in one phrase: those that differ only in a rank or a
     GPU index as that key's ranges (`run r1, ranks 2-7`), else each in
     turn (`host a, gpu index 1; host b, gpu index 0`)."""
-    from collector.ingest.results import rank_ranges
+    from gpulens.collector.ingest.results import rank_ranges
 
     keys = list(subjects[0]) if subjects else []
     if subjects and all(list(subject) == keys for subject in subjects):

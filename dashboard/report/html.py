@@ -18,13 +18,13 @@ from typing import Any
 import plotly.io as pio
 import polars as pl
 
-from analysis.names import short_kernel_name
-from collector.errors import one_line
-from collector.wording import counted, noun_for
-from dashboard import theme
-from dashboard.report.build import Report, Section, TableResult
-from dashboard.report.figures import HEIGHT_PX, section_figures
-from dashboard.report.format import format_subject, format_value
+from gpulens.analysis.names import short_kernel_name
+from gpulens.collector.errors import one_line
+from gpulens.collector.wording import counted, noun_for
+from gpulens.dashboard import theme
+from gpulens.dashboard.report.build import Report, Section, TableResult
+from gpulens.dashboard.report.figures import HEIGHT_PX, section_figures
+from gpulens.dashboard.report.format import format_subject, format_value
 
 # The most rows one HTML table shows; the JSON report has them all.
 MAX_HTML_ROWS = 2000
@@ -190,7 +190,7 @@ def _findings(report: Report, problems: list[str]) -> str:
 
 
 def _metrics(report: Report) -> str:
-    from analysis.metrics import METRICS
+    from gpulens.analysis.metrics import METRICS
 
     known = [m for m in METRICS if report.metrics.get(m.key) is not None]
     if not known:

@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from collector.errors import TraceError, UsageError
-from collector.wording import counted
+from gpulens.collector.errors import TraceError, UsageError
+from gpulens.collector.wording import counted
 
 DATASET_MARKERS = ("traces", "telemetry", "devices", "events")
 
@@ -46,7 +46,7 @@ def resolve_inputs(inputs: list[str], scratch: Path, keep: Path | None, run: str
             raise TraceError(name, "no such file or directory")
         if path.is_file() and path.stat().st_size == 0:
             raise TraceError(name, "empty file")
-    from collector.ingest import ingest_paths
+    from gpulens.collector.ingest import ingest_paths
 
     target = keep if keep is not None else scratch
     report = ingest_paths(inputs, target, run=run, progress=progress)
@@ -89,7 +89,7 @@ def _folder_holding(path: Path, target: str) -> Path | None:
     if is_dataset(path):
         tables = [os.path.realpath(path / marker) for marker in DATASET_MARKERS]
         return path if any(_inside(target, table) for table in tables) else None
-    from collector.ingest.batch import TRACE_SUFFIXES
+    from gpulens.collector.ingest.batch import TRACE_SUFFIXES
 
     # A trace folder: the files ingest picks out of it (find_traces).
     folder = os.path.realpath(path)

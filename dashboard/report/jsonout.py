@@ -29,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from analysis.dataset import exact_number
-from dashboard.report.build import Report
+from gpulens.analysis.dataset import exact_number
+from gpulens.dashboard.report.build import Report
 
 REPORT_VERSION = 1
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.errors import one_line
-from collector.wording import counted
-from dashboard.report.build import Report
-from dashboard.report.format import format_subject, format_subjects, format_value
+from gpulens.collector.errors import one_line
+from gpulens.collector.wording import counted
+from gpulens.dashboard.report.build import Report
+from gpulens.dashboard.report.format import format_subject, format_subjects, format_value
 
 MAX_MD_ROWS = 20
 # Findings of one id and severity shown in full; the rest are listed by subject.
@@ -88,7 +88,7 @@ def _finding_lines(data: dict[str, Any], explained: set[str] | None = None) -> l
 
 
 def _metrics(report: Report) -> list[str]:
-    from analysis.metrics import METRICS
+    from gpulens.analysis.metrics import METRICS
 
     known = [m for m in METRICS if report.metrics.get(m.key) is not None]
     if not known:
