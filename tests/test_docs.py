@@ -1,6 +1,7 @@
-"""The README documents every command, option, analysis view, finding and
-environment variable a user can reach: scripts are written against these
-names, so none may appear without its entry."""
+"""The docs (README.md and the pages of docs/) document every command,
+option, analysis view, finding and environment variable a user can reach:
+scripts are written against these names, so none may appear without its
+entry."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from gpulens.dashboard.cli import cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+# Every page a user can reach: the README and docs/, one page per topic.
+DOCS = "\n".join([README, *(path.read_text(encoding="utf-8") for path in sorted((REPO_ROOT / "docs").glob("*.md")))])
 
 
 def _commands() -> list[tuple[str, click.Command]]:
@@ -36,12 +39,12 @@ def _code_names(pattern: str, folder: str, suffix: str = ".py") -> set[str]:
 
 @pytest.mark.parametrize("name", [name for name, _ in _commands()])
 def test_every_command_has_a_readme_section(name: str) -> None:
-    assert f"### `gpulens {name}`" in README
+    assert f"### `gpulens {name}`" in DOCS
 
 
 @pytest.mark.parametrize(("command", "option"), _options())
 def test_every_option_is_in_the_readme(command: str, option: str) -> None:
-    assert option in README, f"gpulens {command} {option} is not documented in README.md"
+    assert option in DOCS, f"gpulens {command} {option} is not documented in DOCS.md"
 
 
 ANALYSIS_VIEWS = sorted(path.stem for path in (REPO_ROOT / "analysis" / "sql").glob("*.sql")
@@ -50,7 +53,7 @@ ANALYSIS_VIEWS = sorted(path.stem for path in (REPO_ROOT / "analysis" / "sql").g
 
 @pytest.mark.parametrize("view", ANALYSIS_VIEWS)
 def test_every_analysis_view_is_in_the_readme(view: str) -> None:
-    assert f"`{view}`" in README
+    assert f"`{view}`" in DOCS
 
 
 FINDING_IDS = sorted(_code_names(r'\bid="([a-z_]+)"', "analysis"))
@@ -63,7 +66,7 @@ def test_the_finding_ids_are_found_in_the_code() -> None:
 
 @pytest.mark.parametrize("finding_id", FINDING_IDS)
 def test_every_finding_has_a_row_in_the_readme(finding_id: str) -> None:
-    assert f"| `{finding_id}` |" in README
+    assert f"| `{finding_id}` |" in DOCS
 
 
 ENVIRONMENT = sorted(_code_names(r'"(GPULENS_[A-Z_]+)"', "collector") | _code_names(r'"(GPULENS_[A-Z_]+)"', "analysis")
@@ -72,7 +75,7 @@ ENVIRONMENT = sorted(_code_names(r'"(GPULENS_[A-Z_]+)"', "collector") | _code_na
 
 @pytest.mark.parametrize("variable", ENVIRONMENT)
 def test_every_environment_variable_is_in_the_readme(variable: str) -> None:
-    assert variable in README
+    assert variable in DOCS
 
 
 @pytest.mark.parametrize("name", [name for name, _ in _commands()])
