@@ -57,9 +57,6 @@ def query(dataset, sql, output_format, max_rows, max_width):
     from gpulens.analysis.dataset import open_dataset, stream_sql
     from gpulens.analysis.registry import create_views_named_in, tables_named_in
     from gpulens.collector.errors import terminated_on_sigterm
-    from gpulens.collector.no_pandas import refuse_pandas
-
-    refuse_pandas()  # this process only writes rows as text: see collector.no_pandas
     con = open_dataset(dataset, analyses_on_demand=True, tables=tables_named_in(sql), footer_cache=True)
     # Closed here, not at exit (`gpulens query` ends without Python's
     # teardown), and on SIGTERM or Ctrl-C too, which interrupt the query

@@ -72,11 +72,6 @@ def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watc
 
     from gpulens.collector.daemon import CollectOptions, Collector
     from gpulens.collector.errors import UsageError
-    from gpulens.collector.no_pandas import refuse_pandas
-
-    # The daemon never makes a DataFrame; pyarrow would import pandas (and
-    # with it OpenSSL) at its first conversion, for as long as it runs.
-    refuse_pandas()
     logging.basicConfig(level=logging.INFO, format="gpulens collect: %(message)s", stream=sys.stderr)
     if run_name is not None and watch_dir is None:
         raise UsageError("--run names the traces of --watch-traces; give --watch-traces DIR too")

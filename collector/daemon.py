@@ -152,7 +152,6 @@ class Collector:
         slow_ns = int(round(self.options.slow_every_s * 1e9))
         flush_ns = int(round(self.options.flush_every_s * 1e9))
         start_ns = self._clock_ns()
-        end_ns = None if self.options.duration_s is None else start_ns + int(self.options.duration_s * 1e9)
 
         self._devices = self.backend.discover()
         self._health = {d.gpu_index: _GpuHealth() for d in self._devices}
@@ -168,6 +167,9 @@ class Collector:
 
         # The first grid point after set-up (the first flush can be slow).
         setup_done_ns = self._clock_ns()
+        # --duration counts sampling time: a slow first flush (a cold disk,
+        # a busy node) does not eat into it.
+        end_ns = None if self.options.duration_s is None else setup_done_ns + int(self.options.duration_s * 1e9)
         deadline_ns = -(-setup_done_ns // interval_ns) * interval_ns
         next_flush_ns = setup_done_ns + flush_ns
         last_slow_slot = None

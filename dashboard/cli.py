@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import logging
 import os
 import sys
 
@@ -91,42 +90,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     command = next((a for a in arguments if not a.startswith("-")), None)
-    status = _run(argv, command)
-    if argv is None and command in _EXIT_AT_ONCE_COMMANDS and not _observed():
-        _exit_without_teardown(status)
-    return status
-
-
-# The commands that end the process as soon as their work is done (see
-# below): they leave nothing to close. Ingest's workers, threads, files
-# and staging folders end inside it; query and report close their DuckDB
-# (one that spilled to disk removes its temporary files then), and
-# report's scratch folder is gone before it writes.
-_EXIT_AT_ONCE_COMMANDS = ("ingest", "query", "report")
-
-
-def _observed() -> bool:
-    """A profiler or coverage tool runs in this process: it writes what it
-    gathered at exit, so the process must end as Python's do."""
-    if sys.gettrace() is not None or sys.getprofile() is not None or "coverage" in sys.modules:
-        return True
-    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+: tools need not trace
-    return monitoring is not None and any(monitoring.get_tool(tool) is not None for tool in range(6))
-
-
-def _exit_without_teardown(status: int) -> None:
-    """End the process now, its output flushed, without Python's teardown:
-    with pyarrow and numpy loaded, freeing every module and object took
-    about 60 ms, a sixth of ingesting two small traces (0.24 s of a
-    report, with polars and plotly too). Only as the
-    process's own entry point (`argv` not given): a caller in Python goes
-    on. Everything the command wrote is closed and synced by then, its
-    workers and threads ended."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            stream.flush()  # a reader gone (`| head`): as Python's exit, nothing more to say
-    os._exit(status)
+    return _run(argv, command)
 
 
 def _run(argv: list[str] | None, command: str | None) -> int:

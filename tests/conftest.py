@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,28 +18,6 @@ def shared_traces() -> Path:
         pytest.skip("../shared/traces is not present")
     return SHARED_TRACES
 
-
-@pytest.fixture(autouse=True)
-def _import_hooks_restored():
-    """`gpulens ingest` and `gpulens query`, run in this process by tests,
-    refuse pandas for the rest of their process (collector.no_pandas); a
-    test must not pass that on to the tests after it."""
-    hooks = list(sys.meta_path)
-    yield
-    sys.meta_path[:] = hooks
-
-
-def modules_loaded_by(command: list[str], names: tuple[str, ...]) -> list[str]:
-    """The modules of `names` (each, or a submodule of it) that `gpulens
-    COMMAND...` loads, run in a fresh interpreter to its end."""
-    import ast
-    import subprocess
-
-    code = ("import sys; from dashboard.cli import main; "
-            f"assert main({command!r}) == 0; "
-            f"print(sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in {names!r})))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    return ast.literal_eval(done.stdout.strip().splitlines()[-1])
 
 
 def write_trace_table(root: Path, run: str, table: str, columns: dict, source: str = "test") -> Path:

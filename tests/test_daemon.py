@@ -18,7 +18,6 @@ from gpulens.collector.backend import DeviceInfo, DeviceSample, GpuLost
 from gpulens.collector.daemon import CollectOptions, Collector
 from gpulens.collector.errors import UsageError
 from gpulens.collector.sim import SimBackend
-from conftest import modules_loaded_by
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -249,14 +248,3 @@ def test_amd_power_throttle_is_an_event(tmp_path):
     _collect(tmp_path, AmdThrottledBackend(), duration_s=0.2)
     con = open_dataset(tmp_path)
     assert con.execute("select gpu_index, detail from events where kind = 'throttle_start'").fetchall() == [(0, "power")]
-
-
-def test_the_collect_command_loads_neither_pandas_nor_pyarrow_parquet_nor_compute(tmp_path: Path) -> None:
-    # A daemon on every node: pyarrow would import pandas at its first
-    # conversion, and pyarrow.parquet the S3 filesystem and OpenSSL, 44 MB
-    # of its 124 for as long as it runs; pyarrow.compute 1.7 MB more.
-    command = ["collect", "--backend", "sim", "--sim-gpus", "2", "--interval", "0.05", "--duration", "0.3",
-               "--flush-every", "0.1", "--out", str(tmp_path / "out")]
-    names = ("pandas", "pyarrow.parquet", "pyarrow.fs", "pyarrow._fs", "_hashlib", "pyarrow.compute")
-    assert modules_loaded_by(command, names) == []
-    assert list((tmp_path / "out" / "telemetry").rglob("*.parquet"))

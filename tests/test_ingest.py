@@ -85,7 +85,7 @@ def test_detect_format_nccl_log(tmp_path: Path) -> None:
 def test_detect_format_imports_only_the_formats_it_tries(tmp_path: Path) -> None:
     # A fresh interpreter, so modules other tests imported do not count.
     path = write(tmp_path / "trace.json", kineto_json())
-    code = ("import sys; from collector.ingest.formats import detect_format; "
+    code = ("import sys; from gpulens.collector.ingest.formats import detect_format; "
             f"print(detect_format({str(path)!r}), sorted(m for m in sys.modules if m.startswith('gpulens.collector.ingest.')"
             " and m.rsplit('.', 1)[1] in ('nsys', 'rocprof', 'nccl_log')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -1018,15 +1018,15 @@ def test_ingest_real_folder_one_run_several_ranks(tmp_path: Path) -> None:
     assert (report.runs, sorted(r.rank for r in report.results)) == (["sampled_128rank"], [0, 1])
 
 
-def test_gpulens_ingest_loads_neither_pandas_nor_the_report(tmp_path: Path) -> None:
-    # The report and dashboard modules cost 0.7 s of imports; pyarrow would
-    # import pandas on its first array. `gpulens ingest` needs none of them.
+def test_gpulens_ingest_loads_neither_the_report_nor_the_dashboard(tmp_path: Path) -> None:
+    # The report and dashboard modules cost 0.7 s of imports, which
+    # `gpulens ingest` does not need.
     import subprocess
     import sys
 
     trace = write(tmp_path / "t.json", kineto_json())
-    program = ("import sys; from dashboard.cli import main; code = main(sys.argv[1:]); "
-               "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'polars', 'streamlit', 'plotly'}), "
+    program = ("import sys; from gpulens.dashboard.cli import main; code = main(sys.argv[1:]); "
+               "print(sorted({m.split('.')[0] for m in sys.modules} & {'polars', 'streamlit', 'plotly'}), "
                "'gpulens.dashboard.report' in sys.modules, code)")
     result = subprocess.run([sys.executable, "-c", program, "ingest", str(trace), "--out", str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
@@ -1041,7 +1041,7 @@ def test_gpulens_ingest_writes_parquet_without_arrows_mimalloc(tmp_path: Path) -
     import sys
 
     trace = write(tmp_path / "t.json", kineto_json())
-    program = ("import sys; from dashboard.cli import main; code = main(sys.argv[1:]); import pyarrow; "
+    program = ("import sys; from gpulens.dashboard.cli import main; code = main(sys.argv[1:]); import pyarrow; "
                "print(code, pyarrow.mimalloc_memory_pool().max_memory())")
     env = {name: value for name, value in os.environ.items() if name != "ARROW_DEFAULT_MEMORY_POOL"}
     result = subprocess.run([sys.executable, "-c", program, "ingest", str(trace), "--out", str(tmp_path / "out")],

@@ -346,8 +346,7 @@ def _masked(values: np.ndarray, valid: np.ndarray, type: pa.DataType) -> pa.Arra
 
 @cache
 def _texts(values: tuple[str | None, ...] | list[str | None]) -> pa.Array:
-    """A constant string array, made on first use: `pa.array` at import
-    would import pandas before `gpulens ingest` can refuse it (no_pandas)."""
+    """A constant string array, made on first use, not at import."""
     return pa.array(list(values), pa.string())
 
 

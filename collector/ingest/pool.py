@@ -34,7 +34,6 @@ from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
 from gpulens.collector.ingest import plan
 from gpulens.collector.ingest.results import Assembly, FileFailure, FileResult, PartOutcome, SkippedFile
 from gpulens.collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
-from gpulens.collector.no_pandas import refuse_pandas
 from gpulens.collector.progress import StderrProgress
 
 if TYPE_CHECKING:
@@ -389,8 +388,6 @@ def prepare_ingest_process() -> None:
     owns (its ingest workers, the `gpulens ingest` command), since they
     would change a caller's process for everyone else in it.
 
-    - pyarrow imports pandas the first time it builds an array, though
-      ingest never converts to pandas: `refuse_pandas`.
     - Arrow's buffers come from the C library's allocator, not Arrow's
       default mimalloc. Ingest builds and frees many arrays of a few MB per
       batch; mimalloc hands that memory back and faults it in again (as
@@ -406,7 +403,6 @@ def prepare_ingest_process() -> None:
     """
     import pyarrow as pa
 
-    refuse_pandas()
     pa.set_memory_pool(pa.system_memory_pool())
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import re
@@ -63,17 +64,6 @@ from gpulens.collector.errors import DatasetError, even_if_interrupted
 from gpulens.collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,
                                     unmerge_sources)
 from gpulens.collector.schema import TRACE_SCHEMAS
-
-# SHA-256 by CPython's own code (`_sha2` from 3.12, `_sha256` before), not
-# `hashlib`'s: that loads OpenSSL's libcrypto, 2.4 ms and 3.7 MB in every
-# ingest process, for two hashes of a few bytes. The same digests.
-try:
-    from _sha2 import sha256
-except ImportError:
-    try:
-        from _sha256 import sha256
-    except ImportError:
-        from hashlib import sha256
 
 TRACES_DIR = "traces"
 STAGING_DIR = ".staging"
@@ -96,7 +86,7 @@ _UNOWNED_AGE_S = 24 * 3600
 def source_id(path: str | Path) -> str:
     """A stable id of a source file: a hash of its absolute path."""
     absolute = os.path.abspath(os.fspath(path))
-    return sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    return hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:20]
 
 
 def sanitise_run(name: str) -> str:
@@ -261,7 +251,7 @@ def owner_tag(pid: int | None = None) -> str:
 
 @functools.cache
 def _host_tag() -> str:
-    return sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
 def remove_abandoned_staging(out: Path) -> None:

@@ -54,11 +54,6 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         gpulens report traces/job42/ --format md > findings.md
         gpulens report new-data --compare baseline.json --fail-on step_time:5 --fail-on busbw:10 -o report.json
     """
-    from gpulens.collector.no_pandas import refuse_pandas
-
-    # No DataFrame is ever made: pyarrow (and plotly's encoder, as it looks)
-    # would import pandas, 0.19 s and 34 MB of each report.
-    refuse_pandas()
     from gpulens.dashboard.report.build import build_report
     from gpulens.dashboard.report.compare import RegressionFound, parse_fail_on
     from gpulens.dashboard.report.inputs import refuse_output_among_inputs, resolve_inputs
