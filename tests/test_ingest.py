@@ -1052,8 +1052,8 @@ def test_gpulens_ingest_writes_parquet_without_arrows_mimalloc(tmp_path: Path) -
 
 
 def test_gpulens_ingest_ends_at_once_with_its_exit_status_and_every_line(tmp_path: Path) -> None:
-    # As the process's entry point it ends without Python's teardown
-    # (os._exit): its status, what it printed and what it wrote must all be there.
+    # As the process's entry point: its status, what it printed and what it
+    # wrote must all be there when it ends.
     import subprocess
     import sys
 

@@ -95,8 +95,7 @@ def test_interval_text_matches_duckdbs_own(interval):
 
 
 def test_query_writes_every_row_before_it_ends(dataset):
-    # The command ends without Python's teardown (os._exit): its output,
-    # more than a pipe's buffer, must all be flushed first.
+    # Its output, more than a pipe's buffer, must all be flushed before it ends.
     result = _gpulens("query", str(dataset), "select range as i from range(200000)", "--format", "csv")
     lines = result.stdout.splitlines()
     assert (result.returncode, len(lines), lines[1], lines[-1]) == (0, 200_001, "0", "199999")

@@ -557,9 +557,8 @@ def test_report_json_of_two_runs_matches_the_schema(two_run_report) -> None:
 
 
 def test_the_report_command_ends_at_once_with_its_report_whole(small: Path, tmp_path: Path) -> None:
-    # As the process's entry point it ends without Python's teardown
-    # (os._exit): the report on stdout, its last line on stderr and its
-    # status must all be there, and no scratch folder left behind.
+    # As the process's entry point: the report on stdout, its last line on
+    # stderr and its status must all be there, and no scratch folder left behind.
     import subprocess
     import sys
     import tempfile

@@ -364,7 +364,11 @@ def _worker_start(parent: int, spill_dir: str) -> None:
 
 def _end_with_parent(parent: int) -> None:
     """Have the kernel kill this process when `parent` ends (Linux); elsewhere
-    a thread that looks every second."""
+    a thread that looks every second.
+
+    This worker is a forked child, so it ends with `os._exit`, as Python's
+    documentation asks of a child after fork (and a thread cannot end its
+    process otherwise): the one place gpulens calls it."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
