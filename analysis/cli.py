@@ -256,7 +256,7 @@ def interval_text(value: pa.MonthDayNano) -> str:
 
 def _json_default(value):
     if isinstance(value, decimal.Decimal):
-        from gpulens.analysis.dataset import exact_number  # imported with the query it serves
+        from gpulens.analysis.tables import exact_number  # imported with the query it serves
 
         return exact_number(value)
     if isinstance(value, (dt.datetime, dt.date, dt.time)):

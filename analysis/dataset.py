@@ -14,99 +14,19 @@ Files written by a newer gpulens with extra columns are read by name.
 from __future__ import annotations
 
 import contextlib
-import decimal
 import functools
 import os
-import re
-import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
 
+from gpulens.analysis.tables import (DUCKDB_ERRORS, TABLE_GLOBS, TABLES, is_vanished_file_error, quote_identifier,
+                                     quote_literal, retry_vanished_files, table_files, vanished_file_error)
 from gpulens.collector.derive import DERIVED_TABLES
 from gpulens.collector.errors import DatasetError, QueryError, one_line
 from gpulens.collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
-
-# Where each table's files live, relative to the dataset root.
-TABLE_GLOBS: dict[str, str] = {
-    "telemetry": "telemetry/**/*.parquet",
-    "devices": "devices/**/*.parquet",
-    "events": "events/**/*.parquet",
-    "processes": "processes/**/*.parquet",
-    **{name: f"traces/*/{name}/*.parquet" for name in TRACE_SCHEMAS},
-}
-TABLES: tuple[str, ...] = tuple(TABLE_GLOBS)
-
-# How DuckDB says a file it was reading has gone: a file its glob listed and
-# that was removed before the scan opened it, or a glob that now matches
-# nothing. A collector merging its flush files (collector/compact.py) renames
-# the merged file into place and then removes the files merged, so a query
-# that listed them just before fails once and works when run again.
-_VANISHED_FILE = re.compile(
-    r'Cannot open file "(?P<file>[^"]+)": No such file or directory'
-    r'|No files found that match the pattern "(?P<pattern>[^"]+)"'
-)
-# What a DuckDB query raises: its own errors, and (the last two) the same
-# errors come through its Arrow stream.
-_DUCKDB_ERRORS = (duckdb.Error, pa.ArrowException, OSError)
-VANISHED_FILE_TRIES = 3
-VANISHED_FILE_PAUSE_S = 0.1  # before the second run; twice that before the third
-
-_T = TypeVar("_T")
-
-
-def quote_identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def quote_literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def exact_number(value: decimal.Decimal) -> int | float:
-    """A DECIMAL result as a plain number: sum() of a BIGINT column is a
-    HUGEINT, which arrives as a Decimal; keep a whole one an exact int."""
-    return int(value) if value == value.to_integral_value() else float(value)
-
-
-def table_files(root: Path, table: str) -> list[Path]:
-    return sorted(p for p in root.glob(TABLE_GLOBS[table]) if p.is_file())
-
-
-def is_vanished_file_error(error: BaseException) -> bool:
-    """Whether a DuckDB error says a file it was reading has gone."""
-    return _VANISHED_FILE.search(str(error)) is not None
-
-
-def retry_vanished_files(action: Callable[[], _T], tries: int = VANISHED_FILE_TRIES) -> _T:
-    """`action()`, run again after a short pause (`tries` runs in all) while
-    it fails because a file it read has gone; then a QueryError naming the
-    file. Other errors pass through unchanged, and are not retried.
-
-    `action` must be safe to run again: it must not have written anything.
-    """
-    for attempt in range(1, tries + 1):
-        try:
-            return action()
-        except _DUCKDB_ERRORS as error:
-            if not is_vanished_file_error(error):
-                raise
-            if attempt == tries:
-                raise _vanished_file_error(error, f"tried {tries} times") from error
-        time.sleep(VANISHED_FILE_PAUSE_S * attempt)
-    raise ValueError(f"tries must be at least 1, not {tries}")
-
-
-def _vanished_file_error(error: BaseException, detail: str) -> QueryError:
-    match = _VANISHED_FILE.search(str(error))
-    assert match is not None
-    if match["file"]:
-        return QueryError(f"{match['file']}: no such file ({detail})")
-    return QueryError(f"{match['pattern']}: no file matches ({detail})")
-
 
 def open_dataset(
     path: str | Path,
@@ -387,9 +307,9 @@ def _query_errors(midway: bool = False) -> Iterator[None]:
         yield
     except duckdb.InterruptException:
         raise KeyboardInterrupt from None
-    except _DUCKDB_ERRORS as error:
+    except DUCKDB_ERRORS as error:
         if midway and is_vanished_file_error(error):
-            raise _vanished_file_error(error, "removed after the query's first rows were read; run it again") from error
+            raise vanished_file_error(error, "removed after the query's first rows were read; run it again") from error
         raise QueryError(f"SQL error: {one_line(error)}") from error
     except RuntimeError as error:  # how DuckDB 2 reports the same interrupt
         if "interrupted" in str(error).lower():

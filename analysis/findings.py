@@ -3,16 +3,15 @@
 A finding is one claim about one subject (a rank of a run, a GPU of a
 host, a process group, ...), with its severity and the numbers behind it.
 Each question's module builds its own findings from its tables
-(`analysis.launch.launch_findings`, ...); `all_findings` gathers them,
-most severe first. The report and the dashboard show the same list.
+(`analysis.launch.launch_findings`, ...) with the types here;
+`analysis.all_findings` gathers them, most severe first. The report and
+the dashboard show the same list.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
-
-import duckdb
+from typing import Any
 
 SEVERITIES = ("critical", "warning", "info")
 _RANK = {name: i for i, name in enumerate(SEVERITIES)}
@@ -64,23 +63,6 @@ def format_duration_ns(ns: float | None, missing: str = "an unknown time") -> st
     return f"{ns:,.0f} ns"
 
 
-FindingSource = Callable[[duckdb.DuckDBPyConnection], list[Finding]]
-
-
-def finding_sources() -> list[FindingSource]:
-    """Each question's findings builder, imported here so the list is explicit."""
-    from gpulens.analysis import communication, launch, power, time_breakdown
-
-    return [launch.launch_findings, time_breakdown.breakdown_findings, communication.communication_findings, power.power_findings]
-
-
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Most severe first; then by id and subject, so the order is stable."""
     return sorted(findings, key=lambda f: (_RANK[f.severity], f.id, sorted((k, str(v)) for k, v in f.subject.items())))
-
-
-def all_findings(con: duckdb.DuckDBPyConnection) -> list[Finding]:
-    findings: list[Finding] = []
-    for source in finding_sources():
-        findings.extend(source(con))
-    return sort_findings(findings)

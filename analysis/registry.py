@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from gpulens.analysis import peaks
-from gpulens.analysis.dataset import TABLES, is_vanished_file_error, retry_vanished_files
+from gpulens.analysis.tables import TABLES, is_vanished_file_error, retry_vanished_files
 from gpulens.collector.errors import QueryError, UsageError, one_line
 
 if TYPE_CHECKING:

@@ -41,9 +41,8 @@ import pyarrow.parquet as pq  # noqa: E402
 from gpulens.analysis.dataset import open_dataset  # noqa: E402
 from gpulens.analysis.registry import load_analyses, run_analysis  # noqa: E402
 from gpulens.collector.derive import derive_trace_tables  # noqa: E402
-from gpulens.collector.ingest.store import trace_parquet_options  # noqa: E402
+from gpulens.collector.parquet_io import parquet_options, trace_parquet_options  # noqa: E402
 from gpulens.collector.schema import TRACE_SCHEMAS, TELEMETRY_SCHEMA  # noqa: E402
-from gpulens.collector.writer import parquet_options  # noqa: E402
 
 # Building blocks with a row per kernel or sample: other views and people's own SQL
 # filter and aggregate them, nobody fetches 10 million rows, so they are

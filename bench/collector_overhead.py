@@ -51,7 +51,8 @@ from gpulens.collector.compact import COMPACT_MERGED_AT, COMPACT_PARTS_AT, MERGE
 from gpulens.collector.daemon import CollectOptions, Collector  # noqa: E402
 from gpulens.collector.schema import TELEMETRY_METRICS  # noqa: E402
 from gpulens.collector.sim import SimBackend  # noqa: E402
-from gpulens.collector.writer import STAGING_DIR, parquet_options  # noqa: E402
+from gpulens.collector.parquet_io import parquet_options  # noqa: E402
+from gpulens.collector.writer import STAGING_DIR  # noqa: E402
 
 
 class _RecordingSim(SimBackend):

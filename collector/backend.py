@@ -8,8 +8,8 @@ never see vendor units or vendor errors. Backends:
 - `collector.amd.AmdSmiBackend`  (amdsmi; needs the ROCm library)
 - `collector.sim.SimBackend`     (a seeded model of a node; no GPU needed)
 
-`open_backend("auto")` tries NVML, then amdsmi, and otherwise raises
-`BackendUnavailable` suggesting `--backend sim`.
+Each backend imports this module; `collector.backends.open_backend`
+picks one by name (so this module imports none of them).
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpulens.collector.errors import BackendUnavailable, UsageError
-
-BACKEND_NAMES = ("auto", "nvml", "amdsmi", "sim")
 
 
 @dataclass(frozen=True)
@@ -115,39 +112,6 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def open_backend(name: str, **options: Any) -> Backend:
-    """Open the backend called `name` (one of BACKEND_NAMES).
-
-    Options are passed to the sim backend (gpus, profile, seed, ...) and
-    ignored by hardware backends.
-    """
-    if name not in BACKEND_NAMES:
-        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
-    if name == "sim":
-        from gpulens.collector.sim import SimBackend
-
-        return SimBackend(**options)
-    if name == "nvml":
-        from gpulens.collector.nvml import NvmlBackend
-
-        return NvmlBackend()
-    if name == "amdsmi":
-        from gpulens.collector.amd import AmdSmiBackend
-
-        return AmdSmiBackend()
-
-    reasons: list[str] = []
-    for candidate in ("nvml", "amdsmi"):
-        try:
-            return open_backend(candidate)
-        except BackendUnavailable as error:
-            reasons.append(str(error))
-    raise BackendUnavailable(
-        "no GPU backend could start (" + "; ".join(reasons) + "); "
-        "use --backend sim to run on a simulated node"
-    )
 
 
 @dataclass

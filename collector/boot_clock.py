@@ -53,7 +53,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from gpulens.collector import arrow_compute as pc
-from gpulens.collector.ingest.base import replace_column
+from gpulens.collector.ingest.arrays import replace_column
 
 # Imported where first needed (socket, pyarrow.parquet, collector.writer):
 # every ingest imports this module, and only rocprofv3 traces use them.

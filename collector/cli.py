@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpulens.collector.backend import BACKEND_NAMES
+from gpulens.collector.backends import BACKEND_NAMES
 
 if TYPE_CHECKING:
     from gpulens.collector.ingest.results import IngestReport
@@ -40,7 +40,7 @@ def _backend_options(function):
 
 
 def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
-    from gpulens.collector.backend import open_backend
+    from gpulens.collector.backends import open_backend
 
     options = {"gpus": sim_gpus, "profile": sim_profile, "seed": seed} if backend == "sim" else {}
     return open_backend(backend, **options)

@@ -125,7 +125,7 @@ def _merge_locked(files: list[Path], staging: Path) -> Path:
     as row groups of about MERGE_ROW_GROUP_ROWS rows, so a merge holds
     one row group, not the hour. Merging an hour of 64 GPUs at 10 Hz
     whole (and sorting it) took 1.7 GB and 11.6 s of CPU."""
-    from gpulens.collector.writer import write_parquet_atomic  # the writer imports this module
+    from gpulens.collector.parquet_io import write_parquet_atomic
 
     try:
         schema = pa.unify_schemas(_read_schemas(files), promote_options="permissive")

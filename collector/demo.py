@@ -42,7 +42,8 @@ import pyarrow.parquet as pq
 from gpulens.collector.errors import DatasetError, TraceError, UsageError
 from gpulens.collector.sim import PROFILES, SimBackend
 from gpulens.collector.throttle import LIMITING_REASONS
-from gpulens.collector.writer import DatasetWriter, new_temporary_file
+from gpulens.collector.parquet_io import new_temporary_file
+from gpulens.collector.writer import DatasetWriter
 
 # 2026-01-01T00:00:00Z: where the demo's clock starts.
 DEMO_START_NS = 1_767_225_600_000_000_000

@@ -18,10 +18,8 @@ rows buffered for the next try and raises `DatasetError` naming the file.
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import itertools
 import os
-import tempfile
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -30,95 +28,14 @@ import numpy as np
 import pyarrow as pa
 
 from gpulens.collector import arrow_compute as pc
-from gpulens.collector import parquet_io
 from gpulens.collector.compact import finish_interrupted, maybe_compact
+from gpulens.collector.parquet_io import write_parquet_atomic
 from gpulens.collector.errors import DatasetError
 from gpulens.collector.schema import NODE_SCHEMAS, SCHEMA_VERSION
 
 STAGING_DIR = ".staging"
 _US_PER_DAY = 86_400_000_000
 _EPOCH_DAY = dt.date(1970, 1, 1)
-ZSTD_LEVEL = 3
-
-
-def parquet_options(schema: pa.Schema) -> dict[str, Any]:
-    """Encodings that make slowly-changing metrics nearly free on disk.
-
-    Floats use BYTE_STREAM_SPLIT (the exponent and high mantissa bytes of a
-    series compress well once split); strings and lists keep dictionaries.
-    """
-    float_columns = [f.name for f in schema if pa.types.is_floating(f.type)]
-    return {
-        "compression": "zstd",
-        "compression_level": ZSTD_LEVEL,
-        "use_dictionary": [f.name for f in schema if not pa.types.is_floating(f.type)],
-        "use_byte_stream_split": float_columns,
-        "write_statistics": True,
-        "data_page_version": "2.0",
-    }
-
-
-def write_parquet_atomic(table: pa.Table | Iterable[pa.Table], destination: Path, staging: Path,
-                         schema: pa.Schema | None = None) -> Path:
-    """Write `table` to `destination` via a fsynced file in `staging`.
-
-    `table` may also be an iterable of tables of `schema`, written one row
-    group (or more) each, so that a merge never holds all its rows."""
-    temporary = staging / f"{destination.name}.{os.getpid()}.tmp"
-    try:
-        staging.mkdir(parents=True, exist_ok=True)
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "wb") as handle:
-            if isinstance(table, pa.Table):
-                parquet_io.write_table(table, handle, **parquet_options(table.schema))
-            else:
-                assert schema is not None, "a stream of tables needs its schema"
-                parquet_io.write_tables(table, handle, schema, **parquet_options(schema))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, destination)
-        _fsync_dir(destination.parent)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        reason = "disk full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-        raise DatasetError(f"{destination}: cannot write ({reason})") from error
-    except BaseException:
-        temporary.unlink(missing_ok=True)  # a source that failed to read, say: nothing half-written stays
-        raise
-    return destination
-
-
-def new_temporary_file(folder: Path, prefix: str, suffix: str = ".tmp") -> Path:
-    """A new, empty, uniquely named file in `folder`, to write and then
-    rename into place, with the mode any new file gets (0666 less the
-    umask): mkstemp's 0600 would go with it into the dataset, where other
-    users could not read it."""
-    handle, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
-    try:
-        umask = os.umask(0o077)  # read by setting it: a short-lived value no looser than mkstemp's
-        os.umask(umask)
-        os.fchmod(handle, 0o666 & ~umask)
-    except OSError:
-        Path(name).unlink(missing_ok=True)
-        raise
-    finally:
-        os.close(handle)
-    return Path(name)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def check_writable(root: Path) -> None:
     """Raise DatasetError unless `root` can hold a dataset."""
     try:
@@ -319,9 +236,6 @@ __all__ = [
     "STAGING_DIR",
     "SCHEMA_VERSION",
     "check_writable",
-    "new_temporary_file",
-    "parquet_options",
     "partition_value",
     "sweep_staging",
-    "write_parquet_atomic",
 ]

@@ -700,7 +700,7 @@ def test_dashboard_on_a_port_another_server_holds_is_one_error_line_and_starts_n
 
 
 def test_the_launcher_warms_every_pages_first_view_into_the_pages_cache(monkeypatch, sample, tmp_path):
-    from gpulens.analysis.findings import all_findings
+    from gpulens.analysis.all_findings import all_findings
     from gpulens.dashboard import launch
     from gpulens.dashboard.pages import common
 

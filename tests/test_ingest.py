@@ -798,7 +798,7 @@ def test_ingest_split_file_without_gpu_events_fails_as_a_whole_one_does(tmp_path
 
 def test_progress_counts_files_whatever_their_parts(tmp_path: Path) -> None:
     from gpulens.collector.ingest import pool, sources
-    from gpulens.collector.ingest.results import Assembly, PartOutcome
+    from gpulens.collector.ingest.pool import Assembly, PartOutcome
 
     whole = sources.Source(str(tmp_path / "rank1.json"), "r", True)
     parts = [dataclasses.replace(whole, path=str(tmp_path / "rank0.json"), part=sources.FilePart(i, 6, i, i + 1))
@@ -897,7 +897,7 @@ def _halves(path: str) -> list:
 
 def test_split_file_read_in_full_is_joined_next_by_whichever_process_is_free() -> None:
     from gpulens.collector.ingest import pool
-    from gpulens.collector.ingest.results import Assembly, PartOutcome
+    from gpulens.collector.ingest.pool import Assembly, PartOutcome
     from gpulens.collector.ingest.sources import Source
 
     other = Source("rank1.json", "r", True)
@@ -915,7 +915,7 @@ def test_split_file_read_in_full_is_joined_next_by_whichever_process_is_free() -
 def test_a_split_file_is_joined_from_the_parts_workers_spilled(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
     from gpulens.collector.ingest import batch, pool, sources
-    from gpulens.collector.ingest.results import Assembly
+    from gpulens.collector.ingest.pool import Assembly
 
     trace = write(tmp_path / "in" / "rank0.json", kineto_json(rank=0, kernels=4000))
     ingest_paths([trace], tmp_path / "one", run="r", jobs=1)
@@ -935,7 +935,7 @@ def test_a_split_file_is_joined_from_the_parts_workers_spilled(
 def test_pool_queue_keeps_the_joining_of_a_file_read_partly_here_from_workers() -> None:
     # Joined in this process, the part it read needs no moving.
     from gpulens.collector.ingest import pool
-    from gpulens.collector.ingest.results import Assembly, PartOutcome
+    from gpulens.collector.ingest.pool import Assembly, PartOutcome
     from gpulens.collector.ingest.sources import Source
 
     halves = _halves("rank0.json")
@@ -950,7 +950,8 @@ def test_a_worker_that_dies_joining_a_split_file_fails_that_file() -> None:
     # A part's loss is not yet its file's (it is read whole instead); the
     # joining's is, as a whole file's would be.
     from gpulens.collector.ingest import pool
-    from gpulens.collector.ingest.results import Assembly, FileFailure, PartOutcome
+    from gpulens.collector.ingest.pool import Assembly, PartOutcome
+    from gpulens.collector.ingest.results import FileFailure
 
     halves = _halves("rank0.json")
     joining = Assembly([PartOutcome(half, None, 0.0, spilled=f"part-{i}") for i, half in enumerate(halves)])
@@ -977,7 +978,7 @@ def test_pool_queue_hands_a_process_waiting_to_join_one_file_the_joining_of_anot
     # Holding parts of two split files, this process joins the one read in
     # full at once, not after the other's last part (and no worker may).
     from gpulens.collector.ingest import pool
-    from gpulens.collector.ingest.results import Assembly, PartOutcome
+    from gpulens.collector.ingest.pool import Assembly, PartOutcome
     from gpulens.collector.ingest.sources import Source
 
     halves = _halves("rank0.json")

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpulens.collector import parquet_io
-from gpulens.collector.ingest.store import trace_parquet_options
+from gpulens.collector.parquet_io import trace_parquet_options
 from gpulens.collector.schema import TRACE_SCHEMAS
 
 

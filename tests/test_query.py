@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analysis.dataset import TABLES, open_dataset
+from gpulens.analysis.dataset import open_dataset
+from gpulens.analysis.tables import TABLES
 from gpulens.collector.schema import TRACE_SCHEMAS, TELEMETRY_SCHEMA
 from gpulens.collector.writer import DatasetWriter
 from conftest import write_trace_table
@@ -281,6 +282,7 @@ def test_query_table_gives_a_value_of_several_lines_as_many_lines(tmp_path, caps
 
 def test_query_writes_rows_across_batches_as_one_result(tmp_path, capsys, monkeypatch):
     import gpulens.analysis.dataset
+    import gpulens.analysis.tables
 
     monkeypatch.setattr(gpulens.analysis.dataset, "STREAM_BATCH_ROWS", 2)
     sql = "select range as step, range % 2 = 0 as even from range(5)"
@@ -319,12 +321,13 @@ def _telemetry_file_away(dataset: Path, monkeypatch, back_at_first_pause: bool) 
     """Move the dataset's one telemetry file out of its table, as a merge
     removes the files it merged; put it back at the first pause if asked."""
     import gpulens.analysis.dataset
+    import gpulens.analysis.tables
 
     (path,) = dataset.glob("telemetry/**/*.parquet")
     away = dataset / "away.parquet"
     path.rename(away)
     pauses = _Pauses(then=(lambda: away.rename(path)) if back_at_first_pause else None)
-    monkeypatch.setattr(gpulens.analysis.dataset, "time", pauses)
+    monkeypatch.setattr(gpulens.analysis.tables, "time", pauses)
     return pauses
 
 
@@ -377,8 +380,9 @@ def test_run_analysis_names_a_file_that_stays_missing_not_its_sql(dataset, monke
 
 def test_query_names_a_file_that_stays_missing_on_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     import gpulens.analysis.dataset
+    import gpulens.analysis.tables
 
-    monkeypatch.setattr(gpulens.analysis.dataset, "time", _Pauses())
+    monkeypatch.setattr(gpulens.analysis.tables, "time", _Pauses())
     missing = tmp_path / "telemetry" / "part-1.parquet"
     code, out, err = _query(capsys, tmp_path, f"select * from read_parquet('{missing}')", "csv")
     assert (code, out, err) == (2, "", f"gpulens: error: {missing}: no file matches (tried 3 times)\n")
@@ -405,6 +409,7 @@ class _MergedAwayOnce:
 
 def test_query_runs_again_when_a_merge_removes_a_file_it_listed(dataset, capsys, monkeypatch):
     import gpulens.analysis.dataset
+    import gpulens.analysis.tables
 
     opened: list[_MergedAwayOnce] = []
 
@@ -413,15 +418,16 @@ def test_query_runs_again_when_a_merge_removes_a_file_it_listed(dataset, capsys,
         return opened[0]
 
     monkeypatch.setattr(gpulens.analysis.dataset, "open_dataset", open_merging)
-    monkeypatch.setattr(gpulens.analysis.dataset, "time", pauses := _Pauses())
+    monkeypatch.setattr(gpulens.analysis.tables, "time", pauses := _Pauses())
     code, out, err = _query(capsys, dataset, "select gpu_index, count(*) as samples from telemetry group by 1 order by 1", "csv")
     assert (code, out, err, opened[0].failures, pauses.seconds) == (0, "gpu_index,samples\n0,3\n1,3\n", "", 1, [0.1])
 
 
 def test_query_does_not_run_a_failing_statement_again(tmp_path, capsys, monkeypatch):
     import gpulens.analysis.dataset
+    import gpulens.analysis.tables
 
-    monkeypatch.setattr(gpulens.analysis.dataset, "time", pauses := _Pauses())
+    monkeypatch.setattr(gpulens.analysis.tables, "time", pauses := _Pauses())
     code, _, err = _query(capsys, tmp_path, "select nosuchcolumn from telemetry")
     assert (code, err.startswith("gpulens: error: SQL error: Binder Error"), pauses.seconds) == (2, True, [])
 

@@ -7,7 +7,8 @@ import pytest
 
 from gpulens.collector.errors import DatasetError
 from gpulens.collector.schema import TELEMETRY_METRICS
-from gpulens.collector.writer import STAGING_DIR, DatasetWriter, TableBuffer, new_temporary_file, sweep_staging
+from gpulens.collector.parquet_io import new_temporary_file
+from gpulens.collector.writer import STAGING_DIR, DatasetWriter, TableBuffer, sweep_staging
 
 MIDNIGHT_US = int(dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc).timestamp() * 1_000_000)
 

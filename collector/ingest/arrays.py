@@ -116,3 +116,10 @@ def constant(value: Any, length: int, type: pa.DataType) -> pa.Array:
     if value is None:
         return pa.nulls(length, type=type)
     return pa.repeat(pa.scalar(value, type=type), length)
+
+
+def replace_column(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """`table` with column `name` holding `values`, its field (type,
+    nullability, metadata) kept."""
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, table.schema.field(index), values)

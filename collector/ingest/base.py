@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import pyarrow as pa
 
 from gpulens.collector import arrow_compute as pc
+from gpulens.collector.ingest.arrays import replace_column
 from gpulens.collector.ingest.buffer import GZIP_MAGIC
 from gpulens.collector.schema import TRACE_SCHEMAS, TS_TYPE
 
@@ -66,13 +67,6 @@ _TIMED_TABLES = {"kernels": ("GPU activity", "GPU activities"), "api_calls": ("r
 def ingested_now(rows: int = 1) -> pa.Array:
     """`runs.ingested_at` for `rows` rows: this moment, in the column's type."""
     return pc.cast(pa.array([time.time_ns() // 1000] * rows, type=pa.int64()), TS_TYPE)
-
-
-def replace_column(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:
-    """`table` with column `name` holding `values`, its field (type,
-    nullability, metadata) kept."""
-    index = table.schema.get_field_index(name)
-    return table.set_column(index, table.schema.field(index), values)
 
 
 def with_host(parsed: ParsedTrace, host: str | None) -> ParsedTrace:

@@ -38,8 +38,9 @@ from gpulens.collector.ingest.base import timing_warnings, with_host
 from gpulens.collector.ingest.buffer import content_bytes
 from gpulens.collector.ingest.formats import UNKNOWN_FORMAT, detect_format, module_for
 from gpulens.collector.ingest.plan import _split_big_files, group_small_sources
-from gpulens.collector.ingest.pool import _read_part, _run, prepare_ingest_process, release_freed_memory
-from gpulens.collector.ingest.results import Assembly, FileFailure, FileResult, IngestReport, PartOutcome, SkippedFile
+from gpulens.collector.ingest.pool import (Assembly, PartOutcome, _read_part, _run, prepare_ingest_process,
+                                          release_freed_memory)
+from gpulens.collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
 from gpulens.collector.ingest.sources import (ROCPROF, TRACE_SUFFIXES, Source, _expand, common_stem, default_run_name,
                                       find_traces, sources_of, trace_stem)
 from gpulens.collector.ingest.store import (STAGING_DIR, read_runs, remove_abandoned_staging, runs_holding, sanitise_run,
@@ -76,7 +77,7 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     planned = group_small_sources(_split_big_files(tasks, jobs, file_sizes), jobs, file_sizes)
     # Closed at once if this stops early (SIGTERM, Ctrl-C), so that it stops
     # its workers and removes its staging folder now, not when collected.
-    with contextlib.closing(_run(planned, out, jobs, progress, file_sizes)) as outcomes:
+    with contextlib.closing(_run(planned, out, jobs, progress, ingest_task, file_sizes)) as outcomes:
         for outcome in outcomes:
             raise_if_terminated()  # a stop (SIGTERM, Ctrl-C) whose exception was swallowed where it landed
             if isinstance(outcome, FileResult):

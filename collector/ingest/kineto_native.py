@@ -18,6 +18,7 @@ Python's headers are at hand, and goes on without it elsewhere.
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 from dataclasses import dataclass
@@ -45,7 +46,9 @@ def _load() -> ModuleType | None:
     if os.environ.get("GPULENS_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from gpulens.collector.ingest import _kineto_scan
+        # By name, as formats.py loads format modules: an optional compiled
+        # module, which a build without a C compiler lacks.
+        _kineto_scan = importlib.import_module(f"{__package__}._kineto_scan")
     except ImportError:
         _NOT_BUILT = True
         return None

@@ -155,7 +155,7 @@ def _write_merged(files: list[Path], destination: Path) -> Path:
     after the other, as the telemetry merge reads (collector/compact.py)."""
     import pyarrow.dataset as ds  # here: ingest never merges, and the import takes 10 ms
 
-    from gpulens.collector.ingest.store import trace_parquet_options
+    from gpulens.collector.parquet_io import trace_parquet_options
 
     try:
         schema = pa.unify_schemas([parquet_io.read_schema(path).remove_metadata() for path in files],
@@ -374,7 +374,7 @@ def _explode(run_path: Path, aside: Path) -> None:
 def _write_back(merged: Path, sources: list[str], counts: list[int], staging: Path) -> None:
     """Each source's rows of one table's merged file, as its own file
     beside it (where it has rows and no file yet)."""
-    from gpulens.collector.ingest.store import trace_parquet_options
+    from gpulens.collector.parquet_io import trace_parquet_options
 
     ends = list(itertools.accumulate(counts))
     wanted = [(source, end - count, count) for source, end, count in zip(sources, ends, counts)

@@ -5,8 +5,8 @@ this process, the state that has them spill a part's events to a file
 rather than send them back, so reading a part of a split file is here
 too: `_read_part`), the progress bar, and handing freed memory back to
 the system between files. Separate from what a task does
-(`batch.ingest_task`), which this imports only when it runs, since
-`batch` imports this module.
+(`batch.ingest_task`), which `batch` hands to `_run`: this module knows
+nothing of it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from queue import SimpleQueue
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from gpulens.collector.errors import one_line
 from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
 from gpulens.collector.ingest import plan
-from gpulens.collector.ingest.results import Assembly, FileFailure, FileResult, PartOutcome, SkippedFile
+from gpulens.collector.ingest.results import FileFailure, FileResult, SkippedFile
 from gpulens.collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
 from gpulens.collector.progress import StderrProgress
 
@@ -43,6 +43,56 @@ if TYPE_CHECKING:
     from gpulens.collector.ingest.kineto import PartRead
     from gpulens.collector.ingest.sources import Source
 
+@dataclass
+class PartOutcome:
+    """What reading one part gave: its events, or None where it could not be
+    read on its own (the file is then ingested whole). A worker leaves them
+    in a file for this process (`spilled`), not in its reply: see `_spill`."""
+
+    task: Source
+    read: PartRead | None
+    seconds: float
+    spilled: str | None = None
+
+    @property
+    def held_here(self) -> bool:
+        """Whether its events are in this process's memory (not spilled)."""
+        return self.read is not None and self.spilled is None
+
+    def events(self) -> PartRead | None:
+        """The part's events, read back (once) where a worker spilled them."""
+        if self.spilled is not None:
+            try:
+                with open(self.spilled, "rb") as handle:
+                    self.read = pickle.load(handle)
+            except OSError:
+                self.read = None  # the file is read whole instead
+            finally:
+                Path(self.spilled).unlink(missing_ok=True)
+                self.spilled = None
+        return self.read
+
+
+@dataclass
+class Assembly:
+    """A split file whose parts are all read: a task that joins them and
+    writes the file (`batch.ingest_task`). The parts read by workers are in
+    spill files, those this process read in its memory: a file with one
+    of those is joined here (`held_here`), any other by whichever process
+    is free first."""
+
+    parts: list[PartOutcome]
+
+    @property
+    def task(self) -> Source:
+        return self.parts[0].task
+
+    @property
+    def held_here(self) -> bool:
+        return any(part.held_here for part in self.parts)
+
+
+
 # Set in ingest workers (`_worker_start`): they spill a part's events to a
 # file in the ingest's own staging folder.
 _IN_WORKER = False
@@ -50,7 +100,11 @@ _SPILL_DIR: str | None = None
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
+# What a task does: a source or an assembly, and the dataset folder → its outcomes.
+IngestTask = Callable[["Source | Assembly", str], "list[FileResult | FileFailure | SkippedFile | PartOutcome]"]
+
+
+def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool, ingest_task: IngestTask,
          file_sizes: dict[str, int] | None = None) -> Iterator[FileResult | FileFailure | SkippedFile]:
     """Each source's outcome, as `jobs` processes finish them: this one and
     `jobs - 1` workers (none for inputs under plan.PARALLEL_MIN_CONTENT_BYTES).
@@ -76,8 +130,6 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
     16-core host, in four parts each, took 4.6 s (2.6 s on two cores, not
     cut), this process joining the eight one after another.
     """
-    from gpulens.collector.ingest.batch import ingest_task  # here: batch imports this module
-
     split = _SplitFiles(tasks)
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     sizes = plan._task_sizes(tasks, file_sizes) if workers > 1 else {}
@@ -87,8 +139,8 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
         queue = _TaskQueue(tasks)
         with _Progress(_files_of(tasks), progress) as bar:
             while mine := queue.take(1):
-                yield from _run_here(mine[0], out, bar, split, queue)
-        yield from _unjoined(split, out)
+                yield from _run_here(mine[0], out, bar, split, queue, ingest_task)
+        yield from _unjoined(split, out, ingest_task)
         return
     # Import the Kineto parser once here: forked workers then share those
     # pages instead of each importing its own copy. It is the one every
@@ -122,7 +174,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                 # is running when they fork.
                 own = queue.take(1)
                 first = [(pool.submit(ingest_task, task, str(out)), task) for task in queue.take(workers - 1)]
-                feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished, split),
+                feeder = threading.Thread(target=_feed, args=(pool, first, queue, str(out), finished, split, ingest_task),
                                           daemon=True)
                 feeder.start()
                 with _Progress(_files_of(tasks), progress) as bar:
@@ -134,7 +186,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                         # waits on last.
                         mine, own = own or queue.take(1, parts_only=split.waiting_here() and not workers_done), []
                         if mine:
-                            yield from _run_here(mine[0], out, bar, split, queue)
+                            yield from _run_here(mine[0], out, bar, split, queue, ingest_task)
                         elif workers_done:
                             break
                         # What the workers finished meanwhile; with nothing to run,
@@ -171,7 +223,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
                 # shutdown (as leaving a `with` block does) raised "cannot join
                 # thread before it is started" in place of the stop.
                 pool.shutdown(wait=not stopped, cancel_futures=stopped)
-            yield from _unjoined(split, out)
+            yield from _unjoined(split, out, ingest_task)
         finally:
             gc.unfreeze()
             remove_abandoned_staging(out)  # the write folders of workers stopped above
@@ -218,11 +270,10 @@ class _SplitFiles:
 
 
 def _run_here(task: Source | Assembly, out: Path, bar: _Progress, split: _SplitFiles,
-              queue: _TaskQueue) -> Iterator[FileResult | FileFailure | SkippedFile]:
+              queue: _TaskQueue, ingest_task: IngestTask) -> Iterator[FileResult | FileFailure | SkippedFile]:
     """Run `task` in this process: its sources' outcomes; a part read is
     counted in `split` instead (which queues its file's joining once all
     its parts are in)."""
-    from gpulens.collector.ingest.batch import ingest_task  # here: batch imports this module
 
     for outcome in ingest_task(task, str(out)):
         bar.advance(task)
@@ -232,10 +283,8 @@ def _run_here(task: Source | Assembly, out: Path, bar: _Progress, split: _SplitF
             yield outcome
 
 
-def _unjoined(split: _SplitFiles, out: Path) -> Iterator[FileResult | FileFailure | SkippedFile]:
+def _unjoined(split: _SplitFiles, out: Path, ingest_task: IngestTask) -> Iterator[FileResult | FileFailure | SkippedFile]:
     """Ingest whole, in this process, the split files never joined."""
-    from gpulens.collector.ingest.batch import ingest_task
-
     for task in split.unjoined():
         yield from ingest_task(task, str(out))  # type: ignore[misc]  # a whole file gives no PartOutcome
 
@@ -300,14 +349,13 @@ def _part_or_joining_here(task: Source | Assembly) -> bool:
 
 
 def _feed(pool: ProcessPoolExecutor, running: list[tuple[Future, Source | Assembly]], queue: _TaskQueue, out: str,
-          finished: SimpleQueue, split: _SplitFiles) -> None:
+          finished: SimpleQueue, split: _SplitFiles, ingest_task: IngestTask) -> None:
     """Keep each worker busy with the queue's next task; put every outcome
     on `finished` with its task, then None (always: the caller waits for
     it). A worker whose part completes a split file takes its joining
     next (it comes first in the queue), unless this process holds one of
     the file's parts: then this process joins it, which saves moving that
     part's events to the worker."""
-    from gpulens.collector.ingest.batch import ingest_task  # here: batch imports this module
 
     tasks = dict(running)
     try:

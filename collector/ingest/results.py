@@ -11,14 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from gpulens.collector.ingest.kineto import PartRead
-    from gpulens.collector.ingest.sources import Source
 
 
 @dataclass
@@ -185,55 +179,6 @@ class IngestReport:
     @property
     def rows_per_s(self) -> float | None:
         return self.rows() / self.seconds if self.seconds > 0 else None
-
-
-@dataclass
-class PartOutcome:
-    """What reading one part gave: its events, or None where it could not be
-    read on its own (the file is then ingested whole). A worker leaves them
-    in a file for this process (`spilled`), not in its reply: see `_spill`."""
-
-    task: Source
-    read: PartRead | None
-    seconds: float
-    spilled: str | None = None
-
-    @property
-    def held_here(self) -> bool:
-        """Whether its events are in this process's memory (not spilled)."""
-        return self.read is not None and self.spilled is None
-
-    def events(self) -> PartRead | None:
-        """The part's events, read back (once) where a worker spilled them."""
-        if self.spilled is not None:
-            try:
-                with open(self.spilled, "rb") as handle:
-                    self.read = pickle.load(handle)
-            except OSError:
-                self.read = None  # the file is read whole instead
-            finally:
-                Path(self.spilled).unlink(missing_ok=True)
-                self.spilled = None
-        return self.read
-
-
-@dataclass
-class Assembly:
-    """A split file whose parts are all read: a task that joins them and
-    writes the file (`batch.ingest_task`). The parts read by workers are in
-    spill files, those this process read in its memory: a file with one
-    of those is joined here (`held_here`), any other by whichever process
-    is free first."""
-
-    parts: list[PartOutcome]
-
-    @property
-    def task(self) -> Source:
-        return self.parts[0].task
-
-    @property
-    def held_here(self) -> bool:
-        return any(part.held_here for part in self.parts)
 
 
 def rank_ranges(ranks: list[int]) -> str:

@@ -59,6 +59,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from gpulens.collector import parquet_io
+from gpulens.collector.parquet_io import trace_parquet_options
 from gpulens.collector.derive import CHANGED_TABLES, DERIVED_TABLES, derive_trace_tables
 from gpulens.collector.errors import DatasetError, even_if_interrupted
 from gpulens.collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,
@@ -333,20 +334,6 @@ def _swap_in(out: Path, run: str, source: str, staged: dict[str, Path], staging:
         if isinstance(error, OSError):
             raise DatasetError(f"{destination}: cannot write: {error.strerror or error}") from None
         raise
-
-
-def trace_parquet_options(schema: pa.Schema) -> dict:
-    """How trace tables are written.
-
-    Dictionaries only for text (names, categories repeat); on times and ids
-    they cost time and make files bigger (v100 trace: 1.0 vs 1.8 MB).
-    Integers (times, ids, durations) are delta-encoded: as small as plain
-    zstd, a third faster to write, and twice as fast for DuckDB to read (a
-    full scan of 10M launched kernels: 1.0 s plain, 0.5 s delta).
-    """
-    text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-    integers = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
-    return {"compression": "zstd", "use_dictionary": text, "column_encoding": integers}
 
 
 class _StagedWriter:

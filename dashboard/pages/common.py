@@ -123,7 +123,7 @@ def overview_results() -> tuple[Callable[..., Any], ...]:
     first, at server start (dashboard/launch.py) and at the first visit."""
     from gpulens.analysis import timeline
     from gpulens.analysis.dataset import dataset_summary
-    from gpulens.analysis.findings import all_findings
+    from gpulens.analysis.all_findings import all_findings
 
     return dataset_summary, timeline.telemetry_coverage, timeline.trace_runs, all_findings
 

@@ -6,6 +6,7 @@ import polars as pl
 import streamlit as st
 
 from gpulens.analysis import findings as findings_module
+from gpulens.analysis.all_findings import all_findings
 from gpulens.analysis import timeline
 from gpulens.collector.wording import noun_for
 from gpulens.dashboard import charts
@@ -52,7 +53,7 @@ st.header("Findings")
 
 
 def _load_findings() -> list:
-    found = fetch(ds, findings_module.all_findings)
+    found = fetch(ds, all_findings)
     return found if isinstance(found, list) else []
 
 

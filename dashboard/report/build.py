@@ -22,7 +22,7 @@ from typing import Any, Callable
 import duckdb
 import polars as pl
 
-from gpulens.analysis import findings as findings_module
+from gpulens.analysis.all_findings import finding_sources
 from gpulens.analysis.findings import Finding, sort_findings
 from gpulens.analysis.dataset import run_sql
 from gpulens.analysis.registry import load_analyses, run_analysis
@@ -199,7 +199,7 @@ def collect_findings(con: duckdb.DuckDBPyConnection, problems: list[str],
     `homes`, if given, is filled with id(finding) → the report section it belongs to.
     """
     findings: list[Finding] = []
-    for source in findings_module.finding_sources():
+    for source in finding_sources():
         try:
             found = source(con)
         except (GpulensError, duckdb.Error) as error:
@@ -301,7 +301,7 @@ def _typical_steps(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame]:
 
 def describe_source(con: duckdb.DuckDBPyConnection, dataset: Path, inputs: list[str], temporary: bool) -> Source:
     """Rows per table, hosts, runs and trace files of the dataset."""
-    from gpulens.analysis.dataset import TABLES, quote_identifier
+    from gpulens.analysis.tables import TABLES, quote_identifier
 
     try:
         # One query, fully fetched: DuckDB 2 keeps a connection busy while a

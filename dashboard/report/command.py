@@ -19,7 +19,7 @@ import click
 
 from gpulens.collector.errors import DatasetError, UsageError, raise_if_terminated, terminated_on_sigterm
 from gpulens.collector.progress import StderrProgress
-from gpulens.collector.writer import new_temporary_file
+from gpulens.collector.parquet_io import new_temporary_file
 
 FORMATS = ("html", "md", "json")
 _SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}

@@ -81,7 +81,7 @@ def load_baseline(path: Path, label: str | None = None) -> Baseline:
             raise DatasetError(f"{path}: {problem}")
         return Baseline(label or f"JSON report {path}", {m.key: finite(metrics.get(m.key)) for m in METRICS}, data["findings"])
     from gpulens.analysis.dataset import open_dataset
-    from gpulens.analysis.findings import all_findings
+    from gpulens.analysis.all_findings import all_findings
     from gpulens.analysis.registry import results_kept
     from gpulens.dashboard.report.inputs import resolve_inputs
 

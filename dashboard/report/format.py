@@ -12,7 +12,7 @@ import decimal
 import math
 from typing import Any
 
-from gpulens.analysis.dataset import exact_number
+from gpulens.analysis.tables import exact_number
 from gpulens.analysis.findings import format_duration_ns
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from gpulens.analysis.dataset import exact_number
+from gpulens.analysis.tables import exact_number
 from gpulens.dashboard.report.build import Report
 
 REPORT_VERSION = 1
