@@ -34,6 +34,10 @@ class UsageError(GpulensError):
     exit_code = 2
 
 
+class MissingDependency(GpulensError):
+    """An optional part of gpulens is not installed: the message says what to install."""
+
+
 class BackendUnavailable(GpulensError):
     """No sampling backend could be initialised (no driver, no GPU)."""
 

@@ -10,6 +10,7 @@ first page's results: see dashboard/launch.py) in place of this process
 from __future__ import annotations
 
 import errno
+import importlib.util
 import os
 import socket
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from gpulens.collector.errors import UsageError, one_line
+from gpulens.collector.errors import MissingDependency, UsageError, one_line
 from gpulens.dashboard.data import DATASET_ENV
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -80,6 +81,9 @@ def dashboard(dataset: Path | None, port: int, address: str) -> None:
     interconnect, kernels and launches, communication, compare runs, and a
     live view of a dataset a collector is writing.
     """
+    if importlib.util.find_spec("streamlit") is None:
+        raise MissingDependency("gpulens dashboard needs Streamlit, which this install lacks: "
+                                "pip install 'gpulens[dashboard]'")
     check_address(address)
     check_port(address, port)
     env = dict(os.environ)
