@@ -53,6 +53,9 @@ def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
 @click.option("--duration", "duration_s", type=float, default=None, help="Stop after this many seconds (default: run until stopped).")
 @click.option("--flush-every", "flush_every_s", type=float, default=60.0, show_default=True,
               help="Seconds between Parquet flushes: at most this much is lost to a kill -9.")
+@click.option("--max-buffered-mb", "max_buffered_mb", type=float, default=256.0, show_default=True,
+              help="While the dataset's disk refuses writes (full, read-only), keep this much in memory, "
+                   "then drop the oldest samples.")
 @click.option("--slow-every", "slow_every_s", type=float, default=10.0, show_default=True,
               help="Seconds between slow reads (processes, ECC, inventory).")
 @click.option("--host", default=None, help="Host name to record (default: this machine's).")
@@ -62,7 +65,7 @@ def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
 @click.option("--no-telemetry", is_flag=True, default=False,
               help="With --watch-traces: only ingest traces, sampling no GPU (a login node, a file server).")
 @_backend_options
-def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watch_dir, run_name, no_telemetry,
+def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_every_s, host, watch_dir, run_name, no_telemetry,
             backend, sim_gpus, sim_profile, seed):
     """Sample GPU telemetry into a Parquet dataset until stopped.
 
@@ -77,7 +80,7 @@ def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watc
         raise UsageError("--run names the traces of --watch-traces; give --watch-traces DIR too")
     options = CollectOptions(
         out=out, interval_s=interval_s, flush_every_s=flush_every_s, slow_every_s=slow_every_s,
-        duration_s=duration_s, host=host or socket.gethostname(),
+        duration_s=duration_s, host=host or socket.gethostname(), max_buffered_mb=max_buffered_mb,
     )
     options.validate()  # before --no-telemetry too, which waits --duration
     if no_telemetry:

@@ -19,6 +19,14 @@ Any other error while sampling one GPU is a `sample_failed` event.
 
 Stopping. SIGTERM and SIGINT wake the loop at once (a self-pipe), which
 flushes what is buffered, records `collector_stop` and returns.
+
+Faults of the dataset's disk. A flush that fails (full, read-only, gone)
+keeps its rows in memory, up to `max_buffered_mb`, past which the oldest
+samples are dropped and counted; it is logged once when the fault starts
+and once when writing works again, and then everything kept is written,
+with `write_failed` and `write_recovered` events. A dataset folder removed
+under a running collector is made again, with the device inventory.
+One collector per host and dataset: see `collector.lease`.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from typing import Callable
 from gpulens.collector import boot_clock, hardware
 from gpulens.collector.backend import Backend, DeviceInfo, GpuLost
 from gpulens.collector.errors import DatasetError, UsageError
+from gpulens.collector.lease import CollectorLease
 from gpulens.collector.throttle import LIMITING_REASONS
 from gpulens.collector.wording import counted
 from gpulens.collector.writer import DatasetWriter
@@ -64,6 +73,7 @@ class CollectOptions:
     slow_every_s: float = 10.0
     duration_s: float | None = None
     host: str = field(default_factory=socket.gethostname)
+    max_buffered_mb: float = 256.0
 
     def validate(self) -> None:
         # Finite as well: the loop turns these into integer nanoseconds,
@@ -77,6 +87,8 @@ class CollectOptions:
                              "update their readings every 10-100 ms, and a node's GPUs take milliseconds to read")
         if self.slow_every_s < self.interval_s:
             raise UsageError(f"--slow-every ({self.slow_every_s} s) must not be shorter than --interval ({self.interval_s} s)")
+        if not (math.isfinite(self.max_buffered_mb) and self.max_buffered_mb > 0):
+            raise UsageError(f"--max-buffered-mb must be a positive number of MiB, got {self.max_buffered_mb}")
         if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s >= 0):
             raise UsageError(f"--duration must be a finite number of seconds, 0 or more, got {self.duration_s}")
 
@@ -88,6 +100,7 @@ class CollectSummary:
     ticks_skipped: int = 0
     files_written: int = 0
     flush_errors: int = 0
+    rows_dropped: int = 0
 
 
 @dataclass
@@ -111,7 +124,17 @@ class Collector:
         options.validate()
         self.backend = backend
         self.options = options
-        self.writer = DatasetWriter(options.out, options.host)
+        # The lease first: the writer's start sweeps the host's staging files,
+        # which must not be those of a collector still writing them.
+        self.lease = CollectorLease(options.out, options.host, lease_s=3 * options.flush_every_s)
+        self.lease.acquire()
+        try:
+            self.writer = DatasetWriter(options.out, options.host, int(options.max_buffered_mb * 1024 * 1024))
+        except BaseException:
+            self.lease.release()
+            raise
+        self._write_failing_since_ns: int | None = None
+        self._dropped_before_fault = 0
         self._add_telemetry = self.writer.appender("telemetry")
         self.summary = CollectSummary()
         self._clock_ns = clock_ns
@@ -206,11 +229,15 @@ class Collector:
             try:
                 self.backend.close()
             finally:
-                self.writer.flush()  # the final flush raises: the caller must know
-                self.summary.files_written = len(self.writer.files_written)
-                os.close(self._wake_r)
-                os.close(self._wake_w)
-                gc.unfreeze()  # let the interpreter free everything at exit
+                try:
+                    self._make_root_again(stop_ns)
+                    self.writer.flush()  # the final flush raises: the caller must know
+                finally:
+                    self.summary.files_written = len(self.writer.files_written)
+                    self.lease.release()
+                    os.close(self._wake_r)
+                    os.close(self._wake_w)
+                    gc.unfreeze()  # let the interpreter free everything at exit
         return self.summary
 
     def _sleep_until(self, deadline_ns: int) -> bool:
@@ -340,12 +367,54 @@ class Collector:
         )
 
     def _flush_or_log(self) -> None:
-        """Flush; on failure keep the rows for the next try and say why once."""
+        """Flush; on failure keep the rows for the next try (within the
+        memory bound), saying so once when the fault starts and once when
+        it clears."""
+        now_ns = self._clock_ns()
+        self._make_root_again(now_ns)
         try:
             self.writer.flush()
         except DatasetError as error:
             self.summary.flush_errors += 1
-            log.error("%s (rows kept in memory, will retry)", error)
+            dropped = self.writer.shed_oldest()
+            if self._write_failing_since_ns is None:
+                self._write_failing_since_ns = now_ns
+                self._dropped_before_fault = self.summary.rows_dropped
+                self._event(now_ns, "write_failed", None, str(error))
+                log.error("%s (rows kept in memory, up to %g MiB, and written when the disk takes them again)",
+                          error, self.options.max_buffered_mb)
+            if dropped:
+                self.summary.rows_dropped += dropped
+            return
+        if self._write_failing_since_ns is not None:
+            failed_s = (now_ns - self._write_failing_since_ns) / 1e9
+            dropped = self.summary.rows_dropped - self._dropped_before_fault
+            detail = (f"writing again after {failed_s:.0f} s of failed flushes; "
+                      + (f"{counted(dropped, 'oldest row')} dropped over the memory bound" if dropped
+                         else "no row lost"))
+            self._event(now_ns, "write_recovered", None, detail, dropped)
+            log.warning("%s: %s", self.options.out, detail)
+            self._write_failing_since_ns = None
+        try:
+            self.lease.renew()
+        except DatasetError as error:
+            log.error("%s", error)
+
+    def _make_root_again(self, ts_ns: int) -> None:
+        """A dataset folder removed under the collector: make it again,
+        with the device inventory and the lease, and say so once."""
+        if not self.writer.root_replaced():
+            return
+        try:
+            self.writer.adopt_root()
+            self.lease.acquire()
+        except DatasetError as error:
+            log.error("%s", error)
+            return
+        log.warning("%s: the dataset folder was removed; writing a new one from now on, with the device inventory",
+                    self.options.out)
+        self._write_devices(ts_ns)
+        self._event(ts_ns, "dataset_recreated", None, "the dataset folder was removed under the collector")
 
 
 def _nominal_peaks(device: DeviceInfo) -> dict[str, float | None]:

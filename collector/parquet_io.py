@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import tempfile
@@ -123,11 +124,13 @@ def write_parquet_atomic(table: pa.Table | Iterable[pa.Table], destination: Path
         os.replace(temporary, destination)
         fsync_dir(destination.parent)
     except OSError as error:
-        temporary.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only or vanished folder: the first error is the one to tell
+            temporary.unlink(missing_ok=True)
         reason = "disk full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
         raise DatasetError(f"{destination}: cannot write ({reason})") from error
     except BaseException:
-        temporary.unlink(missing_ok=True)  # a source that failed to read, say: nothing half-written stays
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)  # a source that failed to read, say: nothing half-written stays
         raise
     return destination
 

@@ -122,7 +122,9 @@ EVENTS_SCHEMA = _schema(
         # ticks_skipped, sample_failed, throttle_start, throttle_stop,
         # gpu_reset, gpu_reset_done, vm_fault (AMD), boot_clock (value: the
         # epoch ns at which this boot began; detail: boot_id=<kernel boot id>
-        # hostname=<the machine's own name>)
+        # hostname=<the machine's own name>), write_failed, write_recovered
+        # (value: rows dropped over the memory bound meanwhile),
+        # dataset_recreated
         ("kind", pa.string()),
         ("detail", pa.string()),
         # A count or code that goes with the kind (ticks skipped, XID code).

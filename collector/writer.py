@@ -34,6 +34,9 @@ from gpulens.collector.errors import DatasetError
 from gpulens.collector.schema import NODE_SCHEMAS, SCHEMA_VERSION
 
 STAGING_DIR = ".staging"
+# While flushes fail (a full or read-only disk), rows are kept in memory up
+# to this much, then the oldest samples are dropped: see DatasetWriter.shed_oldest.
+DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
 _US_PER_DAY = 86_400_000_000
 _EPOCH_DAY = dt.date(1970, 1, 1)
 def check_writable(root: Path) -> None:
@@ -124,6 +127,19 @@ class TableBuffer:
         self._convert_pending()
         return pa.Table.from_batches(self.batches, schema=self.schema)
 
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the converted rows (the pending few are not counted)."""
+        return sum(batch.nbytes for batch in self.batches)
+
+    def drop_oldest(self) -> int:
+        """Drop the oldest chunk of converted rows; how many rows went."""
+        if not self.batches:
+            return 0
+        dropped = self.batches.pop(0).num_rows
+        self._rows_in_batches -= dropped
+        return dropped
+
     def clear(self) -> None:
         self.batches = []
         self.pending = []
@@ -141,15 +157,44 @@ def _to_array(values: list[Any], dtype: pa.DataType) -> pa.Array:
 class DatasetWriter:
     """Buffers node-table rows for one host and flushes them as Parquet."""
 
-    def __init__(self, root: Path, host: str) -> None:
+    def __init__(self, root: Path, host: str, max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES) -> None:
         self.root = Path(root)
         self.host = host
+        self.max_buffered_bytes = max_buffered_bytes
         check_writable(self.root)
         sweep_staging(self.root)
         finish_interrupted(self.root)
+        self._root_identity = _identity(self.root)
         self._buffers = {name: TableBuffer(schema, {"host": host}) for name, schema in NODE_SCHEMAS.items()}
         self._sequence = itertools.count()
         self.files_written: list[Path] = []
+        self.rows_dropped: dict[str, int] = {}
+
+    def buffered_bytes(self) -> int:
+        return sum(buffer.nbytes for buffer in self._buffers.values())
+
+    def shed_oldest(self) -> int:
+        """While flushes fail, keep memory under `max_buffered_bytes`: drop
+        the oldest chunks of samples (telemetry, then processes; events and
+        the inventory are small and kept). How many rows were dropped now;
+        `rows_dropped` keeps the totals by table."""
+        dropped = 0
+        for name in ("telemetry", "processes"):
+            buffer = self._buffers[name]
+            while self.buffered_bytes() > self.max_buffered_bytes and (rows := buffer.drop_oldest()):
+                self.rows_dropped[name] = self.rows_dropped.get(name, 0) + rows
+                dropped += rows
+        return dropped
+
+    def root_replaced(self) -> bool:
+        """Whether the dataset folder was removed (or removed and made
+        again) since this writer began: what it wrote there is gone."""
+        return _identity(self.root) != self._root_identity
+
+    def adopt_root(self) -> None:
+        """Write into the folder at `root` from now on, making it if needed."""
+        check_writable(self.root)
+        self._root_identity = _identity(self.root)
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         """Buffer one row of `table` (`host` is filled in at the flush)."""
@@ -224,6 +269,14 @@ class DatasetWriter:
     def _file_name(self, table: pa.Table) -> str:
         first_ts = pc.min(table["ts"]).value if table.num_rows else 0
         return f"part-{first_ts}-{os.getpid()}-{next(self._sequence):05d}.parquet"
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        status = os.stat(folder)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 def partition_value(value: str) -> str:
