@@ -259,3 +259,20 @@ def test_collect_without_a_metrics_address_loads_no_prometheus_client(tmp_path):
     command = ["collect", "--backend", "sim", "--sim-gpus", "1", "--interval", "0.05", "--duration", "0.1",
                "--out", str(tmp_path / "out")]
     assert modules_loaded_by(command, ("prometheus_client", "gpulens.collector.metrics_endpoint")) == []
+
+
+def test_metrics_names_without_a_metrics_address_is_one_error_line_and_exit_2(tmp_path, capsys):
+    from gpulens.dashboard import cli
+
+    code = cli.main(["collect", "--backend", "sim", "--out", str(tmp_path), "--metrics-names", "dcgm"])
+    assert (code, capsys.readouterr().err) == (
+        2, "gpulens: error: --metrics-names chooses the names of --metrics-address; give --metrics-address HOST:PORT too\n")
+
+
+def test_a_metrics_address_with_no_telemetry_is_one_error_line_and_exit_2(tmp_path, capsys):
+    from gpulens.dashboard import cli
+
+    code = cli.main(["collect", "--no-telemetry", "--watch-traces", str(tmp_path / "traces"), "--out", str(tmp_path / "data"),
+                     "--metrics-address", "127.0.0.1:19400"])
+    assert (code, capsys.readouterr().err) == (
+        2, "gpulens: error: --metrics-address serves telemetry, which --no-telemetry turns off\n")
