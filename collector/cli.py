@@ -64,9 +64,15 @@ def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
 @click.option("--run", "run_name", default=None, help="Run name for traces ingested by --watch-traces.")
 @click.option("--no-telemetry", is_flag=True, default=False,
               help="With --watch-traces: only ingest traces, sampling no GPU (a login node, a file server).")
+@click.option("--metrics-address", default=None, metavar="HOST[:PORT]",
+              help="Also serve the latest sample as OpenMetrics at http://HOST:PORT/metrics for Prometheus "
+                   "(port 19400 if none is given; off by default).")
+@click.option("--metrics-names", type=click.Choice(["gpulens", "dcgm"]), default="gpulens", show_default=True,
+              help="With --metrics-address: gpulens's metric names, or dcgm-exporter's (DCGM_FI_DEV_POWER_USAGE, ...) "
+                   "for dashboards written for it.")
 @_backend_options
-def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_every_s, host, watch_dir, run_name, no_telemetry,
-            backend, sim_gpus, sim_profile, seed):
+def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_every_s, host, watch_dir, run_name,
+            no_telemetry, metrics_address, metrics_names, backend, sim_gpus, sim_profile, seed):
     """Sample GPU telemetry into a Parquet dataset until stopped.
 
     SIGTERM or Ctrl-C flushes what is buffered and exits 0.
@@ -78,6 +84,8 @@ def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_ev
     logging.basicConfig(level=logging.INFO, format="gpulens collect: %(message)s", stream=sys.stderr)
     if run_name is not None and watch_dir is None:
         raise UsageError("--run names the traces of --watch-traces; give --watch-traces DIR too")
+    if metrics_names != "gpulens" and metrics_address is None:
+        raise UsageError("--metrics-names chooses the names of --metrics-address; give --metrics-address HOST:PORT too")
     options = CollectOptions(
         out=out, interval_s=interval_s, flush_every_s=flush_every_s, slow_every_s=slow_every_s,
         duration_s=duration_s, host=host or socket.gethostname(), max_buffered_mb=max_buffered_mb,
@@ -86,21 +94,40 @@ def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_ev
     if no_telemetry:
         if watch_dir is None:
             raise UsageError("--no-telemetry leaves nothing to do without --watch-traces DIR")
+        if metrics_address is not None:
+            raise UsageError("--metrics-address serves telemetry, which --no-telemetry turns off")
         _watch_only(watch_dir, out, run_name, duration_s)
         return
-    source = _open(backend, sim_gpus, sim_profile, seed)
-    collector = Collector(source, options)
-    collector.install_signal_handlers()
-    # Traces in the node's own folder that name no host are this node's.
-    watcher_thread = _start_trace_watcher(watch_dir, out, run_name, host=options.host) if watch_dir else None
-    summary = collector.run()
-    if watcher_thread is not None:
-        watcher_thread.stop.set()
-        watcher_thread.join(timeout=30)
+    endpoint = server = None
+    if metrics_address is not None:
+        # Only here: prometheus_client brings the HTTP server and ssl with it.
+        from gpulens.collector.metrics_endpoint import MetricsEndpoint, MetricsServer
+
+        endpoint = MetricsEndpoint(options.host, metrics_names)
+        server = MetricsServer(endpoint, metrics_address)  # before the backend opens: a taken port fails fast
+        logging.getLogger("gpulens.collector").info("serving %s metrics at http://%s/metrics", metrics_names,
+                                                    _http_host(server.host, server.port))
+    try:
+        source = _open(backend, sim_gpus, sim_profile, seed)
+        collector = Collector(source, options, observer=endpoint)
+        collector.install_signal_handlers()
+        # Traces in the node's own folder that name no host are this node's.
+        watcher_thread = _start_trace_watcher(watch_dir, out, run_name, host=options.host) if watch_dir else None
+        summary = collector.run()
+        if watcher_thread is not None:
+            watcher_thread.stop.set()
+            watcher_thread.join(timeout=30)
+    finally:
+        if server is not None:
+            server.close()
     click.echo(
         f"collected {summary.samples} samples over {summary.ticks} ticks "
         f"({summary.ticks_skipped} skipped) into {out}", err=True,
     )
+
+
+def _http_host(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _WatcherThread(threading.Thread):

@@ -27,6 +27,11 @@ and once when writing works again, and then everything kept is written,
 with `write_failed` and `write_recovered` events. A dataset folder removed
 under a running collector is made again, with the device inventory.
 One collector per host and dataset: see `collector.lease`.
+
+Observers. A `TickObserver` (the `/metrics` endpoint of
+`collector.metrics_endpoint`) is handed the inventory, each tick's rows
+once the tick is whole, and each event, on the loop's thread; it must not
+block. Without one the loop does no extra work.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from gpulens.collector import boot_clock, hardware
 from gpulens.collector.backend import Backend, DeviceInfo, GpuLost
@@ -93,6 +98,19 @@ class CollectOptions:
             raise UsageError(f"--duration must be a finite number of seconds, 0 or more, got {self.duration_s}")
 
 
+class TickObserver(Protocol):
+    """Sees what the loop records, as it records it (on the loop's thread)."""
+
+    def devices(self, devices: list[DeviceInfo], peaks: dict[int, dict[str, float | None]]) -> None:
+        """The inventory, at start and whenever it changed; `peaks` by GPU index (`_nominal_peaks`)."""
+
+    def tick(self, ts_ns: int, rows: list[tuple[DeviceInfo, dict[str, Any]]]) -> None:
+        """Every GPU sampled at tick `ts_ns`, all at once: the rows as written (not to be changed)."""
+
+    def event(self, kind: str, device: DeviceInfo | None, value: int | None) -> None:
+        """An `events` row (see EVENTS_SCHEMA for the kinds)."""
+
+
 @dataclass
 class CollectSummary:
     ticks: int = 0
@@ -120,6 +138,7 @@ class Collector:
         options: CollectOptions,
         clock_ns: Callable[[], int] = time.time_ns,
         boot_clock_now: Callable[[], boot_clock.BootClock] = boot_clock.BootClock.now,
+        observer: TickObserver | None = None,
     ) -> None:
         options.validate()
         self.backend = backend
@@ -149,6 +168,7 @@ class Collector:
         self._on_tick: list[Callable[[int], None]] = []
         self._boot_clock_now = boot_clock_now
         self._boot_origin_ns: int | None = None  # as last recorded
+        self._observer = observer
 
     # --- control --------------------------------------------------------------
 
@@ -260,6 +280,7 @@ class Collector:
         self.summary.ticks += 1
         add_telemetry = self._add_telemetry
         sampled = 0
+        observed: list[tuple[DeviceInfo, dict[str, Any]]] | None = None if self._observer is None else []
         for device in self._devices:
             health = self._health[device.gpu_index]
             if health.lost and ts_ns < health.retry_at_ns:
@@ -283,6 +304,8 @@ class Collector:
             row["vendor"] = device.vendor
             add_telemetry(row)
             sampled += 1
+            if observed is not None:
+                observed.append((device, row))
             reasons = row.get("throttle_reasons")
             if reasons or health.limiting:  # else nothing held back, before or now
                 self._track_throttle(device, health, ts_ns, reasons)
@@ -300,6 +323,8 @@ class Collector:
                         },
                     )
         self.summary.samples += sampled
+        if observed is not None:
+            self._observer.tick(ts_ns, observed)
         for event in self.backend.poll_events():
             device = next((d for d in self._devices if d.gpu_index == event.gpu_index), None)
             self._event(ts_ns, event.kind, device, event.detail, event.value)
@@ -339,11 +364,15 @@ class Collector:
             self._write_devices(now_ns)
 
     def _write_devices(self, ts_ns: int) -> None:
+        peaks = {}
         for device in self._devices:
             row = asdict(device)
-            row.update(_nominal_peaks(device))
+            peaks[device.gpu_index] = _nominal_peaks(device)
+            row.update(peaks[device.gpu_index])
             row["ts"] = ts_ns // 1000
             self.writer.add("devices", row)
+        if self._observer is not None:
+            self._observer.devices(list(self._devices), peaks)
 
     def _record_boot_clock(self, ts_ns: int) -> None:
         """The epoch time this boot began (an `events` row, kind `boot_clock`),
@@ -365,6 +394,8 @@ class Collector:
             gpu_uuid=None if device is None else device.gpu_uuid,
             value=value,
         )
+        if self._observer is not None:
+            self._observer.event(kind, device, value)
 
     def _flush_or_log(self) -> None:
         """Flush; on failure keep the rows for the next try (within the
