@@ -49,18 +49,27 @@ class PrometheusReader:
         self.devices: dict[tuple[str, int], dict[str, Any]] = {}
 
     def chunks(self) -> Iterator[tuple[float, float]]:
-        """[start, end] of each query, both evaluated, ends inside [since, until)."""
+        """[start, end] of each query, both evaluated, on one grid of `step_s`
+        from `since`. The grid runs one step past `until`: a sample in the
+        last step before `until` is answered only at a point after it (the
+        rows after `until` are dropped later)."""
         start = self.since_s
+        last = self.until_s + self.step_s
         span = (CHUNK_POINTS - 1) * self.step_s
-        while start < self.until_s:
-            end = min(start + span, self.until_s)
+        while start <= last:
+            end = min(start + span, last)
             yield start, end
-            start = start + span + self.step_s
+            start = end + self.step_s
 
     def tables(self) -> Iterator[pa.Table]:
         selector = "{Hostname=%s}" % json.dumps(self.host) if self.host else ""
+        # The latest sample time of each GPU in the chunks before: the sample
+        # latest at a chunk's last point is answered again at the next
+        # chunk's first point.
+        done_until: dict[tuple[str, int], int] = {}
         for start, end in self.chunks():
             rows = WideRows()
+            latest: dict[tuple[str, int], int] = {}
             for name, metric in DCGM_METRICS.items():
                 values = self._query(f"{name}{selector}", start, end)
                 times = self._query(f"timestamp({name}{selector})", start, end)
@@ -79,8 +88,12 @@ class PrometheusReader:
                         ts_us = round(sample_s * 1e6)
                         if ts_us < self.since_s * 1e6:
                             continue  # a sample older than the window, seen by its first step
+                        if ts_us <= done_until.get((host, gpu), -1):
+                            continue
+                        latest[(host, gpu)] = max(ts_us, latest.get((host, gpu), ts_us))
                         rows.set(host, gpu, ts_us, metric.column, float(value) * metric.scale, PREFERENCE[name], uuid)
                         self._note_device(labels, host, gpu, uuid, ts_us)
+            done_until.update(latest)
             if len(rows):
                 yield rows.table()
 
