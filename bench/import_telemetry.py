@@ -101,6 +101,8 @@ def import_in_child(log: Path, out: Path) -> dict:
         "import json, resource, sys, time\n"
         "from pathlib import Path\n"
         "from gpulens.collector.imports import import_source\n"
+        "from gpulens.collector.no_pandas import refuse_pandas\n"
+        "refuse_pandas()  # as the command does\n"
         "start = time.perf_counter()\n"
         "result = import_source(sys.argv[1], Path(sys.argv[2]), host='bench')\n"
         "wall = time.perf_counter() - start\n"

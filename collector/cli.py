@@ -349,7 +349,11 @@ def import_telemetry(source, out, host, fmt, columns, since, until, timezone, st
     what the earlier import wrote.
     """
     from gpulens.collector.imports import import_source, parse_time
+    from gpulens.collector.no_pandas import refuse_pandas
 
+    # pyarrow would import pandas (0.3 s, ~50 MB) at its first conversion
+    # of a Python value; nothing here makes a DataFrame.
+    refuse_pandas()
     result = import_source(
         source, out, host=host, fmt=fmt,
         columns=[c.strip() for c in columns.split(",") if c.strip()] if columns else None,
