@@ -220,35 +220,23 @@ class NvidiaSmiReader:
         with open(self.path, "rb") as handle:
             for _ in range(plan.header_lines):
                 handle.readline()
-            rest = b""
-            while True:
-                block = handle.read(self.block_bytes)
-                data = rest + block if rest else block
-                if not block:
-                    cut = len(data)  # the last line, without its newline
-                else:
-                    cut = data.rfind(b"\n") + 1
-                    if cut == 0:  # a line longer than a block: read on
-                        rest = data
+            for block in _blocks(handle, self.block_bytes):
+                try:
+                    table = csv.read_csv(pa.py_buffer(block), read_options=read_options,
+                                         parse_options=parse_options, convert_options=convert_options)
+                except pa.ArrowInvalid as error:
+                    if "Empty CSV" in str(error):  # blank lines only
                         continue
-                rest = data[cut:]
-                if data[:cut].strip():
-                    try:
-                        table = csv.read_csv(pa.py_buffer(data[:cut]), read_options=read_options,
-                                             parse_options=parse_options, convert_options=convert_options)
-                    except pa.ArrowInvalid as error:
-                        raise self._parse_error(error, invalid) from error
-                    if table.num_rows:
-                        converted = self._convert(table.combine_chunks().to_batches()[0], polls)
-                        self._rows_before += table.num_rows
-                        if converted.num_rows:
-                            yield converted
-                if not block:
-                    break
+                    raise self._parse_error(error, invalid) from error
+                if table.num_rows:
+                    converted = self._convert(table, polls)
+                    self._rows_before += table.num_rows
+                    if converted.num_rows:
+                        yield converted
 
     # --- conversion --------------------------------------------------------
 
-    def _convert(self, batch: pa.RecordBatch, polls: _Polls) -> pa.Table:
+    def _convert(self, batch: pa.Table, polls: _Polls) -> pa.Table:
         plan = self.plan
         raw_ts = pc.utf8_trim_whitespace(batch.column(plan.telemetry["ts"]))
         repeated_header = pc.equal(raw_ts, "timestamp")
@@ -297,7 +285,7 @@ class NvidiaSmiReader:
         self._note_devices(batch, table)
         return table
 
-    def _values(self, raw: pa.Array, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None) -> pa.Array:
+    def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None) -> pa.Array:
         if spec.kind == "text":
             text = pc.utf8_trim_whitespace(raw)
             return pc.if_else(_missing(text), pa.scalar(None, pa.string()), text)
@@ -358,7 +346,7 @@ class NvidiaSmiReader:
         return pc.cast(pc.index_in(uuids, value_set=pa.array(list(known))), pa.int32()) if known else \
             pa.nulls(len(uuids), pa.int32())
 
-    def _note_devices(self, batch: pa.RecordBatch, table: pa.Table) -> None:
+    def _note_devices(self, batch: pa.Table, table: pa.Table) -> None:
         """Each GPU's devices row, from its last row so far."""
         index = table["gpu_index"].to_numpy()
         reversed_first = np.unique(index[::-1], return_index=True)[1]
@@ -393,6 +381,25 @@ class NvidiaSmiReader:
             return ImportSourceError(self.source, f"{row.actual_columns} fields where the log has "
                                                   f"{row.expected_columns}", line)
         return ImportSourceError(self.source, f"not an nvidia-smi CSV log ({one_line(error)})")
+
+
+def _blocks(handle: Any, size: int) -> Iterator[memoryview]:
+    """The rest of a file in blocks of about `size` bytes, each cut after a
+    newline (the last one: the end of the file)."""
+    rest = b""
+    while True:
+        block = handle.read(size)
+        if not block:
+            if rest.strip():
+                yield memoryview(rest)
+            return
+        data = rest + block if rest else block
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # no newline yet: a line longer than a block
+            rest = data
+            continue
+        rest = data[cut:]
+        yield memoryview(data)[:cut]
 
 
 def _missing(text: pa.Array) -> pa.Array:
