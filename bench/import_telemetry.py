@@ -10,7 +10,8 @@ with units, as nvidia-smi writes it by default (`250.5 W`, `40 %`,
 apart; then imports it in a fresh process and prints
   - rows per second of wall time, and per CPU-second of the process
     (user + system, all its threads: the CSV reader parses blocks on
-    several): "per core";
+    several), both over the import alone, its modules already loaded:
+    "per core";
   - the process's peak resident memory (ru_maxrss);
 and does the same for a log a quarter as long (at least 2 hours), to
 compare the two peaks: the import streams, so its memory should not grow
@@ -103,11 +104,14 @@ def import_in_child(log: Path, out: Path) -> dict:
         "from gpulens.collector.imports import import_source\n"
         "from gpulens.collector.no_pandas import refuse_pandas\n"
         "refuse_pandas()  # as the command does\n"
+        "import pyarrow.compute, pyarrow.csv, pyarrow.parquet, gpulens.collector.imports.nvidia_smi\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF)\n"
         "start = time.perf_counter()\n"
         "result = import_source(sys.argv[1], Path(sys.argv[2]), host='bench')\n"
         "wall = time.perf_counter() - start\n"
         "usage = resource.getrusage(resource.RUSAGE_SELF)\n"
-        "print(json.dumps({'rows': result.rows, 'wall_s': wall, 'cpu_s': usage.ru_utime + usage.ru_stime,\n"
+        "cpu = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime\n"
+        "print(json.dumps({'rows': result.rows, 'wall_s': wall, 'cpu_s': cpu,\n"
         "                  'peak_rss_mib': usage.ru_maxrss / 1024}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(log), str(out)], capture_output=True, text=True,
