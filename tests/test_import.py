@@ -245,9 +245,12 @@ def test_import_then_gpulens_report_shows_the_power(tmp_path, capsys):
     assert main(["import", str(DATA / "nvidia-smi-2gpu.csv"), "--out", str(tmp_path / "data")]) == 0
     assert main(["report", str(tmp_path / "data"), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
     report = json.loads((tmp_path / "r.json").read_text())
-    text = json.dumps(report)
-    assert "node7" in text
-    assert "750" in text  # the node's coincident peak
+    assert [row["coincident_max_w"] for row in report["tables"]["node_power"]] == [750.0]
+    assert [f["title"] for f in report["findings"][:3]] == [
+        "GPU 0 on node7 was held back by its power limit 33% of the time (limit 650 W)",
+        "GPU 1 on node7 was held back by its power limit 67% of the time (limit 650 W)",
+        "GPU 1 on node7 was held back by heat 33% of the time",
+    ]
 
 
 # --- the command ---------------------------------------------------------------------
@@ -269,6 +272,26 @@ def test_import_command_bad_line_is_one_error_line(tmp_path, capsys):
 def test_import_command_missing_file(tmp_path, capsys):
     assert main(["import", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == f"gpulens: error: {tmp_path / 'nope.csv'}: no such file\n"
+
+
+def test_import_unknown_timezone_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="--timezone Mars/Olympus: not a time zone"):
+        import_source(str(DATA / "nvidia-smi-2gpu.csv"), tmp_path, timezone="Mars/Olympus")
+
+
+def test_import_prometheus_unreachable_is_one_line(tmp_path):
+    port = _closed_port()
+    with pytest.raises(ImportSourceError, match=rf"^http://127.0.0.1:{port}: cannot query it \(.*refused.*\)$"):
+        import_source(f"http://127.0.0.1:{port}", tmp_path, since=_us("2024-05-01 12:00:00"),
+                      until=_us("2024-05-01 12:01:00"))
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_import_prometheus_without_window_is_a_usage_error(tmp_path):
@@ -330,10 +353,10 @@ def test_import_dcgm_exporter_devices_from_labels(tmp_path):
     scrape = _scrape_at(tmp_path, "dcgm-exporter-h100.prom", "2024-05-01 12:00:00")
     import_source(str(scrape), tmp_path / "out")
     devices = _rows(tmp_path / "out", "devices", "gpu_index")
-    assert [(d["gpu_index"], d["model"], d["pci_bus_id"], d["driver_version"], d["power_limit_max_w"])
-            for d in devices] == [
-        (0, "NVIDIA H100 80GB HBM3", "00000000:18:00.0", "550.54.15", None),
-        (1, "NVIDIA H100 80GB HBM3", "00000000:2A:00.0", "550.54.15", None),
+    assert [(d["gpu_index"], d["model"], d["pci_bus_id"], d["driver_version"], d["power_limit_w"],
+             d["power_limit_max_w"]) for d in devices] == [
+        (0, "NVIDIA H100 80GB HBM3", "00000000:18:00.0", "550.54.15", 700.0, None),
+        (1, "NVIDIA H100 80GB HBM3", "00000000:2A:00.0", "550.54.15", 700.0, None),
     ]
 
 
@@ -350,8 +373,9 @@ def test_import_nvidia_gpu_exporter_scrape(tmp_path):
         "mem_used_bytes": 32362 * 2**20, "mem_total_bytes": 143771 * 2**20, "power_violation_ns": 0,
     }
     [device] = _rows(tmp_path / "out", "devices", "gpu_index")
-    assert (device["model"], device["driver_version"], device["power_limit_min_w"], device["pcie_gen"]) == (
-        "NVIDIA H200", "590.48.01", 200.0, 5)
+    assert (device["model"], device["driver_version"], device["power_limit_min_w"], device["pcie_gen"],
+            device["power_limit_w"], device["mem_total_bytes"]) == ("NVIDIA H200", "590.48.01", 200.0, 5, 700.0,
+                                                                   143771 * 2**20)
 
 
 def test_import_scrape_sample_timestamps_are_the_times(tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import zoneinfo
 from pathlib import Path
 
 import pyarrow as pa
@@ -141,6 +142,11 @@ def import_source(
         raise UsageError(f"{source}: --format prometheus takes a server's URL, the other formats a file")
     if columns and fmt != "nvidia-smi":
         raise UsageError("--columns names the fields of an nvidia-smi log without a header")
+    if timezone != "UTC":
+        try:
+            zoneinfo.ZoneInfo(timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise UsageError(f"--timezone {timezone}: not a time zone (an IANA name: Europe/Paris, UTC)") from None
     if since and until and since >= until:
         raise UsageError("--since must be before --until")
     window = f"{since.isoformat() if since else ''}/{until.isoformat() if until else ''}"

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from gpulens.collector.errors import ImportSourceError, UsageError, one_line
-from gpulens.collector.imports.rows import WideRows
+from gpulens.collector.imports.rows import WideRows, fill_devices
 
 _MIB = 1 << 20
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -98,7 +98,9 @@ class AmdJsonReader:
         else:
             self._amd_smi(document, ts_us, rows)
         if len(rows):
-            yield rows.table()
+            table = rows.table()
+            fill_devices(table, self.devices)
+            yield table
 
     def _rocm_smi(self, document: Any, ts_us: int, rows: WideRows) -> None:
         if not isinstance(document, dict):

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from gpulens.collector.errors import ImportSourceError, one_line
 from gpulens.collector.imports.metric_names import DCGM_LABELS, DCGM_METRICS, PREFERENCE, gpu_uuid
-from gpulens.collector.imports.rows import WideRows
+from gpulens.collector.imports.rows import WideRows, fill_devices
 
 FORMAT = "prometheus"
 # Points per series a query asks for, under Prometheus's limit of 11,000.
@@ -95,7 +95,9 @@ class PrometheusReader:
                         self._note_device(labels, host, gpu, uuid, ts_us)
             done_until.update(latest)
             if len(rows):
-                yield rows.table()
+                table = rows.table()
+                fill_devices(table, self.devices)
+                yield table
 
     def _keys(self, labels: dict[str, str], name: str) -> tuple[str, int, str | None]:
         gpu = labels.get("gpu")

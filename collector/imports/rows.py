@@ -64,3 +64,17 @@ class WideRows:
             for f in TELEMETRY_SCHEMA
         ]
         return pa.Table.from_arrays(arrays, schema=TELEMETRY_SCHEMA)
+
+
+def fill_devices(table: pa.Table, devices: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """Each GPU's enforced limit and memory size, where its devices row has
+    none, from its latest telemetry row that has them."""
+    columns = ("power_limit_w", "mem_total_bytes")
+    # Without `ts`: Python datetimes of a zoned column would load pandas.
+    for row in table.select(["host", "gpu_index", *columns]).to_pylist():
+        device = devices.get((row["host"], row["gpu_index"]))
+        if device is None:
+            continue
+        for column in columns:
+            if row[column] is not None:
+                device[column] = row[column]

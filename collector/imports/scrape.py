@@ -31,7 +31,7 @@ from gpulens.collector.imports.metric_names import (
     PREFERENCE,
     gpu_uuid,
 )
-from gpulens.collector.imports.rows import WideRows
+from gpulens.collector.imports.rows import WideRows, fill_devices
 
 FORMAT = "scrape"
 
@@ -84,7 +84,9 @@ class ScrapeReader:
                                            uuid, ts_us)
             rows.set(host, gpu, ts_us, metric.column, value * metric.scale, PREFERENCE[name], uuid)
         if len(rows):
-            yield rows.table()
+            table = rows.table()
+            fill_devices(table, self.devices)
+            yield table
 
     def _samples(self, text: str) -> list[tuple[str, dict[str, str], float, int | None]]:
         try:
