@@ -348,17 +348,20 @@ def import_telemetry(source, out, host, fmt, columns, since, until, timezone, st
     or rocm-smi / amd-smi JSON. Importing the same source again replaces
     what the earlier import wrote.
     """
+    from gpulens.collector.errors import terminated_on_sigterm
     from gpulens.collector.imports import import_source, parse_time
     from gpulens.collector.no_pandas import refuse_pandas
 
     # pyarrow would import pandas (0.3 s, ~50 MB) at its first conversion
     # of a Python value; nothing here makes a DataFrame.
     refuse_pandas()
-    result = import_source(
-        source, out, host=host, fmt=fmt,
-        columns=[c.strip() for c in columns.split(",") if c.strip()] if columns else None,
-        since=parse_time(since, "--since"), until=parse_time(until, "--until"), timezone=timezone, step_s=step_s,
-    )
+    # SIGTERM unwinds as Ctrl-C does: what was staged is removed.
+    with terminated_on_sigterm():
+        result = import_source(
+            source, out, host=host, fmt=fmt,
+            columns=[c.strip() for c in columns.split(",") if c.strip()] if columns else None,
+            since=parse_time(since, "--since"), until=parse_time(until, "--until"), timezone=timezone, step_s=step_s,
+        )
     click.echo(
         f"gpulens: imported {result.rows:,} telemetry rows of {result.gpus} GPUs on "
         f"{', '.join(result.hosts)} from {source} into {out}"

@@ -133,6 +133,27 @@ def test_import_nvidia_smi_timezone_makes_local_times_utc(tmp_path):
     assert _rows(tmp_path)[0]["ts"] == _us("2024-05-01 12:00:00.500")  # CEST is UTC+2
 
 
+def test_import_nvidia_smi_windows_log_with_bom_and_crlf(tmp_path):
+    log = tmp_path / "windows.csv"
+    log.write_bytes(b"\xef\xbb\xbftimestamp, index, power.draw [W], memory.used [MiB]\r\n"
+                    b"2024/05/01 12:00:00.100, 0, 100.00 W, 10 MiB\r\n2024/05/01 12:00:00.110, 1, 101.00 W, 11 MiB\r\n")
+    import_source(str(log), tmp_path / "out", host="w")
+    assert [(r["ts"], r["gpu_index"], r["power_w"], r["mem_used_bytes"]) for r in _rows(tmp_path / "out")] == [
+        (_us("2024-05-01 12:00:00.100"), 0, 100.0, 10 * 2**20), (_us("2024-05-01 12:00:00.100"), 1, 101.0, 11 * 2**20)]
+
+
+def test_import_leaves_nothing_of_a_killed_import_staged(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = tmp_path / ".staging" / f"import-0123456789abcdef-{dead.stdout.strip()}"
+    leftover.mkdir(parents=True)
+    (leftover / "node7-19844.parquet").write_bytes(b"PAR1")
+    import_source(str(DATA / "nvidia-smi-2gpu.csv"), tmp_path)
+    assert not leftover.exists()
+
+
 def test_import_nvidia_smi_repeated_header_is_skipped(tmp_path):
     log = tmp_path / "appended.csv"
     text = (DATA / "nvidia-smi-2gpu.csv").read_text()

@@ -141,7 +141,7 @@ def plan_for(names: list[str], source: str, header_lines: int) -> Plan:
 def read_plan(path: Path, columns: list[str] | None) -> Plan:
     """The plan of a log: from its header, or from `columns` (noheader)."""
     with open(path, "rb") as handle:
-        first = handle.readline().decode("utf-8", "replace").strip()
+        first = handle.readline().decode("utf-8-sig", "replace").strip()  # a BOM: nvidia-smi on Windows
     if columns:
         names = [field_name(c) for c in columns]
         header = [field_name(c) for c in first.split(",")]

@@ -113,6 +113,7 @@ class ImportStore:
         self.key = key
         check_writable(self.root)
         sweep_staging(self.root)
+        _sweep_dead_imports(self.root / STAGING_DIR)
         self._staging = self.root / STAGING_DIR / f"{IMPORT_PREFIX}{key}-{os.getpid()}"
         shutil.rmtree(self._staging, ignore_errors=True)
         self._partitions: dict[tuple[str, int], _Partition] = {}
@@ -235,3 +236,22 @@ class ImportStore:
                 partition.writer = None
         self._partitions.clear()
         shutil.rmtree(self._staging, ignore_errors=True)
+
+
+def _sweep_dead_imports(staging: Path) -> None:
+    """Remove what imports killed outright (kill -9, a crash) left staged:
+    the folders of processes that no longer run."""
+    for folder in staging.glob(f"{IMPORT_PREFIX}*-*"):
+        pid = folder.name.rsplit("-", 1)[-1]
+        if folder.is_dir() and pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
