@@ -262,6 +262,7 @@ def test_import_power_headroom_of_an_imported_log(tmp_path):
     assert [r["power_throttle_source"] for r in rows] == ["reasons", "reasons"]
 
 
+@pytest.mark.slow  # a whole report: about 10 s here
 def test_import_then_gpulens_report_shows_the_power(tmp_path, capsys):
     assert main(["import", str(DATA / "nvidia-smi-2gpu.csv"), "--out", str(tmp_path / "data")]) == 0
     assert main(["report", str(tmp_path / "data"), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
