@@ -193,7 +193,7 @@ class NvidiaSmiReader:
         self.host = host
         self.timezone = timezone
         self.plan = read_plan(self.path, columns)
-        self.devices: dict[tuple[str, int], dict[str, Any]] = {}
+        self._last_rows: dict[tuple[str, int], tuple[pa.Table, pa.Table]] = {}
         self._uuid_index: dict[str, int] = {}
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
 
@@ -287,8 +287,12 @@ class NvidiaSmiReader:
 
     def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None) -> pa.Array:
         if spec.kind == "text":
-            text = pc.utf8_trim_whitespace(raw)
-            return pc.if_else(_missing(text), pa.scalar(None, pa.string()), text)
+            # A UUID, host or model takes few values: cleaned once each.
+            encoded = pc.dictionary_encode(raw).combine_chunks() if isinstance(raw, pa.ChunkedArray) else \
+                pc.dictionary_encode(raw)
+            text = pc.utf8_trim_whitespace(encoded.dictionary)
+            cleaned = pc.if_else(_missing(text), pa.scalar(None, pa.string()), text)
+            return pc.take(cleaned, encoded.indices)
         trimmed = pc.ascii_trim(raw, " " if spec.kind == "hex" else _NUMBER_TRIM)
         if spec.kind != "hex" and spec.scale == 1:
             try:  # the usual column, all numbers: no pass to find NULL markers
@@ -347,24 +351,34 @@ class NvidiaSmiReader:
             pa.nulls(len(uuids), pa.int32())
 
     def _note_devices(self, batch: pa.Table, table: pa.Table) -> None:
-        """Each GPU's devices row, from its last row so far."""
+        """Keep each GPU's last row so far (converted to its devices row at
+        the end, `devices`)."""
         index = table["gpu_index"].to_numpy()
         reversed_first = np.unique(index[::-1], return_index=True)[1]
-        last_rows = len(index) - 1 - reversed_first
-        picked = table.take(pa.array(last_rows))
-        picked_raw = batch.take(pa.array(last_rows))
-        ts_us = picked["ts"].cast(pa.int64()).to_pylist()
-        # Without `ts`: Python datetimes of a zoned column would load pandas.
-        for i, row in enumerate(picked.drop_columns(["ts"]).to_pylist()):
+        last_rows = pa.array(len(index) - 1 - reversed_first)
+        picked = table.take(last_rows)
+        picked_raw = batch.select(list(self.plan.devices.values())).take(last_rows)
+        for i, (host, gpu) in enumerate(zip(picked["host"].to_pylist(), picked["gpu_index"].to_pylist())):
+            self._last_rows[(host, gpu)] = (picked.slice(i, 1), picked_raw.slice(i, 1))
+
+    @property
+    def devices(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """Each GPU's devices row, from its last row in the log."""
+        devices = {}
+        for key, (row_table, raw) in self._last_rows.items():
+            # Without `ts`: Python datetimes of a zoned column would load pandas.
+            row = row_table.drop_columns(["ts"]).to_pylist()[0]
             device = {
-                "ts": ts_us[i], "host": row["host"], "gpu_index": row["gpu_index"], "gpu_uuid": row["gpu_uuid"],
-                "vendor": "nvidia", "mem_total_bytes": row["mem_total_bytes"], "power_limit_w": row["power_limit_w"],
+                "ts": row_table["ts"].cast(pa.int64())[0].as_py(), "host": row["host"], "gpu_index": row["gpu_index"],
+                "gpu_uuid": row["gpu_uuid"], "vendor": "nvidia", "mem_total_bytes": row["mem_total_bytes"],
+                "power_limit_w": row["power_limit_w"],
             }
             for column, name in self.plan.devices.items():
                 spec = DEVICE_FIELDS[name]
                 dtype = pa.string() if spec.kind == "text" else pa.float64() if spec.kind == "float" else pa.int32()
-                device[column] = self._values(picked_raw.column(name).slice(i, 1), spec, dtype, None)[0].as_py()
-            self.devices[(row["host"], row["gpu_index"])] = device
+                device[column] = self._values(raw.column(name), spec, dtype, None)[0].as_py()
+            devices[key] = device
+        return devices
 
     # --- errors --------------------------------------------------------------
 
