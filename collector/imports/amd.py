@@ -118,9 +118,7 @@ class AmdJsonReader:
             for field, column, factor in ROCM_SMI_FIELDS:
                 number = _rocm_number(card.get(field))
                 if number is not None:
-                    rows.set(self.host, gpu, ts_us, column, number * factor, rank=0, gpu_uuid=device["gpu_uuid"])
-                elif field in card:
-                    rows.set(self.host, gpu, ts_us, column, None, rank=1, gpu_uuid=device["gpu_uuid"])
+                    rows.set(self.host, gpu, ts_us, column, number * factor, gpu_uuid=device["gpu_uuid"])
             device["power_limit_w"] = _rocm_number(card.get("Max Graphics Package Power (W)"))
             device["mem_total_bytes"] = _int(_rocm_number(card.get("VRAM Total Memory (B)")))
             self.devices[(self.host, gpu)] = device

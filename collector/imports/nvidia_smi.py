@@ -34,10 +34,9 @@ import pyarrow.compute as pc
 from pyarrow import csv
 
 from gpulens.collector.errors import ImportSourceError, one_line
-from gpulens.collector.schema import TELEMETRY_METRICS, TELEMETRY_SCHEMA
+from gpulens.collector.schema import TELEMETRY_SCHEMA
 from gpulens.collector.throttle import decode_clock_event_reasons
 
-FORMAT = "nvidia-smi"
 POLL_GAP_US = 500_000
 _MIB = 1 << 20
 # Characters trimmed around a number: spaces and the units nvidia-smi writes.
@@ -477,8 +476,3 @@ def first_ragged_line(path: Path, header_lines: int, fields: int) -> int | None:
             if line_number > header_lines and line.strip() and line.count(b",") + 1 != fields:
                 return line_number
     return None
-
-
-def metric_columns(plan: Plan) -> list[str]:
-    """The metric columns a log gives (in TELEMETRY_METRICS order)."""
-    return [m for m in TELEMETRY_METRICS if m in plan.telemetry]

@@ -32,7 +32,6 @@ from gpulens.collector.errors import ImportSourceError, one_line
 from gpulens.collector.imports.metric_names import DCGM_LABELS, DCGM_METRICS, PREFERENCE, gpu_uuid
 from gpulens.collector.imports.rows import WideRows, fill_devices
 
-FORMAT = "prometheus"
 # Points per series a query asks for, under Prometheus's limit of 11,000.
 CHUNK_POINTS = 10_000
 REQUEST_TIMEOUT_S = 60.0

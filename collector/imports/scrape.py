@@ -33,8 +33,6 @@ from gpulens.collector.imports.metric_names import (
 )
 from gpulens.collector.imports.rows import WideRows, fill_devices
 
-FORMAT = "scrape"
-
 
 class ScrapeReader:
     def __init__(self, path: Path, host: str | None) -> None:
