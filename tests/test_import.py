@@ -464,3 +464,17 @@ def test_import_amd_smi_metric_json(tmp_path):
 def test_import_amd_json_without_host_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="names no host: give --host NAME"):
         import_source(str(DATA / "rocm-smi-mi100.json"), tmp_path)
+
+
+def test_import_files_have_the_collectors_schema_and_encodings(tmp_path):
+    import pyarrow.parquet as pq
+
+    from gpulens.collector.schema import TELEMETRY_SCHEMA
+
+    import_source(str(DATA / "nvidia-smi-2gpu.csv"), tmp_path)
+    [path] = (tmp_path / "telemetry").rglob("*.parquet")
+    schema = pq.read_schema(path)
+    assert schema.remove_metadata() == TELEMETRY_SCHEMA.remove_metadata()
+    assert schema.metadata[b"gpulens.table"] == b"telemetry"
+    column = pq.ParquetFile(path).metadata.row_group(0).column(TELEMETRY_SCHEMA.get_field_index("power_w"))
+    assert (column.compression, "BYTE_STREAM_SPLIT" in column.encodings) == ("ZSTD", True)
