@@ -220,6 +220,15 @@ def test_import_grown_log_replaces_its_earlier_import(tmp_path):
     assert len(_files(tmp_path / "out")) == 2  # one telemetry file, one devices file
 
 
+def test_import_again_with_another_timezone_replaces_the_rows(tmp_path):
+    columns = ["timestamp", "index", "power.draw", "utilization.gpu", "temperature.gpu"]
+    source = str(DATA / "nvidia-smi-noheader.csv")
+    import_source(source, tmp_path, host="n1", columns=columns)
+    import_source(source, tmp_path, host="n1", columns=columns, timezone="Europe/Paris")
+    assert [r["ts"] for r in _rows(tmp_path)][:2] == [_us("2024-05-01 12:00:00.500")] * 2
+    assert len(_rows(tmp_path)) == 4
+
+
 def test_import_since_until_keep_the_window(tmp_path):
     result = import_source(str(DATA / "nvidia-smi-2gpu.csv"), tmp_path, since=_us("2024-05-01 12:00:01"),
                            until=_us("2024-05-01 12:00:02"))

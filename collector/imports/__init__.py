@@ -83,7 +83,7 @@ def _head(path: Path, size: int) -> bytes:
 
 def source_key(source: str, fmt: str, host: str | None, extra: str = "") -> str:
     """A source's import key, from its format, the host given, `extra`
-    (the options that change the rows) and its identity: a URL; an
+    (a server's window) and its identity: a URL; an
     nvidia-smi log's first KEY_LINES non-blank lines (its header and first
     poll), so that a log that has grown since it was imported keeps its
     key and its import replaces the earlier one; any other file's whole
@@ -149,8 +149,11 @@ def import_source(
             raise UsageError(f"--timezone {timezone}: not a time zone (an IANA name: Europe/Paris, UTC)") from None
     if since and until and since >= until:
         raise UsageError("--since must be before --until")
-    window = f"{since.isoformat() if since else ''}/{until.isoformat() if until else ''}"
-    key = source_key(source, fmt, host, extra=f"{window}/{','.join(columns or [])}/{timezone}/{step_s}")
+    # A file imported again, whatever the options, replaces its earlier
+    # import (a corrected --timezone must not leave the wrong rows beside
+    # the right ones); a server's windows are sources of their own.
+    window = f"{since.isoformat() if since else ''}/{until.isoformat() if until else ''}/{step_s}"
+    key = source_key(source, fmt, host, extra=window if is_url(source) else "")
     reader = _reader(source, fmt, host, columns, timezone, since, until, step_s)
     with ImportStore(Path(out), key) as store:
         for table in reader.tables():
