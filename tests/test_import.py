@@ -487,3 +487,30 @@ def test_import_files_have_the_collectors_schema_and_encodings(tmp_path):
     assert schema.metadata[b"gpulens.table"] == b"telemetry"
     column = pq.ParquetFile(path).metadata.row_group(0).column(TELEMETRY_SCHEMA.get_field_index("power_w"))
     assert (column.compression, "BYTE_STREAM_SPLIT" in column.encodings) == ("ZSTD", True)
+
+
+@pytest.fixture(scope="module")
+def imported_dataset(tmp_path_factory):
+    from gpulens.analysis.dataset import open_dataset
+
+    out = tmp_path_factory.mktemp("imported")
+    import_source(str(DATA / "nvidia-smi-2gpu.csv"), out)
+    return open_dataset(out)
+
+
+# The telemetry views the dashboard's pages and the report read, and the
+# rows each gives on the 2-GPU log of 3 polls (None: any number, they need
+# traces or links the log does not have).
+@pytest.mark.parametrize(("view", "rows"), [
+    ("host_telemetry", 6), ("power_samples", 6), ("power_node_ticks", 3), ("power_headroom", 2),
+    ("node_power", 1), ("power_cap_whatif_node", 1), ("dash_node_power_timeline", 1),
+    ("dash_telemetry_coverage", 2), ("dash_power_histogram", None), ("dash_power_cap_curve", None),
+    ("power_cap_whatif", None), ("telemetry_timeline", None), ("interconnect_timeline", None),
+    ("interconnect_usage", None), ("interconnect_links", None),
+])
+def test_import_dashboard_views_run_on_an_imported_dataset(imported_dataset, view, rows):
+    from gpulens.analysis.registry import run_analysis
+
+    result = run_analysis(imported_dataset, view)
+    if rows is not None:
+        assert result.height == rows
