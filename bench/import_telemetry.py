@@ -153,6 +153,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep the logs and datasets in")
     args = parser.parse_args()
+    measured_commit = commit()  # the code measured: read before the run, which takes minutes
     print(f"machine: {machine_line()} (shared with other work: wall times are noisy)")
     lengths = [max(args.days / 4, 2 / 24), args.days]
     scratch = Path(tempfile.mkdtemp(prefix="gpulens-bench-import-", dir=args.keep))
@@ -196,7 +197,7 @@ def main() -> int:
     now = dt.datetime.now(dt.timezone.utc)
     result_path = RESULTS / f"import_telemetry-{now:%Y%m%dT%H%M%SZ}.json"
     result_path.write_text(json.dumps({
-        "bench": "import_telemetry", "date": now.isoformat(timespec="seconds"), "commit": commit(),
+        "bench": "import_telemetry", "date": now.isoformat(timespec="seconds"), "commit": measured_commit,
         "machine": machine_line(), "baseline_rss_mib": round(baseline, 1), "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {result_path.relative_to(REPO)}")
