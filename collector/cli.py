@@ -347,3 +347,47 @@ def compact(dataset):
             files_before, files_after = merge_run(dataset, run_path)
             if files_after < files_before:
                 click.echo(f"{run_path}: {files_before:,} trace files merged into {files_after:,}")
+
+
+@click.command("import")
+@click.argument("source")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path(DEFAULT_DATASET), show_default=True,
+              help="Dataset directory to write the telemetry and devices tables into.")
+@click.option("--host", default=None,
+              help="Host the telemetry is from (default: the source's own hostname field or Hostname label).")
+@click.option("--format", "fmt", type=click.Choice(["nvidia-smi", "scrape", "prometheus", "rocm-smi", "amd-smi"]),
+              default=None, help="The source's format (default: told from its content; a URL is a Prometheus server).")
+@click.option("--columns", default=None,
+              help="The --query-gpu fields of an nvidia-smi log written with noheader, comma-separated, in order.")
+@click.option("--since", default=None, help="Import rows at or after this time (ISO 8601, UTC unless it names a zone).")
+@click.option("--until", default=None, help="Import rows before this time (ISO 8601). A Prometheus server needs both.")
+@click.option("--timezone", default="UTC", show_default=True,
+              help="Time zone of an nvidia-smi log's timestamps (IANA name): nvidia-smi writes the node's local time.")
+@click.option("--step", "step_s", type=click.FloatRange(min=0.001), default=15.0, show_default=True,
+              help="Seconds between the points asked of a Prometheus server: at most its scrape interval to get every sample.")
+def import_telemetry(source, out, host, fmt, columns, since, until, timezone, step_s):
+    """Import telemetry a site already has into the dataset.
+
+    SOURCE is an nvidia-smi --query-gpu CSV log, a dcgm-exporter or
+    nvidia_gpu_exporter scrape file, a Prometheus or VictoriaMetrics URL,
+    or rocm-smi / amd-smi JSON. Importing the same source again replaces
+    what the earlier import wrote.
+    """
+    from gpulens.collector.errors import terminated_on_sigterm
+    from gpulens.collector.imports import import_source, parse_time
+    from gpulens.collector.no_pandas import refuse_pandas
+
+    # pyarrow would import pandas (0.3 s, ~50 MB) at its first conversion
+    # of a Python value; nothing here makes a DataFrame.
+    refuse_pandas()
+    # SIGTERM unwinds as Ctrl-C does: what was staged is removed.
+    with terminated_on_sigterm():
+        result = import_source(
+            source, out, host=host, fmt=fmt,
+            columns=[c.strip() for c in columns.split(",") if c.strip()] if columns else None,
+            since=parse_time(since, "--since"), until=parse_time(until, "--until"), timezone=timezone, step_s=step_s,
+        )
+    click.echo(
+        f"gpulens: imported {result.rows:,} telemetry rows of {result.gpus} GPUs on "
+        f"{', '.join(result.hosts)} from {source} into {out}"
+        + (f" (replacing {result.replaced} files of an earlier import)" if result.replaced else ""), err=True)

@@ -55,6 +55,18 @@ class TraceError(GpulensError):
         self.problem = problem
 
 
+class ImportSourceError(GpulensError):
+    """Telemetry to import cannot be read: a bad line of a log or scrape
+    file (`line` set), an unknown format, or a server that answered badly."""
+
+    def __init__(self, source: str, problem: str, line: int | None = None) -> None:
+        where = f"{source}:{line}" if line is not None else source
+        super().__init__(f"{where}: {problem}")
+        self.source = source
+        self.problem = problem
+        self.line = line
+
+
 class Terminated(BaseException):
     """SIGTERM reached a command that stops cleanly on it (`gpulens ingest`).
     A BaseException, as KeyboardInterrupt is, so that no handler of a

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "collect": "gpulens.collector.cli:collect",
     "devices": "gpulens.collector.cli:devices",
     "ingest": "gpulens.collector.cli:ingest",
+    "import": "gpulens.collector.cli:import_telemetry",
     "compact": "gpulens.collector.cli:compact",
     "query": "gpulens.analysis.cli:query",
     "report": "gpulens.dashboard.report.command:report",

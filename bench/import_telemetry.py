@@ -1,0 +1,208 @@
+"""How fast `gpulens import` reads an nvidia-smi log, and whether its memory
+grows with the log's length.
+
+    python bench/import_telemetry.py              # 8 GPUs x 7 days at 1 Hz: 4.84 M rows
+    python bench/import_telemetry.py --days 1     # 691,200 rows
+
+Synthesises (seeded) an `nvidia-smi --query-gpu=... --format=csv -l 1` log
+with units, as nvidia-smi writes it by default (`250.5 W`, `40 %`,
+`1024 MiB`), 13 fields a row, the GPUs of a poll a few milliseconds
+apart; then imports it in a fresh process and prints
+  - rows per second of wall time, and per CPU-second of the process
+    (user + system, all its threads: the CSV reader parses blocks on
+    several), both over the import alone, its modules already loaded:
+    "per core";
+  - the process's peak resident memory (ru_maxrss);
+and does the same for a log a quarter as long (at least 2 hours), to
+compare the two peaks: the import streams, so its memory should not grow
+with the log. Target: at least 1 M rows per CPU-second.
+
+Writes bench/results/import_telemetry-<UTC time>.json:
+{"bench", "date", "commit", "machine", "rows": [one per log length]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import csv
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+FIELDS = ("timestamp, index, uuid, power.draw [W], enforced.power.limit [W], utilization.gpu [%], "
+          "utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, "
+          "clocks.current.sm [MHz], clocks.current.memory [MHz], clocks_event_reasons.active")
+START = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
+CHUNK_S = 3600
+
+
+def synthesise(path: Path, days: float, gpus: int, seed: int) -> int:
+    """Write the log; its data rows."""
+    rng = np.random.default_rng(seed)
+    seconds = int(days * 86400)
+    uuids = np.array([f"GPU-{seed:08x}-0000-4000-8000-{g:012x}" for g in range(gpus)])
+    written = 0
+    with open(path, "wb") as handle:
+        handle.write((FIELDS + "\n").encode())
+        for chunk_start in range(0, seconds, CHUNK_S):
+            n_polls = min(CHUNK_S, seconds - chunk_start)
+            poll = np.repeat(np.arange(chunk_start, chunk_start + n_polls, dtype=np.int64), gpus)
+            gpu = np.tile(np.arange(gpus), n_polls)
+            n = len(poll)
+            ts_ms = int(START.timestamp() * 1000) + poll * 1000 + 100 + gpu * 2 + rng.integers(0, 2, n)
+            util = np.clip(rng.normal(80, 25, n), 0, 100).round()
+            power = np.round(90 + util * 6 + rng.normal(0, 15, n), 2)
+            reasons = np.where(power > 650, "0x0000000000000004", "0x0000000000000000")
+            mem_used = rng.integers(1000, 80000, n)
+
+            stamp = pc.strftime(pa.array(ts_ms, type=pa.timestamp("ms")), format="%Y/%m/%d %H:%M:%S")
+            table = pa.table({
+                "timestamp": stamp,
+                "index": _cell(gpu),
+                "uuid": _cell(uuids[gpu]),
+                "power": _cell(power, "W"),
+                "limit": pa.array(np.full(n, " 700.00 W")),
+                "util": _cell(util.astype(np.int64), "%"),
+                "mem_util": _cell((util * 0.4).round().astype(np.int64), "%"),
+                "mem_used": _cell(mem_used, "MiB"),
+                "mem_total": pa.array(np.full(n, " 81559 MiB")),
+                "temp": _cell(np.round(40 + util * 0.3).astype(np.int64)),
+                "sm": _cell(np.where(power > 650, 1755, 1980), "MHz"),
+                "mem": pa.array(np.full(n, " 2619 MHz")),
+                "reasons": _cell(reasons),
+            })
+            csv.write_csv(table, handle, write_options=csv.WriteOptions(include_header=False, quoting_style="none"))
+            written += n
+    return written
+
+
+def _cell(values: np.ndarray, unit: str | None = None) -> pa.Array:
+    """Values as nvidia-smi writes them after its ", " separator: " 250.5 W"."""
+    strings = pc.cast(pa.array(values), pa.string())
+    parts = [" ", strings] + ([" ", unit] if unit else [])
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def import_in_child(log: Path, out: Path) -> dict:
+    """Import `log` in a fresh Python; its wall time, CPU time and peak RSS."""
+    code = (
+        "import json, resource, sys, time\n"
+        "from pathlib import Path\n"
+        "from gpulens.collector.imports import import_source\n"
+        "from gpulens.collector.no_pandas import refuse_pandas\n"
+        "refuse_pandas()  # as the command does\n"
+        "import pyarrow.compute, pyarrow.csv, pyarrow.parquet, gpulens.collector.imports.nvidia_smi\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "start = time.perf_counter()\n"
+        "result = import_source(sys.argv[1], Path(sys.argv[2]), host='bench')\n"
+        "wall = time.perf_counter() - start\n"
+        "usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "cpu = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime\n"
+        "print(json.dumps({'rows': result.rows, 'wall_s': wall, 'cpu_s': cpu,\n"
+        "                  'peak_rss_mib': usage.ru_maxrss / 1024}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(log), str(out)], capture_output=True, text=True,
+                          check=True, cwd=REPO)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def baseline_in_child() -> float:
+    """Peak RSS of a Python that only imports the importer (MiB)."""
+    code = ("import resource, gpulens.collector.imports, gpulens.collector.imports.nvidia_smi\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    return float(done.stdout.strip())
+
+
+def machine_line() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--days", type=float, default=7.0, help="length of the longer log (default 7)")
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=Path, default=None, help="folder to keep the logs and datasets in")
+    args = parser.parse_args()
+    measured_commit = commit()  # the code measured: read before the run, which takes minutes
+    print(f"machine: {machine_line()} (shared with other work: wall times are noisy)")
+    lengths = [max(args.days / 4, 2 / 24), args.days]
+    scratch = Path(tempfile.mkdtemp(prefix="gpulens-bench-import-", dir=args.keep))
+    baseline = baseline_in_child()
+    print(f"a Python with the importer loaded, before reading anything: {baseline:.0f} MiB peak RSS")
+    rows = []
+    try:
+        for days in lengths:
+            log = scratch / f"nvidia-smi-{days:g}d.csv"
+            started = time.perf_counter()
+            n = synthesise(log, days, args.gpus, args.seed)
+            made_s = time.perf_counter() - started
+            measured = import_in_child(log, scratch / f"data-{days:g}d")
+            assert measured["rows"] == n, (measured["rows"], n)
+            row = {
+                "days": days, "gpus": args.gpus, "rows": n, "log_bytes": log.stat().st_size,
+                "wall_s": round(measured["wall_s"], 3), "cpu_s": round(measured["cpu_s"], 3),
+                "rows_per_s": round(n / measured["wall_s"]), "rows_per_cpu_s": round(n / measured["cpu_s"]),
+                "peak_rss_mib": round(measured["peak_rss_mib"], 1),
+            }
+            rows.append(row)
+            print(f"{days:g} days x {args.gpus} GPUs: {n:,} rows, {row['log_bytes'] / 2**20:,.0f} MiB of log "
+                  f"(made in {made_s:.1f} s); import {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s CPU: "
+                  f"{row['rows_per_s'] / 1e6:.2f} M rows/s, {row['rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-second; "
+                  f"peak RSS {row['peak_rss_mib']:.0f} MiB")
+            if args.keep is None:
+                log.unlink()
+    finally:
+        if args.keep is None:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+    short, long = rows
+    growth = long["peak_rss_mib"] - short["peak_rss_mib"]
+    print(f"peak RSS {short['peak_rss_mib']:.0f} MiB at {short['rows']:,} rows, {long['peak_rss_mib']:.0f} MiB at "
+          f"{long['rows']:,} rows ({long['rows'] / short['rows']:.1f}x the rows): "
+          f"{'flat' if growth <= 0.25 * short['peak_rss_mib'] else 'GROWS'} ({growth:+.0f} MiB)")
+    target = all(r["rows_per_cpu_s"] >= 1_000_000 for r in rows)
+    print(f"target >= 1 M rows per CPU-second: {'met' if target else 'NOT met'}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    result_path = RESULTS / f"import_telemetry-{now:%Y%m%dT%H%M%SZ}.json"
+    result_path.write_text(json.dumps({
+        "bench": "import_telemetry", "date": now.isoformat(timespec="seconds"), "commit": measured_commit,
+        "machine": machine_line(), "baseline_rss_mib": round(baseline, 1), "rows": rows,
+    }, indent=2) + "\n")
+    print(f"wrote {result_path.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

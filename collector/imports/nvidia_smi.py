@@ -1,0 +1,478 @@
+"""`nvidia-smi --query-gpu=... --format=csv` logs → telemetry rows.
+
+With the header (`power.draw [W]`, values `627.40 W`), with `nounits`
+(values `627.40`), or with `noheader` and the field list given as
+`columns` (as passed to `--query-gpu`). Fields that no telemetry column
+holds are not read. Read by pyarrow's streaming CSV reader, one block at
+a time, and converted column by column with Arrow compute functions (no
+Python loop over rows): memory does not grow with the log's length.
+
+Values: `[N/A]`, `[Not Supported]` and any other bracketed answer, `N/A`
+and empty cells are NULL; units after a number are dropped (`W`, `%`,
+`MiB`, `MHz`, `us`); numbers are locale-free, as nvidia-smi writes them.
+
+Times: `timestamp` is the node's local time without a zone
+(`2024/05/01 12:00:00.123`); `timezone` names that zone (default UTC).
+nvidia-smi reads the GPUs of one poll one after another, so their
+timestamps differ by milliseconds: the rows of one poll all take the
+first one's, so that the GPUs of a node share a tick, as the collector's
+do (`power_node_ticks` sums a node's power per tick). A poll ends where
+the GPU index does not rise or more than POLL_GAP_US passes between rows.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import csv
+
+from gpulens.collector.errors import ImportSourceError, one_line
+from gpulens.collector.schema import TELEMETRY_SCHEMA
+from gpulens.collector.throttle import decode_clock_event_reasons
+
+POLL_GAP_US = 500_000
+_MIB = 1 << 20
+# Characters trimmed around a number: spaces and the units nvidia-smi writes.
+_NUMBER_TRIM = " %WMiBHzus"
+
+
+@dataclass(frozen=True)
+class Field:
+    """How one `--query-gpu` field becomes a column: its kind, and the factor
+    that turns its unit into the column's."""
+
+    column: str
+    kind: str  # float | int | hex | text | timestamp
+    scale: float = 1
+
+
+# --query-gpu field → column, in preference order where several fields
+# give one column (the first present in the log wins). nvidia-smi's
+# older names (clocks_throttle_reasons.*, clocks.sm) are aliases.
+TELEMETRY_FIELDS: dict[str, Field] = {
+    "timestamp": Field("ts", "timestamp"),
+    "index": Field("gpu_index", "int"),
+    "uuid": Field("gpu_uuid", "text"),
+    "hostname": Field("host", "text"),
+    # Ampere and newer: the 1 s average; older GPUs: instantaneous.
+    "power.draw": Field("power_w", "float"),
+    "power.draw.average": Field("power_w", "float"),
+    "power.draw.instant": Field("power_instant_w", "float"),
+    "enforced.power.limit": Field("power_limit_w", "float"),
+    "power.limit": Field("power_limit_w", "float"),
+    "utilization.gpu": Field("gpu_util_pct", "float"),
+    "utilization.memory": Field("mem_util_pct", "float"),
+    "clocks.current.sm": Field("sm_clock_mhz", "int"),
+    "clocks.sm": Field("sm_clock_mhz", "int"),
+    "clocks.current.memory": Field("mem_clock_mhz", "int"),
+    "clocks.mem": Field("mem_clock_mhz", "int"),
+    "temperature.gpu": Field("temp_c", "float"),
+    "temperature.memory": Field("mem_temp_c", "float"),
+    "memory.used": Field("mem_used_bytes", "int", _MIB),
+    "memory.total": Field("mem_total_bytes", "int", _MIB),
+    "clocks_event_reasons.active": Field("throttle_reasons_mask", "hex"),
+    "clocks_throttle_reasons.active": Field("throttle_reasons_mask", "hex"),
+    # Microseconds the clocks were held below those requested by the power
+    # (thermal) capping algorithm: NVML's power (thermal) violation time.
+    "clocks_event_reasons_counters.sw_power_cap": Field("power_violation_ns", "int", 1000),
+    "clocks_throttle_reasons_counters.sw_power_cap": Field("power_violation_ns", "int", 1000),
+    "clocks_event_reasons_counters.sw_thermal_slowdown": Field("thermal_violation_ns", "int", 1000),
+    "clocks_throttle_reasons_counters.sw_thermal_slowdown": Field("thermal_violation_ns", "int", 1000),
+    "ecc.errors.corrected.volatile.total": Field("ecc_corrected_count", "int"),
+    "ecc.errors.uncorrected.volatile.total": Field("ecc_uncorrected_count", "int"),
+}
+
+# --query-gpu field → devices column (from each GPU's last row).
+DEVICE_FIELDS: dict[str, Field] = {
+    "name": Field("model", "text"),
+    "pci.bus_id": Field("pci_bus_id", "text"),
+    "serial": Field("serial", "text"),
+    "driver_version": Field("driver_version", "text"),
+    "power.default_limit": Field("power_limit_default_w", "float"),
+    "power.min_limit": Field("power_limit_min_w", "float"),
+    "power.max_limit": Field("power_limit_max_w", "float"),
+    "pcie.link.gen.max": Field("pcie_gen", "int"),
+    "pcie.link.width.max": Field("pcie_width", "int"),
+}
+
+_TYPES = {name: dtype for name, dtype in zip(TELEMETRY_SCHEMA.names, TELEMETRY_SCHEMA.types)}
+
+
+@dataclass
+class Plan:
+    """Which of a log's fields are read, and as what."""
+
+    names: list[str]  # every field of a row, in order
+    telemetry: dict[str, str]  # column → the field read for it
+    devices: dict[str, str]  # devices column → field
+    header_lines: int  # lines before the first row
+
+
+def field_name(header_cell: str) -> str:
+    """`' power.draw [W]'` → `'power.draw'`."""
+    return header_cell.split("[", 1)[0].strip()
+
+
+def plan_for(names: list[str], source: str, header_lines: int) -> Plan:
+    telemetry: dict[str, str] = {}
+    devices: dict[str, str] = {}
+    present = set(names)
+    for name, spec in TELEMETRY_FIELDS.items():
+        if name in present and spec.column not in telemetry:
+            telemetry[spec.column] = name
+    for name, spec in DEVICE_FIELDS.items():
+        if name in present and spec.column not in devices:
+            devices[spec.column] = name
+    if "ts" not in telemetry:
+        raise ImportSourceError(source, "an nvidia-smi log needs the timestamp field (--query-gpu=timestamp,...)")
+    if "gpu_index" not in telemetry and "gpu_uuid" not in telemetry:
+        raise ImportSourceError(source, "an nvidia-smi log needs the index or uuid field to tell its GPUs apart")
+    return Plan(names, telemetry, devices, header_lines)
+
+
+def read_plan(path: Path, columns: list[str] | None) -> Plan:
+    """The plan of a log: from its header, or from `columns` (noheader)."""
+    with open(path, "rb") as handle:
+        first = handle.readline().decode("utf-8-sig", "replace").strip()  # a BOM: nvidia-smi on Windows
+    if columns:
+        names = [field_name(c) for c in columns]
+        header = [field_name(c) for c in first.split(",")]
+        # A log with a header given --columns as well: its header is skipped.
+        header_lines = 1 if header == names else 0
+        return plan_for(names, str(path), header_lines)
+    names = [field_name(c) for c in first.split(",")]
+    if "timestamp" not in names and not any(n in TELEMETRY_FIELDS for n in names):
+        raise ImportSourceError(str(path), "no header line: give the fields with --columns (as passed to --query-gpu)", 1)
+    return plan_for(names, str(path), 1)
+
+
+class _Polls:
+    """Assigns each row the timestamp of its poll's first row, across blocks."""
+
+    def __init__(self) -> None:
+        self.last_ts: int | None = None
+        self.last_index: int | None = None
+        self.poll_ts: int | None = None
+
+    def align(self, ts_us: np.ndarray, index: np.ndarray) -> np.ndarray:
+        previous_ts = np.empty_like(ts_us)
+        previous_index = np.empty_like(index)
+        previous_ts[1:], previous_index[1:] = ts_us[:-1], index[:-1]
+        first_is_new = self.last_ts is None
+        previous_ts[0] = ts_us[0] if first_is_new else self.last_ts
+        previous_index[0] = -1 if first_is_new else self.last_index
+        starts = (index <= previous_index) | (ts_us - previous_ts > POLL_GAP_US)
+        starts[0] |= first_is_new
+        poll = np.cumsum(starts)  # 0 for rows that continue the previous block's poll
+        start_ts = ts_us[starts]
+        carried = np.int64(self.poll_ts if self.poll_ts is not None else ts_us[0])
+        aligned = np.where(poll == 0, carried, start_ts[np.maximum(poll - 1, 0)]) if len(start_ts) else \
+            np.full_like(ts_us, carried)
+        self.last_ts, self.last_index, self.poll_ts = int(ts_us[-1]), int(index[-1]), int(aligned[-1])
+        return aligned
+
+
+class NvidiaSmiReader:
+    """Streams a log's rows as telemetry tables; the last row of each GPU
+    gives its devices row."""
+
+    block_bytes = 8 << 20
+
+    def __init__(self, path: Path, host: str | None, columns: list[str] | None = None,
+                 timezone: str = "UTC") -> None:
+        self.path = Path(path)
+        self.source = str(path)
+        self.host = host
+        self.timezone = timezone
+        self.plan = read_plan(self.path, columns)
+        self._last_rows: dict[tuple[str, int], tuple[pa.Table, pa.Table]] = {}
+        self._uuid_index: dict[str, int] = {}
+        self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
+
+    def tables(self) -> Iterator[pa.Table]:
+        """The log's rows, a block of about `block_bytes` at a time.
+
+        The blocks are read here and cut at their last newline, each parsed
+        by pyarrow's CSV reader (on several threads): its own streaming
+        reader held more memory the longer the file (0.15 GB more at 1.4 M
+        rows, outside Arrow's pool), these blocks none."""
+        plan = self.plan
+        wanted = sorted(set(plan.telemetry.values()) | set(plan.devices.values()))
+        read_options = csv.ReadOptions(column_names=plan.names)
+        convert_options = csv.ConvertOptions(include_columns=wanted, column_types={n: pa.string() for n in wanted},
+                                             strings_can_be_null=False)
+        invalid: list[Any] = []
+
+        def on_invalid(row: Any) -> str:
+            invalid.append(row)
+            return "error"
+
+        parse_options = csv.ParseOptions(invalid_row_handler=on_invalid)
+        polls = _Polls()
+        with open(self.path, "rb") as handle:
+            for _ in range(plan.header_lines):
+                handle.readline()
+            for block in _blocks(handle, self.block_bytes):
+                try:
+                    table = csv.read_csv(pa.py_buffer(block), read_options=read_options,
+                                         parse_options=parse_options, convert_options=convert_options)
+                except pa.ArrowInvalid as error:
+                    if "Empty CSV" in str(error):  # blank lines only
+                        continue
+                    raise self._parse_error(error, invalid) from error
+                if table.num_rows:
+                    converted = self._convert(table, polls)
+                    self._rows_before += table.num_rows
+                    if converted.num_rows:
+                        yield converted
+
+    # --- conversion --------------------------------------------------------
+
+    def _convert(self, batch: pa.Table, polls: _Polls) -> pa.Table:
+        plan = self.plan
+        raw_ts = pc.utf8_trim_whitespace(batch.column(plan.telemetry["ts"]))
+        repeated_header = pc.equal(raw_ts, "timestamp")
+        if pc.any(repeated_header).as_py():  # a log appended to by a second nvidia-smi
+            keep = pc.invert(repeated_header)
+            offsets = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False)))
+            batch = batch.filter(keep)
+            raw_ts = raw_ts.filter(keep)
+        else:
+            offsets = None
+        n = batch.num_rows
+        if n == 0:
+            return TELEMETRY_SCHEMA.empty_table()
+        columns: dict[str, pa.Array] = {}
+        for column, name in plan.telemetry.items():
+            if column == "ts":
+                continue
+            spec = TELEMETRY_FIELDS[name]
+            columns[column] = self._values(batch.column(name), spec, _TYPES[column], offsets)
+        ts = self._timestamps(raw_ts, offsets)
+        if "gpu_index" not in columns:
+            columns["gpu_index"] = self._index_from_uuid(columns["gpu_uuid"])
+        index = columns["gpu_index"]
+        if index.null_count:
+            row = int(np.flatnonzero(np.asarray(index.is_null()))[0])
+            raise self._row_error(row, offsets, "no GPU index")
+        ts_us = ts.cast(pa.int64()).to_numpy()
+        aligned = polls.align(ts_us, index.to_numpy())
+        host = self._hosts(columns.pop("host", None), n, offsets)
+        mask = columns.get("throttle_reasons_mask")
+        if mask is not None:
+            columns["throttle_reasons"] = _decode_reasons(mask)
+        arrays = []
+        for f in TELEMETRY_SCHEMA:
+            if f.name == "ts":
+                arrays.append(pa.array(aligned, type=pa.int64()).cast(f.type))
+            elif f.name == "host":
+                arrays.append(host)
+            elif f.name == "vendor":
+                arrays.append(pa.repeat(pa.scalar("nvidia"), n))
+            elif f.name in columns:
+                arrays.append(columns[f.name])
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        table = pa.Table.from_arrays(arrays, schema=TELEMETRY_SCHEMA)
+        self._note_devices(batch, table)
+        return table
+
+    def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None) -> pa.Array:
+        if spec.kind == "text":
+            # A UUID, host or model takes few values: cleaned once each.
+            encoded = pc.dictionary_encode(raw).combine_chunks() if isinstance(raw, pa.ChunkedArray) else \
+                pc.dictionary_encode(raw)
+            text = pc.utf8_trim_whitespace(encoded.dictionary)
+            cleaned = pc.if_else(_missing(text), pa.scalar(None, pa.string()), text)
+            return pc.take(cleaned, encoded.indices)
+        trimmed = pc.ascii_trim(raw, " " if spec.kind == "hex" else _NUMBER_TRIM)
+        if spec.kind != "hex" and spec.scale == 1:
+            try:  # the usual column, all numbers: no pass to find NULL markers
+                return pc.cast(trimmed, dtype)
+            except pa.ArrowInvalid:
+                pass
+        cleaned = pc.if_else(_missing(trimmed), pa.scalar(None, pa.string()), trimmed)
+        try:
+            if spec.kind == "hex":
+                values = _parse_hex(cleaned)
+            elif spec.kind == "int" and spec.scale == 1:
+                values = pc.cast(cleaned, dtype)
+            else:
+                values = pc.cast(cleaned, pa.float64())
+                if spec.scale != 1:
+                    values = pc.multiply(values, spec.scale)
+                if pa.types.is_integer(dtype):
+                    values = pc.cast(pc.round(values), dtype)
+                else:
+                    values = pc.cast(values, dtype)
+        except (pa.ArrowInvalid, ValueError) as error:
+            row = _first_unparsable(cleaned, spec.kind)
+            raise self._row_error(row, offsets, f"{raw[row].as_py().strip()!r} is not a number "
+                                                f"({spec.column})") from error
+        return values
+
+    def _timestamps(self, raw: pa.Array, offsets: np.ndarray | None) -> pa.Array:
+        iso = pc.replace_substring(raw, "/", "-")
+        try:
+            naive = pc.cast(iso, pa.timestamp("us"))
+        except pa.ArrowInvalid as error:
+            row = _first_unparsable(iso, "timestamp")
+            raise self._row_error(row, offsets, f"{raw[row].as_py()!r} is not a timestamp") from error
+        if naive.null_count:
+            row = int(np.flatnonzero(np.asarray(naive.is_null()))[0])
+            raise self._row_error(row, offsets, "no timestamp")
+        if self.timezone == "UTC":
+            return naive.cast(pa.timestamp("us", tz="UTC"))
+        return pc.assume_timezone(naive, self.timezone, ambiguous="earliest", nonexistent="earliest")
+
+    def _hosts(self, values: pa.Array | None, n: int, offsets: np.ndarray | None) -> pa.Array:
+        if self.host is not None:
+            return pa.repeat(pa.scalar(self.host), n)
+        if values is None or values.null_count:
+            row = 0 if values is None else int(np.flatnonzero(np.asarray(values.is_null()))[0])
+            raise self._row_error(row, offsets, "names no host (the hostname field is absent or [N/A]): give --host NAME")
+        return values
+
+    def _index_from_uuid(self, uuids: pa.Array) -> pa.Array:
+        """GPU index by order of first appearance of each UUID in the log."""
+        known = self._uuid_index
+        for uuid in pc.unique(uuids).to_pylist():
+            if uuid is not None and uuid not in known:
+                known[uuid] = len(known)
+        return pc.cast(pc.index_in(uuids, value_set=pa.array(list(known))), pa.int32()) if known else \
+            pa.nulls(len(uuids), pa.int32())
+
+    def _note_devices(self, batch: pa.Table, table: pa.Table) -> None:
+        """Keep each GPU's last row so far (converted to its devices row at
+        the end, `devices`)."""
+        index = table["gpu_index"].to_numpy()
+        reversed_first = np.unique(index[::-1], return_index=True)[1]
+        last_rows = pa.array(len(index) - 1 - reversed_first)
+        picked = table.take(last_rows)
+        picked_raw = batch.select(list(self.plan.devices.values())).take(last_rows)
+        for i, (host, gpu) in enumerate(zip(picked["host"].to_pylist(), picked["gpu_index"].to_pylist())):
+            self._last_rows[(host, gpu)] = (picked.slice(i, 1), picked_raw.slice(i, 1))
+
+    @property
+    def devices(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """Each GPU's devices row, from its last row in the log."""
+        devices = {}
+        for key, (row_table, raw) in self._last_rows.items():
+            # Without `ts`: Python datetimes of a zoned column would load pandas.
+            row = row_table.drop_columns(["ts"]).to_pylist()[0]
+            device = {
+                "ts": row_table["ts"].cast(pa.int64())[0].as_py(), "host": row["host"], "gpu_index": row["gpu_index"],
+                "gpu_uuid": row["gpu_uuid"], "vendor": "nvidia", "mem_total_bytes": row["mem_total_bytes"],
+                "power_limit_w": row["power_limit_w"],
+            }
+            for column, name in self.plan.devices.items():
+                spec = DEVICE_FIELDS[name]
+                dtype = pa.string() if spec.kind == "text" else pa.float64() if spec.kind == "float" else pa.int32()
+                device[column] = self._values(raw.column(name), spec, dtype, None)[0].as_py()
+            devices[key] = device
+        return devices
+
+    # --- errors --------------------------------------------------------------
+
+    def _row_error(self, row: int, offsets: np.ndarray | None, problem: str) -> ImportSourceError:
+        row_in_block = int(offsets[row]) if offsets is not None else row
+        line = data_row_line(self.path, self.plan.header_lines, self._rows_before + row_in_block)
+        return ImportSourceError(self.source, problem, line)
+
+    def _parse_error(self, error: Exception, invalid: list[Any]) -> ImportSourceError:
+        if invalid:
+            row = invalid[0]
+            # The streaming reader does not know the row's number: found here.
+            line = first_ragged_line(self.path, self.plan.header_lines, row.expected_columns)
+            return ImportSourceError(self.source, f"{row.actual_columns} fields where the log has "
+                                                  f"{row.expected_columns}", line)
+        return ImportSourceError(self.source, f"not an nvidia-smi CSV log ({one_line(error)})")
+
+
+def _blocks(handle: Any, size: int) -> Iterator[memoryview]:
+    """The rest of a file in blocks of about `size` bytes, each cut after a
+    newline (the last one: the end of the file)."""
+    rest = b""
+    while True:
+        block = handle.read(size)
+        if not block:
+            if rest.strip():
+                yield memoryview(rest)
+            return
+        data = rest + block if rest else block
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # no newline yet: a line longer than a block
+            rest = data
+            continue
+        rest = data[cut:]
+        yield memoryview(data)[:cut]
+
+
+def _missing(text: pa.Array) -> pa.Array:
+    """NULL markers: `[N/A]`, `[Not Supported]` (any bracketed answer), `N/A`, empty."""
+    return pc.or_(pc.starts_with(text, "["), pc.is_in(text, value_set=pa.array(["", "N/A"])))
+
+
+def _parse_hex(text: pa.Array) -> pa.Array:
+    """`0x00000000000001FF` → 511 (int64); no Arrow kernel parses hex, so
+    the few distinct masks of a block are parsed once each."""
+    distinct = pc.unique(text)
+    parsed = pa.array([None if v is None else int(v, 16) for v in distinct.to_pylist()], type=pa.int64())
+    return pc.take(parsed, pc.index_in(text, value_set=distinct))
+
+
+def _decode_reasons(mask: pa.Array) -> pa.Array:
+    distinct = pc.unique(mask)
+    names = pa.array([None if m is None else decode_clock_event_reasons(m) for m in distinct.to_pylist()],
+                     type=pa.list_(pa.string()))
+    return pc.take(names, pc.index_in(mask, value_set=distinct))
+
+
+def _first_unparsable(values: pa.Array, kind: str) -> int:
+    """The first row of `values` that does not parse (the error path only)."""
+    for row, value in enumerate(values.to_pylist()):
+        if value is None:
+            continue
+        try:
+            if kind == "hex":
+                int(value, 16)
+            elif kind == "timestamp":
+                pc.cast(pa.array([value]), pa.timestamp("us"))
+            else:
+                float(value)
+        except (ValueError, pa.ArrowInvalid):
+            return row
+    return 0
+
+
+def data_row_line(path: Path, header_lines: int, row: int) -> int:
+    """The 1-based line number of data row `row` (0-based) of a log, past
+    its header and blank lines (which the CSV reader skips). The error path
+    only: it reads the file up to that row."""
+    line_number = 0
+    seen = -1
+    with open(path, "rb") as handle:
+        for line_number, line in enumerate(io.BufferedReader(handle), start=1):
+            if line_number <= header_lines or not line.strip():
+                continue
+            seen += 1
+            if seen == row:
+                return line_number
+    return line_number
+
+
+def first_ragged_line(path: Path, header_lines: int, fields: int) -> int | None:
+    """The 1-based number of the first line past the header whose field
+    count is not `fields` (the error path only; nvidia-smi quotes nothing)."""
+    with open(path, "rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if line_number > header_lines and line.strip() and line.count(b",") + 1 != fields:
+                return line_number
+    return None
