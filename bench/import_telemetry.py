@@ -101,8 +101,6 @@ def import_in_child(log: Path, out: Path) -> dict:
         "import json, resource, sys, time\n"
         "from pathlib import Path\n"
         "from gpulens.collector.imports import import_source\n"
-        "from gpulens.collector.no_pandas import refuse_pandas\n"
-        "refuse_pandas()  # as the command does\n"
         "import pyarrow.compute, pyarrow.csv, pyarrow.parquet, gpulens.collector.imports.nvidia_smi\n"
         "before = resource.getrusage(resource.RUSAGE_SELF)\n"
         "start = time.perf_counter()\n"

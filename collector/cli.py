@@ -375,11 +375,6 @@ def import_telemetry(source, out, host, fmt, columns, since, until, timezone, st
     """
     from gpulens.collector.errors import terminated_on_sigterm
     from gpulens.collector.imports import import_source, parse_time
-    from gpulens.collector.no_pandas import refuse_pandas
-
-    # pyarrow would import pandas (0.3 s, ~50 MB) at its first conversion
-    # of a Python value; nothing here makes a DataFrame.
-    refuse_pandas()
     # SIGTERM unwinds as Ctrl-C does: what was staged is removed.
     with terminated_on_sigterm():
         result = import_source(

@@ -20,6 +20,20 @@ def shared_traces() -> Path:
 
 
 
+def modules_loaded_by(command: list[str], names: tuple[str, ...]) -> list[str]:
+    """The modules of `names` (each, or a submodule of it) that `gpulens
+    COMMAND...` loads, run in a fresh interpreter to its end."""
+    import ast
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpulens.dashboard.cli import main; "
+            f"assert main({command!r}) == 0; "
+            f"print(sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in {names!r})))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1])
+
+
 def write_trace_table(root: Path, run: str, table: str, columns: dict, source: str = "test") -> Path:
     """Write one trace table of `run` into the dataset at `root`, as ingest
     lays it out, then derive the source's columns again (collector.derive),

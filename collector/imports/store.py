@@ -38,15 +38,8 @@ import pyarrow.parquet as pq
 
 from gpulens.collector.errors import DatasetError
 from gpulens.collector.schema import DEVICES_SCHEMA, TELEMETRY_SCHEMA
-from gpulens.collector.writer import (
-    STAGING_DIR,
-    _fsync_dir,
-    check_writable,
-    parquet_options,
-    partition_value,
-    sweep_staging,
-    write_parquet_atomic,
-)
+from gpulens.collector.parquet_io import fsync_dir, parquet_options, write_parquet_atomic
+from gpulens.collector.writer import STAGING_DIR, check_writable, partition_value, sweep_staging
 
 IMPORT_PREFIX = "import-"
 # Rows per row group (as a merged collector file, collector.compact).
@@ -188,7 +181,7 @@ class ImportStore:
             for source, destination in staged:
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(source, destination)
-                _fsync_dir(destination.parent)
+                fsync_dir(destination.parent)
             written = [destination for _, destination in staged]
             written.extend(self._write_devices(name))
         except OSError as error:
