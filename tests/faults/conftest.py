@@ -88,7 +88,8 @@ def every_file_readable(root: Path) -> list[Path]:
 
 def missing_ticks(root: Path, gpus: int = 4) -> int:
     """Ticks between the first and last sample that no file holds, less
-    those the collector itself said it skipped (a busy machine)."""
+    those the collector itself said it skipped (a busy machine). At most 0:
+    a tick skipped as the collector stops is counted but has no successor."""
     con = duckdb.connect()
     first, last, present, rows = con.execute(
         f"select min(ts), max(ts), count(distinct ts), count(*) from read_parquet('{root}/telemetry/**/*.parquet')"
