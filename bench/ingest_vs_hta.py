@@ -419,6 +419,10 @@ def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str 
     speed = ours_rate / hta_rate
     memory = hta_peak / ours_peak
     row.update(speed_x=round(speed, 2), memory_ratio=round(memory, 2))
+    if events < LARGE_INPUT_EVENTS:
+        print(f"  => gpulens {speed:.1f}x faster, memory 1/{memory:.1f} of HTA's (under {LARGE_INPUT_EVENTS:,} events: "
+              "no target; the fixed cost's applies)")
+        return
     print(f"  => gpulens {speed:.1f}x faster (target >= {SPEED_TARGET:.0f}x: {_verdict(speed, SPEED_TARGET)}); "
           f"memory 1/{memory:.1f} of HTA's (target <= 1/{MEMORY_TARGET:.0f}: {_verdict(memory, MEMORY_TARGET)})")
     fixed_s = getattr(args, "fixed_cost_s", None)
