@@ -418,7 +418,7 @@ def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str 
           f"peak {_mib(hta_peak)}  {hta_rate:,.0f} events/s")
     speed = ours_rate / hta_rate
     memory = hta_peak / ours_peak
-    row.update(speed_x=round(speed, 2), memory_ratio=round(memory, 2))
+    row.update(speed_x=round(speed, 3), memory_ratio=round(memory, 3))
     if events < LARGE_INPUT_EVENTS:
         print(f"  => gpulens {speed:.1f}x faster, memory 1/{memory:.1f} of HTA's (under {LARGE_INPUT_EVENTS:,} events: "
               "no target; the fixed cost's applies)")

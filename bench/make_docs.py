@@ -56,7 +56,9 @@ def provenance(result: dict[str, Any]) -> str:
     """One line: when, at which commit, on what machine and under what load."""
     machine = result["machine"]
     load = ", ".join(f"{value:.2f}" for value in machine["load_average"])
-    return (f"Run {result['date']}, commit `{result['commit'][:12]}`, on {machine['model']}, "
+    sha, _, dirty = result["commit"].partition("+")
+    commit = f"`{sha[:12]}`" + (" with uncommitted changes" if dirty else "")
+    return (f"Run {result['date']}, commit {commit}, on {machine['model']}, "
             f"{machine['cpus']} cores, {machine['memory_bytes'] / 2**30:.1f} GiB; load average (1, 5, 15 min) "
             f"at start {load}.\n\n")
 
@@ -70,7 +72,7 @@ def ingest_vs_hta(result: dict[str, Any]) -> str:
     rows = []
     for row in result["rows"]:
         if row["kind"] == "fixed_cost":
-            rows.append([f"fixed cost: one rank of {row['events']:,} events", f"{row['gpulens_wall_s']:.2f} s", "",
+            rows.append(["fixed cost: one simulated rank", f"{row['events']:,}", f"{row['gpulens_wall_s']:.2f} s",
                          f"{row['hta_wall_s']:.2f} s" if "hta_wall_s" in row else "",
                          f"{row['ratio']:.1f}×" if "ratio" in row else "", ""])
         elif row["kind"] == "input" and "gpulens_wall_s" in row:
@@ -78,7 +80,8 @@ def ingest_vs_hta(result: dict[str, Any]) -> str:
             if "hta_wall_s" in row:
                 capped = f", {row['hta_events']:,} events" if row["hta_events"] != row["events"] else ""
                 hta = f"{row['hta_wall_s']:.2f} s (`TraceAnalysis()` alone {row['hta_load_s']:.2f} s{capped}), {_mib(row['hta_peak_bytes'])}"
-            rows.append([f"{row['input']} ({row['files']} files, load average {row['load_average']:.1f})", f"{row['events']:,}",
+            files = f"{row['files']} file" + ("s" if row["files"] != 1 else "")
+            rows.append([f"{row['input']} ({files}, load average {row['load_average']:.1f})", f"{row['events']:,}",
                          f"{row['gpulens_wall_s']:.2f} s, {_mib(row['gpulens_peak_bytes'])}", hta,
                          f"{row['speed_x']:.1f}×" if "speed_x" in row else "",
                          f"1/{row['memory_ratio']:.1f}" if "memory_ratio" in row else ""])
