@@ -64,7 +64,8 @@ def provenance(result: dict[str, Any]) -> str:
 
 
 def _params(result: dict[str, Any], names: list[str]) -> str:
-    shown = [f"`--{name.replace('_', '-')} {result['params'][name]}`" for name in names if name in result["params"]]
+    shown = [f"`--{name.replace('_', '-')} {result['params'][name]}`" for name in names
+             if result["params"].get(name) is not None]
     return ("Options: " + " ".join(shown) + ".\n\n") if shown else ""
 
 

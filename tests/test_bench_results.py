@@ -63,7 +63,7 @@ def test_make_docs_renders_a_region_from_the_latest_file(tmp_path: Path) -> None
         "before\n<!-- bench:collector_overhead -->\n"
         "Run 2026-11-29T07:30:00Z, commit `0123456789ab`, on AMD EPYC, 2 cores, 24.0 GiB; "
         "load average (1, 5, 15 min) at start 8.50, 7.25, 4.00.\n\n"
-        "Options: `--gpus 16` `--hz 10.0` `--seconds 5.0` `--nvml None`.\n\n"
+        "Options: `--gpus 16` `--hz 10.0` `--seconds 5.0`.\n\n"
         "| measure | result | target | verdict |\n|---|---|---|---|\n"
         "| (b) bytes per value | 1.60 bytes | ≤ 1.5 | **missed** |\n"
         "<!-- /bench:collector_overhead -->\nafter\n")
