@@ -17,7 +17,8 @@ Then it opens the dataset and materialises every analysis view
 process's peak memory after each; the building blocks with a row per
 kernel or per telemetry sample (`scoped_kernels`, `kernel_launches`,
 `host_telemetry`, `power_samples`) are timed as a full scan instead.
-Target: <= 1 s each on a 2-core machine.
+Target: <= 1 s each on a 2-core machine. Every figure is also written to
+bench/results/analysis_latency-<date>.json (bench/results.py).
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+import results  # noqa: E402
 
 from gpulens.analysis.dataset import open_dataset  # noqa: E402
 from gpulens.analysis.registry import load_analyses, run_analysis  # noqa: E402
@@ -227,6 +230,8 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None, help="write the dataset here and keep it")
     args = parser.parse_args()
 
+    record = results.start("analysis_latency", {name: (str(value) if isinstance(value, Path) else value)
+                                                for name, value in vars(args).items()})
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.machine())
     print(f"machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
     root = args.keep or Path(tempfile.mkdtemp(prefix="gpulens-analysis-bench-"))
@@ -241,6 +246,7 @@ def main() -> int:
               f"synthesised in {time.perf_counter() - started:.1f} s at {root}")
         print(f"derived columns (collector.derive, paid at ingest): {derive_s:.1f} s CPU for all ranks, "
               f"{int(args.kernels) / derive_s / 1e6:.1f} M kernels/s")
+        record.params.update(telemetry_rows=telemetry_rows, derive_s=round(derive_s, 2))
     con = open_dataset(root)
     kernels = con.execute("select count(*) from kernels").fetchone()[0]
     print(f"analyses on {kernels:,} kernels (peak memory so far {peak_rss_mib():.0f} MiB); target <= 1 s each\n")
@@ -260,7 +266,11 @@ def main() -> int:
         if name in ROW_LEVEL_VIEWS:
             mark = "  (scan)" + mark
         print(f"{name:<26} {row_count:>10,} {wall_s:>8.2f} {cpu_s:>8.2f} {peak_rss_mib():>9.0f}{mark}")
+        record.add({"analysis": name, "scan": name in ROW_LEVEL_VIEWS, "rows": row_count, "wall_s": round(wall_s, 3),
+                    "cpu_s": round(cpu_s, 3), "peak_mib": round(peak_rss_mib())})
     print(f"\n{len(load_analyses()) - len(slow)} of {len(load_analyses())} analyses within 1 s" + (f"; slower: {', '.join(slow)}" if slow else ""))
+    record.params["kernels_found"] = kernels
+    print(f"recorded in {record.write()}")
     if args.keep is None:
         import shutil
 

@@ -19,6 +19,8 @@ Prints
       process of its own on the sim backend (8 GPUs at 1 Hz, its defaults
       otherwise), read from /proc as it runs: the most and the last.
 Targets: (a) <= 20 us, (b) <= 1.5 bytes, (c) <= 3 calls on a fast tick.
+Every figure is also written to bench/results/collector_overhead-<date>.json
+(bench/results.py).
 
     python bench/collector_overhead.py --nvml 20   # on an NVIDIA node
 
@@ -41,11 +43,13 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+import results  # noqa: E402
 from gpulens.collector.backend import DeviceSample  # noqa: E402
 from gpulens.collector.compact import COMPACT_MERGED_AT, COMPACT_PARTS_AT, MERGED_MARK, maybe_compact  # noqa: E402
 from gpulens.collector.daemon import CollectOptions, Collector  # noqa: E402
@@ -269,7 +273,7 @@ class _TimedNvml:
             self.cpu_ns[slow] += time.process_time_ns() - cpu
 
 
-def measure_real_nvml(hz: float, seconds: float, out: Path) -> None:
+def measure_real_nvml(hz: float, seconds: float, out: Path, record: results.Record) -> None:
     """(d): the collector on this node's GPUs through the real driver."""
     from gpulens.collector.nvml import NvmlBackend, _load_pynvml
     from nvml_vs_nvidia_smi import CountingNvml
@@ -303,6 +307,16 @@ def measure_real_nvml(hz: float, seconds: float, out: Path) -> None:
     print(f"    driver calls per GPU-sample, all ticks: {calls / samples:.2f}")
     for name, ns in sorted(nvml.calls.items(), key=lambda item: -sum(item[1])):
         print(f"      {name}: {len(ns)} calls, {spread(ns)}")
+    model = devices[0].model if devices else "?"
+    fast, slow = sorted(backend.wall_ns[False]), sorted(backend.wall_ns[True])
+    rows = [("(d) collector CPU per GPU-sample", cpu_total_s / samples * 1e6, "µs"),
+            ("(d) of which inside the backend's reads", sum(backend.cpu_ns.values()) / samples / 1e3, "µs"),
+            ("(d) wall time of one GPU's read, fast tick, median", fast[len(fast) // 2] / 1e3 if fast else None, "µs"),
+            ("(d) wall time of one GPU's read, slow tick, median", slow[len(slow) // 2] / 1e3 if slow else None, "µs"),
+            ("(d) NVML calls per GPU-sample, all ticks", calls / samples, "calls")]
+    for measure, value, unit in rows:
+        record.add({"measure": f"{measure} ({len(devices)} x {model}, {hz:g} Hz)", "value": value, "unit": unit,
+                    "target": None, "met": None})
 
 
 def measure_daemon_memory(seconds: float, gpus: int = 8) -> dict[str, float]:
@@ -350,10 +364,12 @@ def main() -> int:
                         help="measure (d) on this node's GPUs through the real NVML, for SECONDS, instead")
     args = parser.parse_args()
 
+    record = results.start("collector_overhead", vars(args))
     print(f"machine: {machine_line()}")
     if args.nvml:
         with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
-            measure_real_nvml(args.hz, args.nvml, Path(out))
+            measure_real_nvml(args.hz, args.nvml, Path(out), record)
+        print(f"recorded in {record.write()}")
         return 0
     with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
         m = measure_collector(args.gpus, args.hz, args.seconds, Path(out))
@@ -376,6 +392,23 @@ def main() -> int:
     memory = measure_daemon_memory(min(args.seconds, 15.0))
     print(f"(e) `gpulens collect` resident memory (sim backend, 8 GPUs at 1 Hz, {min(args.seconds, 15.0):g} s): "
           f"at most {memory['most_mib']:.0f} MiB, {memory['last_mib']:.0f} MiB at the end")
+    merged_us = m["us_per_sample"] + m["merge_hourly_us"] + m["merge_daily_us"]
+    for measure, value, unit, target, met in [
+        ("(a) collector CPU per GPU-sample, the sim model's samples computed before the run", m["us_per_sample"], "µs",
+         "≤ 20 µs", m["us_per_sample"] <= 20),
+        ("(a) cross-check: the model run in place, its CPU time subtracted", m["us_per_sample_in_place"], "µs", None, None),
+        ("(a) with the later merging of the flush files", merged_us, "µs", None, None),
+        ("(b) telemetry bytes on disk per metric value", m["bytes_per_value"], "bytes", "≤ 1.5 (Prometheus ≈ 1.3)",
+         m["bytes_per_value"] <= 1.5),
+        ("(c) NVML driver calls per GPU-sample, fake NVML, 8 × H100, fast tick", calls["fast"], "calls", "≤ 3",
+         calls["fast"] <= 3),
+        ("(c) the same, slow tick", calls["slow"], "calls", None, None),
+        ("(e) resident memory of `gpulens collect` (sim backend, 8 GPUs at 1 Hz), at most", memory["most_mib"], "MiB",
+         None, None),
+    ]:
+        record.add({"measure": measure, "value": value, "unit": unit, "target": target, "met": met})
+    record.params.update(samples=m["samples"], ticks_skipped=m["ticks_skipped"])
+    print(f"recorded in {record.write()}")
     return 0
 
 

@@ -12,7 +12,8 @@ Prints, for GPU --gpu:
   value seen and every drop, which tells the counter's width, and
   `nvmlDeviceGetPcieThroughput` over the same time.
 
-Needs the NVIDIA driver and nvidia-ml-py.
+Needs the NVIDIA driver and nvidia-ml-py. Every read's cost is also
+written to bench/results/nvml_read_costs-<date>.json (bench/results.py).
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import pynvml as nv  # noqa: E402
 
+import results  # noqa: E402
 from gpulens.collector.nvml import _COUNTER_FIELDS, _VALUE_FIELDS, VALUE_TYPE_ATTRS, gpm_metrics_request  # noqa: E402
 
 # value type -> (its name, the member of the value union that holds it)
@@ -64,9 +67,14 @@ def main() -> int:
     parser.add_argument("--gpm", type=float, default=0.0, metavar="SECONDS",
                         help="also time GPM samples and print GPM's metrics over intervals of SECONDS")
     args = parser.parse_args()
+    record = results.start("nvml_read_costs", vars(args))
     nv.nvmlInit()
     h = nv.nvmlDeviceGetHandleByIndex(args.gpu)
     print(f"GPU {args.gpu}: {nv.nvmlDeviceGetName(h)}, driver {nv.nvmlSystemGetDriverVersion()}")
+    record.params.update(gpu_name=str(nv.nvmlDeviceGetName(h)), driver=str(nv.nvmlSystemGetDriverVersion()))
+
+    def add(read: str, wall_us: float, cpu_us: float) -> None:
+        record.add({"read": read, "wall_us": round(wall_us, 1), "cpu_us": round(cpu_us, 1)})
 
     fields = [(getattr(nv, const), const) for const, *_ in _VALUE_FIELDS + _COUNTER_FIELDS
               if "NVLINK" not in const]
@@ -75,12 +83,15 @@ def main() -> int:
         wall, cpu, result = timed(lambda: nv.nvmlDeviceGetFieldValues(h, [(field_id, 0)]), args.reps)
         shown = result if isinstance(result, str) else field_value(result[0])
         print(f"{'field ' + const.removeprefix('NVML_FI_DEV_'):<52} {wall:>9.0f} {cpu:>9.0f}  {shown}")
+        add("field " + const.removeprefix("NVML_FI_DEV_"), wall, cpu)
     batch = [(field_id, 0) for field_id, _ in fields]
     wall, cpu, _ = timed(lambda: nv.nvmlDeviceGetFieldValues(h, batch), args.reps)
     print(f"{'the batch (' + str(len(batch)) + ' fields)':<52} {wall:>9.0f} {cpu:>9.0f}")
+    add(f"the batch ({len(batch)} fields)", wall, cpu)
     without_pcie = [(f, 0) for f, const in fields if "PCIE_COUNT" not in const]
     wall, cpu, _ = timed(lambda: nv.nvmlDeviceGetFieldValues(h, without_pcie), args.reps)
     print(f"{'the batch without the PCIe byte counters':<52} {wall:>9.0f} {cpu:>9.0f}")
+    add("the batch without the PCIe byte counters", wall, cpu)
 
     functions: list[tuple[str, Callable[[], Any]]] = [
         ("nvmlDeviceGetPowerUsage", lambda: nv.nvmlDeviceGetPowerUsage(h)),
@@ -98,6 +109,7 @@ def main() -> int:
     for name, fn in functions:
         wall, cpu, result = timed(fn, args.reps)
         print(f"{name:<52} {wall:>9.0f} {cpu:>9.0f}  {result}")
+        add(name, wall, cpu)
 
     if args.watch_pcie > 0:
         counters = [(nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0), (nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0)]
@@ -127,8 +139,9 @@ def main() -> int:
             print(f"  nvmlDeviceGetPcieThroughput over the same time, KB/s: TX median "
                   f"{statistics.median(t for t, _ in throughput)}, RX median {statistics.median(r for _, r in throughput)}")
     if args.gpm > 0:
-        gpm(h, args.gpm, args.reps)
+        gpm(h, args.gpm, args.reps, add)
     nv.nvmlShutdown()
+    print(f"recorded in {record.write()}")
     return 0
 
 
@@ -136,7 +149,7 @@ GPM_METRICS = ("SM_UTIL", "SM_OCCUPANCY", "GRAPHICS_UTIL", "ANY_TENSOR_UTIL", "D
                "PCIE_RX_PER_SEC", "NVLINK_TOTAL_TX_PER_SEC", "NVLINK_TOTAL_RX_PER_SEC")
 
 
-def gpm(h: Any, interval_s: float, reps: int) -> None:
+def gpm(h: Any, interval_s: float, reps: int, add: Callable[[str, float, float], None]) -> None:
     """GPM (Hopper and newer): support, the cost of a sample, and its metrics."""
     try:
         support = nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice
@@ -149,6 +162,7 @@ def gpm(h: Any, interval_s: float, reps: int) -> None:
     samples = [nv.nvmlGpmSampleAlloc() for _ in range(2)]
     wall, cpu, result = timed(lambda: nv.nvmlGpmSampleGet(h, samples[0]), reps)
     print(f"{'nvmlGpmSampleGet':<52} {wall:>9.0f} {cpu:>9.0f}  {'' if not isinstance(result, str) else result}")
+    add("nvmlGpmSampleGet", wall, cpu)
     ids = [getattr(nv, f"NVML_GPM_METRIC_{name}") for name in GPM_METRICS]
 
     def metrics() -> Any:
@@ -158,6 +172,7 @@ def gpm(h: Any, interval_s: float, reps: int) -> None:
     nv.nvmlGpmSampleGet(h, samples[1])
     wall, cpu, _ = timed(metrics, reps)
     print(f"{'nvmlGpmMetricsGet (' + str(len(ids)) + ' metrics)':<52} {wall:>9.0f} {cpu:>9.0f}")
+    add(f"nvmlGpmMetricsGet ({len(ids)} metrics)", wall, cpu)
     for _ in range(4):
         nv.nvmlGpmSampleGet(h, samples[0])
         time.sleep(interval_s)

@@ -15,7 +15,9 @@ fast-tick and a slow-tick `sample`, and of each driver function), since
 the collector's per-sample CPU target is measured on the sim backend.
 
 Needs the NVIDIA driver, nvidia-smi and nvidia-ml-py; no GPU load of its
-own (run a job beside it to compare under load).
+own (run a job beside it to compare under load). The agreement of each
+metric is also written to bench/results/nvml_vs_nvidia_smi-<date>.json
+(bench/results.py).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 
+import results  # noqa: E402
 from gpulens.collector.nvml import NvmlBackend, _load_pynvml  # noqa: E402
 
 MIB = 2**20
@@ -121,9 +125,12 @@ def main() -> int:
         print("nvml_vs_nvidia_smi: nvidia-smi is not on the PATH", file=sys.stderr)
         return 2
 
+    record = results.start("nvml_vs_nvidia_smi", {name: (str(value) if isinstance(value, Path) else value)
+                                                  for name, value in vars(args).items()})
     nvml = CountingNvml(_load_pynvml())
     backend = NvmlBackend(nvml_module=nvml)
     devices = backend.discover()
+    record.params["gpus"] = [f"{d.model} driver {d.driver_version}" for d in devices]
     fields = smi_fields(list(COMPARED))
     label = f"[{args.label}] " if args.label else ""
     print(f"{label}machine: {platform.node()}, {len(devices)} GPU(s): "
@@ -162,6 +169,8 @@ def main() -> int:
         shown = " / ".join("-" if v is None else f"{v:g}" for v in (last["ours_before"], last["nvidia_smi"], last["ours_after"]))
         print(f"{label}{name:<28} {COMPARED[name][0]:<22} {agreed:>3}/{len(mine):<3} "
               f"{(max(diffs) if diffs else math.nan):>9.3g} {shown:>28}")
+        record.add({"field": name, "metric": COMPARED[name][0], "agreed": agreed, "pairs": len(mine),
+                    "max_difference": max(diffs) if diffs else None})
     last_values = backend.sample(devices[0].gpu_index, time.time_ns(), slow=True).values
     unread = sorted(k for k, v in last_values.items() if v is None)
     print(f"{label}metrics NVML left NULL on GPU {devices[0].gpu_index}: {', '.join(unread) or 'none'}")
@@ -179,6 +188,7 @@ def main() -> int:
             writer = csv.DictWriter(out, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
+    print(f"recorded in {record.write()}")
     return 0
 
 

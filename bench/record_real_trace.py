@@ -15,7 +15,8 @@ step, the densest trace per second of GPU time.
 The profiler records `--steps` steps after 3 warm-up steps, with shapes,
 into DIR as `tensorboard_trace_handler` writes it (one gzipped file per
 rank). What was recorded (steps, events, median step time, versions) is
-printed as one JSON line and written to DIR/../recorded.json.
+printed as one JSON line and written to DIR/../recorded.json, and to
+bench/results/record_real_trace-<date>.json (bench/results.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import json
 import os
 import platform
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -36,6 +38,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+import results  # noqa: E402
 
 
 def workload_module():
@@ -53,6 +58,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
+    record = results.start("record_real_trace", {name: (str(value) if isinstance(value, Path) else value)
+                                                 for name, value in vars(args).items()})
     args.out.mkdir(parents=True, exist_ok=True)
     if any(args.out.iterdir()):
         raise SystemExit(f"{args.out}: not empty; the benchmark reads every file in it as a rank")
@@ -113,6 +120,8 @@ def main() -> int:
     }
     print(json.dumps(recorded))
     (args.out.parent / "recorded.json").write_text(json.dumps(recorded, indent=1) + "\n")
+    record.add(recorded)
+    print(f"recorded in {record.write()}")
     return 0
 
 

@@ -90,3 +90,101 @@ def test_report_help_names_every_metric_fail_on_takes() -> None:
 
     shown = CliRunner().invoke(cli, ["report", "--help"], terminal_width=1000).output
     assert [m.name for m in METRICS if m.name not in shown] == []
+
+
+# --- links, sizes, and the benchmark tables -----------------------------------------
+
+PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+README_MAX_BYTES = 15 * 1024
+HISTORY_MAX_BYTES = 15 * 1024
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(text: str) -> str:
+    """`text` without its fenced code blocks, where `#` and `[x](y)` are code."""
+    return _FENCE.sub("", text)
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped
+    (hyphens and underscores kept), spaces as hyphens."""
+    text = heading.strip().lower().replace("`", "")
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    anchors: set[str] = set()
+    for line in _prose(path.read_text(encoding="utf-8")).splitlines():
+        match = re.match(r"#{1,6} (.+)", line)
+        if match:
+            slug = _slug(match.group(1))
+            suffix, n = slug, 0
+            while suffix in anchors:  # a repeated heading gets -1, -2, ...
+                n += 1
+                suffix = f"{slug}-{n}"
+            anchors.add(suffix)
+    return anchors
+
+
+def _relative_links() -> list[tuple[str, str]]:
+    links = []
+    for page in PAGES:
+        prose = _INLINE_CODE.sub("", _prose(page.read_text(encoding="utf-8")))
+        for target in _LINK.findall(prose):
+            if not re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                links.append((str(page.relative_to(REPO_ROOT)), target))
+    return links
+
+
+def test_the_pages_have_relative_links() -> None:
+    # Guards the pattern: were it to match nothing, the link test would pass vacuously.
+    assert ("README.md", "docs/commands.md") in _relative_links()
+
+
+@pytest.mark.parametrize(("page", "target"), _relative_links())
+def test_every_relative_link_points_at_a_file_and_anchor(page: str, target: str) -> None:
+    path_part, _, anchor = target.partition("#")
+    path = (REPO_ROOT / page).parent / path_part if path_part else REPO_ROOT / page
+    assert path.exists(), f"{page}: {target} points at no file"
+    if anchor and path.suffix == ".md":
+        assert anchor in _anchors(path), f"{page}: {target}: no heading makes #{anchor}"
+
+
+def test_slug_is_githubs_for_a_command_heading() -> None:
+    assert _slug("`gpulens collect`: the node daemon") == "gpulens-collect-the-node-daemon"
+
+
+def test_readme_is_at_most_15_kib() -> None:
+    assert (REPO_ROOT / "README.md").stat().st_size <= README_MAX_BYTES
+
+
+def test_performance_history_is_at_most_15_kib() -> None:
+    assert (REPO_ROOT / "docs" / "performance-history.md").stat().st_size <= HISTORY_MAX_BYTES
+
+
+def _make_docs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_docs", REPO_ROOT / "bench" / "make_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_performance_tables_equal_what_the_latest_results_make() -> None:
+    make_docs = _make_docs()
+    text = make_docs.PAGE.read_text(encoding="utf-8")
+    assert make_docs.render(text) == text, "run python bench/make_docs.py after a bench"
+
+
+def test_performance_page_holds_a_region_for_every_bench_table() -> None:
+    make_docs = _make_docs()
+    assert sorted(make_docs.regions(make_docs.PAGE.read_text(encoding="utf-8"))) == sorted(make_docs.REGIONS)
+
+
+def test_every_bench_script_records_its_results() -> None:
+    scripts = sorted(p.name for p in (REPO_ROOT / "bench").glob("*.py") if p.name not in ("results.py", "make_docs.py"))
+    silent = [name for name in scripts if "results.start(" not in (REPO_ROOT / "bench" / name).read_text(encoding="utf-8")]
+    assert silent == []

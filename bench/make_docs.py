@@ -1,0 +1,196 @@
+"""Make the benchmark tables of docs/performance.md from the latest results
+files in bench/results/ (see bench/results.py), so that no figure there is
+typed by hand.
+
+    python bench/make_docs.py            # rewrite the marked regions
+    python bench/make_docs.py --check    # exit 1 where the page differs
+
+Each table sits between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`;
+everything between the two marks is replaced. A test (tests/test_docs.py)
+checks that the page equals what this script makes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results  # noqa: E402
+
+PAGE = results.REPO_ROOT / "docs" / "performance.md"
+_REGION = re.compile(r"(<!-- bench:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)", re.S)
+
+
+def _mib(n: int | None) -> str:
+    return "" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def _number(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _verdict(met: bool | None) -> str:
+    return "" if met is None else ("met" if met else "**missed**")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def provenance(result: dict[str, Any]) -> str:
+    """One line: when, at which commit, on what machine and under what load."""
+    machine = result["machine"]
+    load = ", ".join(f"{value:.2f}" for value in machine["load_average"])
+    sha, _, dirty = result["commit"].partition("+")
+    commit = f"`{sha[:12]}`" + (" with uncommitted changes" if dirty else "")
+    return (f"Run {result['date']}, commit {commit}, on {machine['model']}, "
+            f"{machine['cpus']} cores, {machine['memory_bytes'] / 2**30:.1f} GiB; load average (1, 5, 15 min) "
+            f"at start {load}.\n\n")
+
+
+def _params(result: dict[str, Any], names: list[str]) -> str:
+    shown = [f"`--{name.replace('_', '-')} {result['params'][name]}`" for name in names
+             if result["params"].get(name) is not None]
+    return ("Options: " + " ".join(shown) + ".\n\n") if shown else ""
+
+
+def ingest_vs_hta(result: dict[str, Any]) -> str:
+    rows = []
+    for row in result["rows"]:
+        if row["kind"] == "fixed_cost":
+            rows.append(["fixed cost: one simulated rank", f"{row['events']:,}", f"{row['gpulens_wall_s']:.2f} s",
+                         f"{row['hta_wall_s']:.2f} s" if "hta_wall_s" in row else "",
+                         f"{row['ratio']:.1f}×" if "ratio" in row else "", ""])
+        elif row["kind"] == "input" and "gpulens_wall_s" in row:
+            hta = ""
+            if "hta_wall_s" in row:
+                capped = f", {row['hta_events']:,} events" if row["hta_events"] != row["events"] else ""
+                hta = f"{row['hta_wall_s']:.2f} s (`TraceAnalysis()` alone {row['hta_load_s']:.2f} s{capped}), {_mib(row['hta_peak_bytes'])}"
+            files = f"{row['files']} file" + ("s" if row["files"] != 1 else "")
+            rows.append([f"{row['input']} ({files}, load average {row['load_average']:.1f})", f"{row['events']:,}",
+                         f"{row['gpulens_wall_s']:.2f} s, {_mib(row['gpulens_peak_bytes'])}", hta,
+                         f"{row['speed_x']:.1f}×" if "speed_x" in row else "",
+                         f"1/{row['memory_ratio']:.1f}" if "memory_ratio" in row else ""])
+        elif row["kind"] == "memory_vs_ranks":
+            rows.append([f"gpulens' peak memory, {row['ranks']} against {2 * row['ranks']} ranks of one size", "",
+                         f"{_mib(row['peak_bytes'])} against {_mib(row['twice_ranks_peak_bytes'])}", "", "",
+                         f"{row['ratio']:.2f}"])
+    table = _table(["input", "events", "gpulens", "HTA", "speed", "memory"], rows)
+    params = _params(result, ["events", "ranks", "steps", "small_ranks", "rounds", "small_input_rounds", "jobs"])
+    return provenance(result) + params + table
+
+
+def ingest_vs_hta_verdicts(result: dict[str, Any]) -> str:
+    rows = [[row["target"], row["subject"], row["measured"], _verdict(row["met"])]
+            for row in result["rows"] if row["kind"] == "verdict"]
+    return _table(["target", "input", "measured", "verdict"], rows)
+
+
+def collector_overhead(result: dict[str, Any]) -> str:
+    rows = [[row["measure"], f"{_number(row['value'])} {row['unit']}", row["target"] or "", _verdict(row["met"])]
+            for row in result["rows"]]
+    params = _params(result, ["gpus", "hz", "seconds", "nvml"])
+    return provenance(result) + params + _table(["measure", "result", "target", "verdict"], rows)
+
+
+def analysis_latency(result: dict[str, Any]) -> str:
+    rows = [[f"`{row['analysis']}`" + (" (scan)" if row["scan"] else ""), f"{row['rows']:,}", f"{row['wall_s']:.2f}",
+             f"{row['cpu_s']:.2f}", f"{row['peak_mib']:,}"] for row in result["rows"]]
+    within = sum(row["wall_s"] <= 1.0 for row in result["rows"])
+    params = _params(result, ["kernels", "ranks", "telemetry_hours", "hosts"])
+    summary = f"{within} of {len(result['rows'])} views within 1 s.\n\n"
+    return provenance(result) + params + summary + _table(["analysis", "rows", "wall s", "CPU s", "peak MiB"], rows)
+
+
+def dashboard_render(result: dict[str, Any]) -> str:
+    pages = list(dict.fromkeys(row["page"] for row in result["rows"] if row["start_up"] != "peer"))
+    start_ups = list(dict.fromkeys(row["start_up"] for row in result["rows"] if row["start_up"] != "peer"))
+    seconds = {(row["start_up"], row["page"]): row["seconds"] for row in result["rows"]}
+    peer = seconds.get(("peer", "peer"))
+    rows = [[start_up] + [_number(seconds.get((start_up, page))) for page in pages] for start_up in start_ups]
+    line = f"The peer, a bare Streamlit app with one Plotly chart: {peer:.2f} s.\n\n" if peer is not None else ""
+    return provenance(result) + line + _table(["start-up"] + pages, rows)
+
+
+def nvml_read_costs(result: dict[str, Any]) -> str:
+    rows = [[row["read"], _number(row["wall_us"], 0), _number(row["cpu_us"], 0)] for row in result["rows"]]
+    gpu = f"GPU: {result['params'].get('gpu_name', '?')}, driver {result['params'].get('driver', '?')}.\n\n"
+    return provenance(result) + gpu + _table(["read", "wall µs", "CPU µs"], rows)
+
+
+def nvml_vs_nvidia_smi(result: dict[str, Any]) -> str:
+    rows = [[row["field"], f"`{row['metric']}`", f"{row['agreed']} of {row['pairs']}", _number(row["max_difference"], 3)]
+            for row in result["rows"]]
+    return provenance(result) + _table(["nvidia-smi field", "our metric", "agreed", "largest difference"], rows)
+
+
+def record_real_trace(result: dict[str, Any]) -> str:
+    rows = [[key, _number(value)] for row in result["rows"] for key, value in row.items() if key != "files"]
+    return provenance(result) + _table(["recorded", "value"], rows)
+
+
+# region name -> (the bench whose latest file it shows, its renderer)
+REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "ingest_vs_hta": ("ingest_vs_hta", ingest_vs_hta),
+    "ingest_vs_hta_verdicts": ("ingest_vs_hta", ingest_vs_hta_verdicts),
+    "collector_overhead": ("collector_overhead", collector_overhead),
+    "analysis_latency": ("analysis_latency", analysis_latency),
+    "dashboard_render": ("dashboard_render", dashboard_render),
+    "nvml_read_costs": ("nvml_read_costs", nvml_read_costs),
+    "nvml_vs_nvidia_smi": ("nvml_vs_nvidia_smi", nvml_vs_nvidia_smi),
+    "record_real_trace": ("record_real_trace", record_real_trace),
+}
+
+
+def render_region(name: str, folder: Path = results.RESULTS_DIR) -> str:
+    if name not in REGIONS:
+        raise SystemExit(f"{PAGE}: no renderer for the region bench:{name}")
+    bench, renderer = REGIONS[name]
+    result = results.latest(bench, folder)
+    if result is None:
+        return f"No results file yet: `python bench/{bench}.py` writes one.\n"
+    return renderer(result)
+
+
+def render(text: str, folder: Path = results.RESULTS_DIR) -> str:
+    """`text` with every marked region made afresh from the latest files."""
+    return _REGION.sub(lambda m: m.group(1) + render_region(m.group("name"), folder) + m.group(4), text)
+
+
+def regions(text: str) -> list[str]:
+    return [m.group("name") for m in _REGION.finditer(text)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where the page differs")
+    args = parser.parse_args()
+    text = PAGE.read_text(encoding="utf-8")
+    made = render(text)
+    if args.check:
+        if made != text:
+            print(f"{PAGE}: its tables differ from bench/results/; run python bench/make_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(made, encoding="utf-8")
+    print(f"{PAGE}: {len(regions(made))} tables made from bench/results/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
