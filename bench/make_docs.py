@@ -145,6 +145,17 @@ def record_real_trace(result: dict[str, Any]) -> str:
 
 
 # region name -> (the bench whose latest file it shows, its renderer)
+def metrics_scrape(result: dict[str, Any]) -> str:
+    rows = [[str(row["gpus"]), str(row["scrapes"]), f"{row['body_bytes']:,}", _number(row["latency_p50_ms"], 1),
+             _number(row["latency_p99_ms"], 1), _number(row["collector_cpu_per_scrape_ms"], 1),
+             _number(row["collector_cpu_quiet_ms_per_s"], 1), f"{_number(row['rss_without_metrics_mib'], 1)} → "
+             f"{_number(row['rss_with_metrics_mib'], 1)}"]
+            for row in result["rows"]]
+    return provenance(result) + _table(
+        ["GPUs", "scrapes", "body bytes", "p50 ms", "p99 ms", "collector CPU per scrape, ms",
+         "collector CPU sampling alone, ms/s", "resident MiB without → with the endpoint"], rows)
+
+
 REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "ingest_vs_hta": ("ingest_vs_hta", ingest_vs_hta),
     "ingest_vs_hta_verdicts": ("ingest_vs_hta", ingest_vs_hta_verdicts),
@@ -154,6 +165,7 @@ REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "nvml_read_costs": ("nvml_read_costs", nvml_read_costs),
     "nvml_vs_nvidia_smi": ("nvml_vs_nvidia_smi", nvml_vs_nvidia_smi),
     "record_real_trace": ("record_real_trace", record_real_trace),
+    "metrics_scrape": ("metrics_scrape", metrics_scrape),
 }
 
 

@@ -14,8 +14,7 @@ Runs the real command as a process (sim backend, 1 Hz, gpulens names) and
       collector (its sampling goes on meanwhile, the same in both);
   (c) reads the resident memory of the same command with and without
       --metrics-address (prometheus_client, its HTTP server and ssl).
-Writes the rows to bench/results/metrics_scrape-<UTC time>.json as
-{"bench", "date", "commit", "machine", "rows"}. On a shared machine the
+Records the rows in bench/results/ (bench/results.py). On a shared machine the
 CPU of other work lands in the wall times, not in (b).
 """
 
@@ -23,19 +22,19 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import os
-import platform
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from datetime import datetime, timezone
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+import results  # noqa: E402
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 ACCEPT = "application/openmetrics-text; version=1.0.0"
 
@@ -139,32 +138,17 @@ def measure(gpus: int, scrapes: int) -> list[dict]:
     return rows
 
 
-def machine_line() -> str:
-    cpu = platform.processor() or platform.machine()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"load average {os.getloadavg()[0]:.1f} at the start")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--scrapes", type=int, default=200)
     args = parser.parse_args()
-    machine = machine_line()
-    rows = measure(args.gpus, args.scrapes)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
-    now = datetime.now(timezone.utc)
-    result = {"bench": "metrics_scrape", "date": now.isoformat(timespec="seconds"), "commit": commit, "machine": machine, "rows": rows}
-    results = REPO_ROOT / "bench" / "results"
-    results.mkdir(exist_ok=True)
-    path = results / f"metrics_scrape-{now:%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"machine: {machine}")
-    for row in rows:
+    record = results.start("metrics_scrape", {"gpus": args.gpus, "scrapes": args.scrapes})
+    for row in measure(args.gpus, args.scrapes):
+        record.add(row)
+    path = record.write()
+    print(f"machine: {record.machine}")
+    for row in record.rows:
         print(f"{row['gpus']} GPUs, {row['scrapes']} scrapes of {row['body_bytes']:,} bytes: "
               f"latency p50 {row['latency_p50_ms']} ms, p99 {row['latency_p99_ms']} ms, max {row['latency_max_ms']} ms; "
               f"collector CPU {row['collector_cpu_per_scrape_ms']} ms a scrape "
