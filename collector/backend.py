@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpulens.collector.errors import BackendUnavailable, UsageError
+from gpulens.collector.jobs import JobIdentity
 
 BACKEND_NAMES = ("auto", "nvml", "amdsmi", "sim")
 
@@ -52,6 +53,9 @@ class ProcessSample:
     pid: int
     used_mem_bytes: int | None
     process_name: str | None = None
+    # The job it belongs to, where the backend knows it (the sim's own
+    # job); None: the collector reads it from /proc (collector.jobs).
+    job: JobIdentity | None = None
 
 
 @dataclass

@@ -59,11 +59,13 @@ def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
 @click.option("--watch-traces", "watch_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also ingest each new trace file that appears in this folder once it is complete.")
 @click.option("--run", "run_name", default=None, help="Run name for traces ingested by --watch-traces.")
+@click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/proc"), show_default=True,
+              help="The host's /proc, where each GPU process's job (Slurm, Kubernetes) is read (the sim backend's processes carry their own).")
 @click.option("--no-telemetry", is_flag=True, default=False,
               help="With --watch-traces: only ingest traces, sampling no GPU (a login node, a file server).")
 @_backend_options
-def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watch_dir, run_name, no_telemetry,
-            backend, sim_gpus, sim_profile, seed):
+def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watch_dir, run_name, proc_root,
+            no_telemetry, backend, sim_gpus, sim_profile, seed):
     """Sample GPU telemetry into a Parquet dataset until stopped.
 
     SIGTERM or Ctrl-C flushes what is buffered and exits 0.
@@ -83,6 +85,7 @@ def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watc
     options = CollectOptions(
         out=out, interval_s=interval_s, flush_every_s=flush_every_s, slow_every_s=slow_every_s,
         duration_s=duration_s, host=host or socket.gethostname(),
+        proc_root=proc_root,
     )
     options.validate()  # before --no-telemetry too, which waits --duration
     if no_telemetry:
