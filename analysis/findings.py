@@ -69,9 +69,10 @@ FindingSource = Callable[[duckdb.DuckDBPyConnection], list[Finding]]
 
 def finding_sources() -> list[FindingSource]:
     """Each question's findings builder, imported here so the list is explicit."""
-    from gpulens.analysis import communication, launch, power, time_breakdown
+    from gpulens.analysis import communication, jobs, launch, power, time_breakdown
 
-    return [launch.launch_findings, time_breakdown.breakdown_findings, communication.communication_findings, power.power_findings]
+    return [launch.launch_findings, time_breakdown.breakdown_findings, communication.communication_findings, power.power_findings,
+            jobs.job_findings]
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

@@ -1,0 +1,106 @@
+"""Jobs: which Slurm job or Kubernetes pod held which GPUs, and what it drew.
+
+The collector records each GPU process's job (`collector.jobs`, columns of
+`processes`); these questions read it. Each is one SQL file in
+`analysis/sql/` (a view of the same name):
+
+- `job_holds`: when each job, and each Slurm step, held each GPU;
+- `job_gpus`: per hold, the GPU's utilisation, and how long it sat idle;
+- `job_energy`: per job and step, energy, GPU-hours, mean and p99 power
+  per GPU, time throttled.
+
+`job_findings` turns them into verdicts: `job_gpus_idle` (a job's GPU below
+5 % utilisation for more than 10 minutes while held) and
+`rank_gpu_unresolved` (a trace rank whose process two GPUs show, or none,
+so its energy is not guessed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from gpulens.analysis.findings import Finding, format_duration_ns
+from gpulens.analysis.registry import run_analysis
+
+POWER_PAGE = "power"
+
+
+def job_gpus(con: duckdb.DuckDBPyConnection, idle_util_pct: float | None = None) -> pl.DataFrame:
+    """Per hold of a GPU by a job: when, its mean utilisation, idle time."""
+    params: dict[str, Any] = {} if idle_util_pct is None else {"job_idle_util_pct": idle_util_pct}
+    return run_analysis(con, "job_gpus", **params)
+
+
+def job_energy(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per job (step NULL) and Slurm step: energy, GPU-hours, power, throttled time."""
+    return run_analysis(con, "job_energy")
+
+
+def idle_job_findings(gpus: pl.DataFrame, min_idle_s: float = 600) -> list[Finding]:
+    """`job_gpus_idle`: a job whose GPU stayed below the idle utilisation for
+    more than `min_idle_s` in one stretch while the job held it."""
+    idle = gpus.filter(pl.col("longest_idle_s") > min_idle_s)
+    findings = []
+    for (job,), group in idle.group_by("job", maintain_order=True):
+        longest = group.sort("longest_idle_s", descending=True).row(0, named=True)
+        gpu_names = sorted(f"{row['host']}:{row['gpu_index']}" for row in group.iter_rows(named=True))
+        findings.append(
+            Finding(
+                id="job_gpus_idle",
+                severity="warning",
+                title=(f"Job {job} held {len(gpu_names)} GPU(s) idle for up to "
+                       f"{format_duration_ns(longest['longest_idle_s'] * 1e9)} at a stretch"),
+                detail=(
+                    "The job's processes stayed on these GPUs while the GPUs did (almost) nothing: allocated "
+                    "but unused, which no other job could use. A job waiting on data, on a peer or on a person "
+                    "(an idle notebook) looks like this; release the GPUs, or find what it waits for."
+                ),
+                subject={"job": job},
+                evidence={
+                    "gpus": gpu_names,
+                    "longest_idle_s": longest["longest_idle_s"],
+                    "idle_s": float(group["idle_s"].sum()),
+                    "held_s": float(group["held_s"].sum()),
+                },
+                page=POWER_PAGE,
+            )
+        )
+    return findings
+
+
+_UNRESOLVED = ("ran on GPUs", "do not include pid")
+
+
+def unresolved_rank_findings(matched: pl.DataFrame) -> list[Finding]:
+    """`rank_gpu_unresolved`: ranks whose process evidence names two GPUs, or none."""
+    reasons = matched["unmatched_reason"].fill_null("")
+    unresolved = matched.filter(reasons.str.contains(_UNRESOLVED[0], literal=True)
+                                | reasons.str.contains(_UNRESOLVED[1], literal=True))
+    findings = []
+    for (run,), group in unresolved.group_by("run", maintain_order=True):
+        findings.append(
+            Finding(
+                id="rank_gpu_unresolved",
+                severity="warning",
+                title=f"Run {run}: {len(group)} rank(s) cannot be placed on a physical GPU: {group['unmatched_reason'][0]}",
+                detail=(
+                    "The collector's process list is the evidence of which GPU a rank ran on. Where it shows the "
+                    "rank's pid on two GPUs (a process that opened a context on a second GPU), or on none "
+                    "(the trace recorded a pid of another PID namespace that the processes' NSpid does not "
+                    "name), the rank's energy is left out rather than put on a guessed GPU."
+                ),
+                subject={"run": run},
+                evidence={"ranks": group["rank"].to_list(), "reasons": group["unmatched_reason"].to_list()},
+                page=POWER_PAGE,
+            )
+        )
+    return findings
+
+
+def job_findings(con: duckdb.DuckDBPyConnection, min_idle_s: float = 600) -> list[Finding]:
+    """Job verdicts, with the threshold as a keyword argument."""
+    return (idle_job_findings(job_gpus(con), min_idle_s)
+            + unresolved_rank_findings(run_analysis(con, "power_trace_gpus")))
