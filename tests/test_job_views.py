@@ -137,3 +137,28 @@ def test_processes_of_schema_version_2_read_with_null_job_columns(tmp_path: Path
     con = open_dataset(tmp_path)
     assert con.sql("select pid, slurm_job_id, k8s_pod_uid, nspid from processes").fetchall() == [(5, None, None, None)]
     assert run_analysis(con, "job_energy").height == 0
+
+
+@pytest.mark.parametrize(("gpu_uuid", "pci_bus_id"), [
+    ("GPU-5e8f2c31-8d0b-4c59-9b8e-1f0b7a3c2d11", None),  # the export's TARGET_INFO_GPU.uuid
+    ("GPU-00000000-0000-0000-0000-000000000005", "00000000:18:00.0"),  # its busLocation 0000:18:00.0
+], ids=["uuid", "pci_bus_id"])
+def test_power_trace_gpus_matches_the_device_an_nsys_export_names(tmp_path: Path, gpu_uuid: str,
+                                                                 pci_bus_id: str | None) -> None:
+    from gpulens.collector.ingest import ingest_paths
+    from test_ingest_nsys import EPOCH_NS, build_export
+
+    report = ingest_paths([build_export(tmp_path / "report.sqlite")], tmp_path / "data", run="r1")
+    assert not report.failures
+    writer = DatasetWriter(tmp_path / "data", "node-a")
+    for gpu in range(8):
+        writer.add("devices", {"ts": EPOCH_NS // 1000, "gpu_index": gpu, "vendor": "nvidia", "model": "H100",
+                               "gpu_uuid": gpu_uuid if gpu == 5 else f"GPU-{gpu}",
+                               "pci_bus_id": pci_bus_id if gpu == 5 else f"00000000:{0x20 + gpu:02X}:00.0"})
+        for second in range(-5, 6):
+            writer.add("telemetry", {"ts": EPOCH_NS // 1000 + second * 1_000_000, "gpu_index": gpu,
+                                     "gpu_uuid": f"GPU-{gpu}", "vendor": "nvidia", "power_w": 300.0})
+    writer.flush()
+    matched = run_analysis(open_dataset(tmp_path / "data"), "power_trace_gpus")
+    assert matched.select("device", "gpu_index", "gpu_uuid", "matched_by", "unmatched_reason").rows() == [
+        (0, 5, gpu_uuid, "uuid", None)]

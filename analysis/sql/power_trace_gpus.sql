@@ -195,7 +195,7 @@ select
     resolved.host_inferred,
     resolved.device,
     resolved.gpu_index,
-    known_devices.gpu_uuid,
+    inventory.gpu_uuid,
     resolved.matched_by,
     resolved.window_start_ns,
     resolved.window_end_ns,
@@ -219,7 +219,12 @@ from resolved
 left join telemetry_gpus
     on telemetry_gpus.host = resolved.host
     and telemetry_gpus.gpu_index = resolved.gpu_index
-left join (select distinct host, gpu_index, gpu_uuid from known_devices) as known_devices
-    on known_devices.host = resolved.host
-    and known_devices.gpu_index = resolved.gpu_index
+left join (
+    -- each GPU's UUID as the inventory last recorded it
+    select host, gpu_index, arg_max(gpu_uuid, ts) as gpu_uuid
+    from devices
+    group by host, gpu_index
+) as inventory
+    on inventory.host = resolved.host
+    and inventory.gpu_index = resolved.gpu_index
 order by resolved.run, resolved.rank
