@@ -28,8 +28,9 @@ process is partly closed.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -55,9 +56,16 @@ class JobIdentity:
     k8s_pod_name: str | None = None
     # The pid in each PID namespace, the host's (the /proc read) first.
     nspid: tuple[int, ...] | None = None
+    _columns: dict[str, object] | None = field(default=None, init=False, repr=False, compare=False)
 
     def columns(self) -> dict[str, object]:
-        """The `processes` columns this identity fills."""
+        """The `processes` columns this identity fills (made once; do not change it)."""
+        if self._columns is None:
+            object.__setattr__(self, "_columns", self._make_columns())
+        assert self._columns is not None
+        return self._columns
+
+    def _make_columns(self) -> dict[str, object]:
         return {
             "slurm_job_id": self.slurm_job_id,
             "slurm_step_id": self.slurm_step_id,
@@ -87,12 +95,29 @@ def _read_text(path: Path) -> str | None:
     return None if data is None else data.decode("utf-8", "replace")
 
 
-def start_ticks(stat: str | None) -> int | None:
+def read_start_ticks(stat_path: str) -> int | None:
+    """`start_ticks` of the file at `stat_path`, read with one open and one
+    read: the check made for every known process on every slow tick (about
+    10 us, against 40 us through pathlib)."""
+    try:
+        fd = os.open(stat_path, os.O_RDONLY)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return start_ticks(data)
+
+
+def start_ticks(stat: bytes | str | None) -> int | None:
     """Field 22 of `/proc/PID/stat` (the start time, in clock ticks since
     boot); the command name before it is in parentheses and may hold spaces."""
     if not stat:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
+    if isinstance(stat, str):
+        stat = stat.encode()
+    fields = stat[stat.rfind(b")") + 2:].split()
     try:
         return int(fields[19])
     except (IndexError, ValueError):
@@ -193,16 +218,16 @@ class JobReader:
 
     def __init__(self, proc_root: Path = DEFAULT_PROC_ROOT) -> None:
         self.proc_root = Path(proc_root)
+        self._root = str(self.proc_root)
         self._cache: dict[int, tuple[int | None, JobIdentity]] = {}
         self.reads = 0  # full reads made (the cache's misses)
 
     def identity(self, pid: int) -> JobIdentity:
-        process_dir = self.proc_root / str(pid)
-        started = start_ticks(_read_text(process_dir / "stat"))
+        started = read_start_ticks(f"{self._root}/{pid}/stat")
         cached = self._cache.get(pid)
         if cached is not None and cached[0] == started:
             return cached[1]
-        identity = read_identity(process_dir)
+        identity = read_identity(self.proc_root / str(pid))
         self.reads += 1
         self._cache[pid] = (started, identity)
         return identity

@@ -141,7 +141,7 @@ class _TwoProcessBackend:
 
 def test_collector_writes_the_job_columns_of_each_process_row(tmp_path: Path, proc: Path) -> None:
     out = tmp_path / "data"
-    Collector(_TwoProcessBackend(), CollectOptions(out=out, interval_s=0.05, slow_every_s=0.05, duration_s=1.0,
+    Collector(_TwoProcessBackend(), CollectOptions(out=out, interval_s=0.1, slow_every_s=0.1, duration_s=3.0,
                                                     host="node-a", proc_root=proc)).run()
     table = pq.read_table(sorted((out / "processes").rglob("*.parquet"))[0])
     rows = {(row["gpu_index"], tuple((name, tuple(row[name]) if name == "nspid" else row[name]) for name in JOB_COLUMNS))
