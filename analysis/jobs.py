@@ -104,3 +104,52 @@ def job_findings(con: duckdb.DuckDBPyConnection, min_idle_s: float = 600) -> lis
     """Job verdicts, with the threshold as a keyword argument."""
     return (idle_job_findings(job_gpus(con), min_idle_s)
             + unresolved_rank_findings(run_analysis(con, "power_trace_gpus")))
+
+
+def job_names(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The jobs of the dataset's processes, sorted."""
+    return [job for (job,) in con.execute("select distinct job from job_holds order by job").fetchall()]
+
+
+def restrict_to_job(con: duckdb.DuckDBPyConnection, job: str) -> None:
+    """Limit `con`'s dataset views to one job, for every analysis after it.
+
+    `telemetry` keeps the samples of the GPUs the job held, over its holds
+    (job_holds); `processes` the job's rows; each trace table the runs one
+    of whose ranks the job's processes ran (runs.host and runs.pid against
+    the processes' host and pid, or the innermost of their NSpid). The
+    original views stay as `_all_<table>`. Raises UsageError naming the
+    jobs there are when the dataset has no such job.
+    """
+    from gpulens.analysis.dataset import quote_identifier, quote_literal
+    from gpulens.collector.errors import UsageError
+    from gpulens.collector.schema import TRACE_SCHEMAS
+
+    known = job_names(con)
+    if job not in known:
+        listed = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "") if known else "none"
+        raise UsageError(f"no job {job!r} in the dataset's processes (jobs: {listed})")
+    literal = quote_literal(job)
+    # The holds, fixed before processes is limited (job_holds reads it).
+    con.execute(f"create or replace temporary table _job_holds as select * from job_holds "
+                f"where job = {literal} and step is null")
+    con.execute(f"""create or replace temporary table _job_pids as
+        select distinct host, pid, list_extract(nspid, -1) as inner_pid
+        from processes
+        where 'slurm-' || slurm_job_id = {literal}
+            or 'pod-' || coalesce(k8s_namespace || '/' || k8s_pod_name, k8s_pod_uid) = {literal}""")
+    con.execute("""create or replace temporary table _job_runs as
+        select distinct runs.run
+        from runs
+        join _job_pids on _job_pids.host = runs.host and runs.pid in (_job_pids.pid, _job_pids.inner_pid)""")
+    filters = {
+        "telemetry": """exists (select 1 from _job_holds h where h.host = t.host and h.gpu_index = t.gpu_index
+                        and epoch_ns(t.ts) between h.start_ns and h.end_ns)""",
+        "processes": "exists (select 1 from _job_pids p where p.host = t.host and p.pid = t.pid)",
+        **{table: "t.run in (select run from _job_runs)" for table in TRACE_SCHEMAS},
+    }
+    for table, condition in filters.items():
+        name = quote_identifier(table)
+        original = quote_identifier(f"_all_{table}")
+        con.execute(f"alter view {name} rename to {original}")
+        con.execute(f"create view {name} as select t.* from {original} as t where {condition}")

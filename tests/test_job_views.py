@@ -162,3 +162,21 @@ def test_power_trace_gpus_matches_the_device_an_nsys_export_names(tmp_path: Path
     matched = run_analysis(open_dataset(tmp_path / "data"), "power_trace_gpus")
     assert matched.select("device", "gpu_index", "gpu_uuid", "matched_by", "unmatched_reason").rows() == [
         (0, 5, gpu_uuid, "uuid", None)]
+
+
+def test_report_of_one_job_keeps_the_telemetry_it_held_and_its_runs(shuffled: Path, tmp_path: Path) -> None:
+    from gpulens.dashboard.report.build import build_report
+
+    report = build_report(shuffled, job=f"slurm-{DEMO_SLURM_JOB}")
+    assert report.title == f"gpulens report: job slurm-{DEMO_SLURM_JOB}"
+    # the job is seen from 0 s to 50 s of the minute: 51 samples of each of the 8 GPUs
+    assert report.source.rows["telemetry"] == 8 * 51
+    assert [run["run"] for run in report.source.runs] == ["demo-training"]
+
+
+def test_report_of_a_job_the_dataset_lacks_names_the_jobs_it_has(shuffled: Path) -> None:
+    from gpulens.collector.errors import UsageError
+    from gpulens.dashboard.report.build import build_report
+
+    with pytest.raises(UsageError, match=r"no job 'slurm-1' in the dataset's processes \(jobs: slurm-4242\)"):
+        build_report(shuffled, job="slurm-1")
