@@ -180,3 +180,21 @@ def test_report_of_a_job_the_dataset_lacks_names_the_jobs_it_has(shuffled: Path)
 
     with pytest.raises(UsageError, match=r"no job 'slurm-1' in the dataset's processes \(jobs: slurm-4242\)"):
         build_report(shuffled, job="slurm-1")
+
+
+@pytest.mark.slow
+def test_power_page_picks_a_job_and_shows_its_energy(shuffled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from gpulens.dashboard import data
+
+    monkeypatch.setenv(data.DATASET_ENV, str(shuffled))
+    monkeypatch.setenv("GPULENS_WARM_UP", "0")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py"), default_timeout=120)
+    at.switch_page("pages/power.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    picker = next(box for box in at.selectbox if box.label == "Job")
+    assert picker.options == [f"slurm-{DEMO_SLURM_JOB}"]
+    shown = [table.value for table in at.dataframe if "gpu_hours" in table.value.columns]
+    assert [(list(frame["gpus"]), frame["step"].iloc[1]) for frame in shown] == [([8, 8], "0")]
