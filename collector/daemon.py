@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from gpulens.collector import boot_clock, hardware
 from gpulens.collector.backend import Backend, DeviceInfo, GpuLost, ProcessSample
@@ -66,8 +66,8 @@ class CollectOptions:
     duration_s: float | None = None
     host: str = field(default_factory=socket.gethostname)
     # Where the collector reads each GPU process's job (collector.jobs);
-    # None: no /proc is read (the sim backend's processes are not this
-    # machine's).
+    # None: nowhere, the job columns stay NULL. Processes whose backend
+    # names their job (the sim's) are never looked up.
     proc_root: Path | None = Path("/proc")
 
     def validate(self) -> None:
@@ -275,7 +275,7 @@ class Collector:
             self._event(ts_ns, event.kind, device, event.detail, event.value)
 
     def _process_row(self, ts_us: int, device: DeviceInfo, process: ProcessSample,
-                     live_pids: set[int] | None) -> dict:
+                     live_pids: set[int] | None) -> dict[str, Any]:
         job = process.job
         if job is None:
             if self._jobs is not None:
