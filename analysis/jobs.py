@@ -71,14 +71,11 @@ def idle_job_findings(gpus: pl.DataFrame, min_idle_s: float = 600) -> list[Findi
     return findings
 
 
-_UNRESOLVED = ("ran on GPUs", "do not include pid")
-
-
 def unresolved_rank_findings(matched: pl.DataFrame) -> list[Finding]:
-    """`rank_gpu_unresolved`: ranks whose process evidence names two GPUs, or none."""
-    reasons = matched["unmatched_reason"].fill_null("")
-    unresolved = matched.filter(reasons.str.contains(_UNRESOLVED[0], literal=True)
-                                | reasons.str.contains(_UNRESOLVED[1], literal=True))
+    """`rank_gpu_unresolved`: ranks no UUID placed whose pid the host's
+    processes show on two GPUs or more, or on none (power_trace_gpus.pid_gpus)."""
+    unresolved = matched.filter(pl.col("matched_by").is_null() & pl.col("pid_gpus").is_not_null()
+                                & (pl.col("pid_gpus") != 1))
     findings = []
     for (run,), group in unresolved.group_by("run", maintain_order=True):
         findings.append(

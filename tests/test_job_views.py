@@ -68,12 +68,32 @@ def test_power_trace_gpus_reports_a_pid_two_gpus_show_and_guesses_no_gpu(tmp_pat
     writer.flush()
     con = open_dataset(root)
     rank2 = run_analysis(con, "power_trace_gpus").filter(pl.col("rank") == 2).row(0, named=True)
-    assert (rank2["gpu_index"], rank2["matched_by"]) == (None, None)
+    assert (rank2["gpu_index"], rank2["matched_by"], rank2["pid_gpus"]) == (None, None, 2)
     assert rank2["unmatched_reason"] == (f"pid {rank_pid(0, 2)} ran on GPUs 0, 6 during the trace: "
                                          "which one was the rank's is not known")
     assert run_analysis(con, "step_energy").filter(pl.col("rank") == 2).height == 0
     findings = [f for f in job_findings(con) if f.id == "rank_gpu_unresolved"]
     assert [(f.subject, f.evidence["ranks"]) for f in findings] == [({"run": "demo-training"}, [2])]
+
+
+def test_power_trace_gpus_reports_a_pid_no_gpu_shows(tmp_path: Path, shuffled: Path) -> None:
+    root = _copy(shuffled, tmp_path)
+    for path in (root / "processes").rglob("*.parquet"):
+        path.unlink()
+    writer = DatasetWriter(root, "sim-node-00")
+    for tick in range(0, 60, 10):  # other processes: the ranks' pids are those of another PID namespace
+        for gpu in range(8):
+            writer.add("processes", {"ts": (DEMO_START_NS + tick * 10**9) // 1000, "gpu_index": gpu,
+                                     "gpu_uuid": f"GPU-{gpu}", "pid": 4000 + gpu, "process_name": "python",
+                                     "used_mem_bytes": 1 << 30})
+    writer.flush()
+    con = open_dataset(root)
+    matched = run_analysis(con, "power_trace_gpus").sort("rank")
+    assert matched.select("gpu_index", "matched_by", "pid_gpus").rows() == [(None, None, 0)] * 8
+    assert matched["unmatched_reason"][0] == (f"the processes on sim-node-00's GPUs during the trace do not include "
+                                             f"pid {rank_pid(0, 0)}")
+    findings = [f for f in job_findings(con) if f.id == "rank_gpu_unresolved"]
+    assert [f.evidence["ranks"] for f in findings] == [list(range(8))]
 
 
 def test_power_trace_gpus_assumes_the_index_without_process_rows(tmp_path: Path, shuffled: Path) -> None:

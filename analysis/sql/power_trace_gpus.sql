@@ -21,6 +21,10 @@
 --     'index_assumed': neither evidence exists (no pid in the trace, or no
 --       process rows of the host around the window): the device index is
 --       taken as the telemetry gpu_index, which a binding makes wrong;
+--   pid_gpus: how many GPUs the host's process rows around the window show
+--     the rank's pid on (NULL: no pid, or no process rows around the
+--     window); a rank placed by neither UUID nor a pid_gpus of 1 is not
+--     guessed (see unmatched_reason);
 --   window_start_ns, window_end_ns: epoch ns, the span of the rank's kernels
 --     on that device and of its profiler steps;
 --   telemetry_first_ns, telemetry_last_ns: the span of power telemetry of
@@ -183,7 +187,8 @@ resolved as (
                 || ' during the trace: which one was the rank''s is not known'
             when by_pid.gpus = 0 then 'the processes on ' || matched.host || '''s GPUs during the trace do not '
                 || 'include pid ' || matched.pid
-        end as evidence_conflict
+        end as evidence_conflict,
+        by_pid.gpus as pid_gpus
     from matched
     left join by_uuid using (run, rank)
     left join by_pid using (run, rank)
@@ -197,6 +202,7 @@ select
     resolved.gpu_index,
     inventory.gpu_uuid,
     resolved.matched_by,
+    resolved.pid_gpus,
     resolved.window_start_ns,
     resolved.window_end_ns,
     telemetry_gpus.first_ns as telemetry_first_ns,
