@@ -11,7 +11,7 @@ from typing import Callable
 
 import duckdb
 
-from gpulens.analysis import communication, launch, power, time_breakdown
+from gpulens.analysis import communication, jobs, launch, power, time_breakdown
 from gpulens.analysis.findings import Finding, sort_findings
 
 FindingSource = Callable[[duckdb.DuckDBPyConnection], list[Finding]]
@@ -20,7 +20,7 @@ FindingSource = Callable[[duckdb.DuckDBPyConnection], list[Finding]]
 def finding_sources() -> list[FindingSource]:
     """Each question's findings builder, in the order the report reads them."""
     return [launch.launch_findings, time_breakdown.breakdown_findings, communication.communication_findings,
-            power.power_findings]
+            power.power_findings, jobs.job_findings]
 
 
 def all_findings(con: duckdb.DuckDBPyConnection) -> list[Finding]:

@@ -95,6 +95,8 @@ def open_dataset(
                     f"select * from read_parquet({pattern}, union_by_name = true, hive_partitioning = false)")
             try:
                 retry_vanished_files(functools.partial(con.execute, view))
+                if table in _NULL_FILLED:
+                    _fill_missing_columns(con, table, schemas[table], view)
             except duckdb.Error as error:
                 message = one_line(error)
                 raise DatasetError(f"{root / table}: unreadable Parquet ({message})") from error
@@ -114,6 +116,22 @@ def open_dataset(
         else:
             register_analysis_views(con)
     return con
+
+
+# Node tables that gained columns in a schema version (collector.schema):
+# files of an older version are read with those columns NULL.
+_NULL_FILLED = ("processes",)
+
+
+def _fill_missing_columns(con: duckdb.DuckDBPyConnection, table: str, schema: pa.Schema, view: str) -> None:
+    columns = {row[0] for row in con.execute(f"describe {quote_identifier(table)}").fetchall()}
+    missing = [field for field in schema if field.name not in columns]
+    if not missing:
+        return
+    empty = con.from_arrow(pa.schema(missing).empty_table())
+    nulls = ", ".join(f"cast(null as {dtype}) as {quote_identifier(name)}"
+                      for name, dtype in zip(empty.columns, empty.dtypes))
+    con.execute(view.replace(" as select * from ", f" as select *, {nulls} from ", 1))
 
 
 # The folders a dataset's tables live in (see TABLE_GLOBS).

@@ -18,8 +18,19 @@ Prints
   (e) the resident memory of the `gpulens collect` command itself, a
       process of its own on the sim backend (8 GPUs at 1 Hz, its defaults
       otherwise), read from /proc as it runs: the most and the last.
-Targets: (a) <= 20 us, (b) <= 1.5 bytes, (c) <= 3 calls on a fast tick.
-Every figure is also written to bench/results/collector_overhead-<date>.json
+  (f) the extra CPU of job attribution (collector/jobs.py): 8 processes on
+      each GPU, each with a /proc folder of its own in a fake /proc tree
+      (Slurm and Kubernetes processes): the reads of a new process, the
+      per-slow-tick check of a known one (its /proc/PID/stat), and the
+      whole collector run with every tick slow, with and without
+      attribution; from that, the extra per tick at the default cadence
+      (a slow tick every 10 s) against the collector's CPU per tick.
+Targets: (a) <= 20 us, (b) <= 1.5 bytes, (c) <= 3 calls on a fast tick,
+(f) <= 5 % over the collector's CPU per tick.
+
+    python bench/collector_overhead.py --jobs-only --seconds 10   # (f) alone
+Every figure is also written to bench/results/collector_overhead-<date>.json,
+and those of (f) to bench/results/collector_overhead_jobs-<date>.json
 (bench/results.py).
 
     python bench/collector_overhead.py --nvml 20   # on an NVIDIA node
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import platform
 import shutil
 import sys
@@ -50,7 +62,8 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import results  # noqa: E402
-from gpulens.collector.backend import DeviceSample  # noqa: E402
+from gpulens.collector.backend import DeviceSample, ProcessSample  # noqa: E402
+from gpulens.collector.jobs import JobReader  # noqa: E402
 from gpulens.collector.compact import COMPACT_MERGED_AT, COMPACT_PARTS_AT, MERGED_MARK, maybe_compact  # noqa: E402
 from gpulens.collector.daemon import CollectOptions, Collector  # noqa: E402
 from gpulens.collector.schema import TELEMETRY_METRICS  # noqa: E402
@@ -107,6 +120,134 @@ class _PrecomputedSim(SimBackend):
         if not slow:
             sample.processes = None
         return sample
+
+
+class _ManyProcessesSim(_PrecomputedSim):
+    """`_PrecomputedSim` with `per_gpu` processes on each GPU on slow
+    ticks, pids `first_pid`.., whose jobs the collector reads from /proc."""
+
+    def __init__(self, gpus: int, interval_s: float, seconds: float, per_gpu: int, first_pid: int) -> None:
+        super().__init__(gpus, interval_s, seconds)
+        self._processes = [
+            [ProcessSample(pid=first_pid + gpu * per_gpu + k, used_mem_bytes=8 << 30, process_name="python")
+             for k in range(per_gpu)]
+            for gpu in range(gpus)
+        ]
+
+    def sample(self, gpu_index, ts_ns, slow):
+        sample = super().sample(gpu_index, ts_ns, slow)
+        sample.processes = self._processes[gpu_index] if slow else None
+        return sample
+
+
+def write_fake_proc(root: Path, pids: list[int]) -> None:
+    """A /proc folder per pid, alternately a Slurm task (cgroup v1, readable
+    environ) and a Kubernetes container (cgroup v2, systemd driver, nested
+    PID namespace), as large as real ones (an environ of ~3 KiB)."""
+    padding = "".join(f"VAR_{i}={'x' * 40}\0" for i in range(60))
+    for n, pid in enumerate(pids):
+        folder = root / str(pid)
+        folder.mkdir(parents=True)
+        fields = ["S"] + ["0"] * 18 + [str(100_000 + pid)] + ["0"] * 30
+        (folder / "stat").write_text(f"{pid} (python) " + " ".join(fields) + "\n")
+        if n % 2 == 0:
+            (folder / "cgroup").write_text("".join(f"{i}:c{i}:/slurm/uid_1000/job_{pid // 64}/step_0/task_{n % 8}\n"
+                                                   for i in range(12, 0, -1)))
+            (folder / "environ").write_text(f"SLURM_JOB_ID={pid // 64}\0SLURM_STEP_ID=0\0SLURM_PROCID={n % 8}\0"
+                                            f"SLURM_JOB_USER=alice\0{padding}")
+            nspid = f"{pid}"
+        else:
+            uid = f"{pid:08x}_4b5a_6978_8a9b_0c1d2e3f4a5b"
+            (folder / "cgroup").write_text("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                                           f"{uid}.slice/cri-containerd-{pid:064x}.scope\n")
+            (folder / "environ").write_text(f"POD_NAME=trainer-{pid}\0POD_NAMESPACE=ml\0{padding}")
+            nspid = f"{pid}\t{n % 8 + 1}"
+        (folder / "status").write_text(f"Name:\tpython\nPid:\t{pid}\nNSpid:\t{nspid}\nUid:\t0\t0\t0\t0\n")
+
+
+def measure_job_attribution(gpus: int, per_gpu: int, hz: float, seconds: float, out: Path,
+                            slow_every_s: float = 10.0) -> dict[str, float]:
+    """(f): the extra CPU of job attribution with `per_gpu` processes a GPU."""
+    first_pid = 200_000
+    pids = list(range(first_pid, first_pid + gpus * per_gpu))
+    proc = out / "proc"
+    write_fake_proc(proc, pids)
+
+    # The reader alone: every process new, then every process known.
+    reader = JobReader(proc)
+    cpu_start = time.process_time_ns()
+    for pid in pids:
+        reader.identity(pid)
+    cold_ns = time.process_time_ns() - cpu_start
+    known_ns = []
+    for _ in range(20):
+        cpu_start = time.process_time_ns()
+        for pid in pids:
+            reader.identity(pid)
+        reader.forget_others(set(pids))
+        known_ns.append(time.process_time_ns() - cpu_start)
+    known_ns.sort()
+
+    # The collector, every tick slow, with and without attribution, then at
+    # the default cadence without (today's figure per tick).
+    def run(proc_root: Path | None, slow_s: float, name: str) -> tuple[float, int]:
+        backend = _ManyProcessesSim(gpus, 1.0 / hz, seconds, per_gpu, first_pid)
+        options = CollectOptions(out=out / name, interval_s=1.0 / hz, slow_every_s=slow_s, duration_s=seconds,
+                                 host="bench", proc_root=proc_root)
+        collector = Collector(backend, options)
+        cpu_start = time.process_time()
+        summary = collector.run()
+        return (time.process_time() - cpu_start) / summary.ticks * 1e6, summary.ticks
+
+    Collector(SimBackend(gpus=gpus), CollectOptions(out=out / "warm-up", interval_s=1.0 / hz, duration_s=1.0,
+                                                    flush_every_s=0.5, host="bench", proc_root=None)).run()
+    slow_without_us, ticks = run(None, 1.0 / hz, "slow-without")
+    slow_with_us, _ = run(proc, 1.0 / hz, "slow-with")
+    today_us, _ = run(None, slow_every_s, "today")
+    known_us = known_ns[len(known_ns) // 2] / 1e3
+    slow_ticks_share = (1.0 / hz) / slow_every_s
+    return {
+        "gpus": gpus,
+        "processes": len(pids),
+        "cold_read_us_per_process": cold_ns / len(pids) / 1e3,
+        "cold_tick_ms": cold_ns / 1e6,
+        "known_slow_tick_us": known_us,
+        "known_us_per_process": known_us / len(pids),
+        "collector_slow_tick_us_without": slow_without_us,
+        "collector_slow_tick_us_with": slow_with_us,
+        "collector_extra_slow_tick_us": slow_with_us - slow_without_us,
+        # less the first tick's reads of every process, spread over the run
+        "collector_extra_slow_tick_us_steady": slow_with_us - slow_without_us - cold_ns / 1e3 / ticks,
+        "ticks_per_run": ticks,
+        "collector_tick_us_today": today_us,
+        "extra_per_tick_us_at_default_cadence": known_us * slow_ticks_share,
+        "extra_share_at_default_cadence": known_us * slow_ticks_share / today_us,
+        "extra_share_measured_at_default_cadence":
+            (slow_with_us - slow_without_us - cold_ns / 1e3 / ticks) * slow_ticks_share / today_us,
+    }
+
+
+def print_job_attribution(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
+        f = measure_job_attribution(args.gpus, args.processes_per_gpu, args.hz, args.seconds, Path(out))
+    print(f"(f) job attribution, {f['gpus']} GPUs x {args.processes_per_gpu} processes ({f['processes']}) at "
+          f"{args.hz:g} Hz for {args.seconds:g} s a run:")
+    print(f"    a new process: {f['cold_read_us_per_process']:.0f} us CPU (stat, environ, cgroup, status); "
+          f"all {f['processes']} new at once: {f['cold_tick_ms']:.1f} ms, once")
+    print(f"    a slow tick with every process known: {f['known_slow_tick_us']:.0f} us "
+          f"({f['known_us_per_process']:.1f} us a process: its /proc/PID/stat)")
+    print(f"    the collector, every tick slow: {f['collector_slow_tick_us_with']:.0f} us a tick with attribution, "
+          f"{f['collector_slow_tick_us_without']:.0f} us without: {f['collector_extra_slow_tick_us']:.0f} us more, "
+          f"{f['collector_extra_slow_tick_us_steady']:.0f} us less the first tick's reads")
+    print(f"    at the default cadence (a slow tick every 10 s): {f['extra_per_tick_us_at_default_cadence']:.1f} us a tick "
+          f"more, against {f['collector_tick_us_today']:.0f} us a tick today: "
+          f"{f['extra_share_at_default_cadence']:.2%} (from the collector runs, steady: "
+          f"{f['extra_share_measured_at_default_cadence']:.2%})   target <= 5 %")
+    record = results.start("collector_overhead_jobs", {"gpus": args.gpus, "processes_per_gpu": args.processes_per_gpu,
+                                                       "hz": args.hz, "seconds": args.seconds})
+    for key, value in f.items():
+        record.add({"measure": key, "value": value})
+    print(f"    recorded in {record.write()}")
 
 
 def clock_read_overhead_ns(reads: int = 200_000) -> float:
@@ -360,6 +501,8 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--processes-per-gpu", type=int, default=8, help="(f): processes on each GPU")
+    parser.add_argument("--jobs-only", action="store_true", help="measure (f), job attribution, alone")
     parser.add_argument("--nvml", type=float, metavar="SECONDS",
                         help="measure (d) on this node's GPUs through the real NVML, for SECONDS, instead")
     args = parser.parse_args()
@@ -370,6 +513,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
             measure_real_nvml(args.hz, args.nvml, Path(out), record)
         print(f"recorded in {record.write()}")
+        return 0
+    if args.jobs_only:
+        print_job_attribution(args)
         return 0
     with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as out:
         m = measure_collector(args.gpus, args.hz, args.seconds, Path(out))
@@ -409,6 +555,7 @@ def main() -> int:
         record.add({"measure": measure, "value": value, "unit": unit, "target": target, "met": met})
     record.params.update(samples=m["samples"], ticks_skipped=m["ticks_skipped"])
     print(f"recorded in {record.write()}")
+    print_job_attribution(args)
     return 0
 
 

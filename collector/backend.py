@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpulens.collector.jobs import JobIdentity
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class ProcessSample:
     pid: int
     used_mem_bytes: int | None
     process_name: str | None = None
+    # The job it belongs to, where the backend knows it (the sim's own
+    # job); None: the collector reads it from /proc (collector.jobs).
+    job: JobIdentity | None = None
 
 
 @dataclass

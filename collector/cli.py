@@ -61,7 +61,10 @@ def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
 @click.option("--host", default=None, help="Host name to record (default: this machine's).")
 @click.option("--watch-traces", "watch_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also ingest each new trace file that appears in this folder once it is complete.")
-@click.option("--run", "run_name", default=None, help="Run name for traces ingested by --watch-traces.")
+@click.option("--run", "run_name", default=None,
+              help="Run name for traces ingested by --watch-traces (default: slurm-<job id> under Slurm, else the folder's name).")
+@click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/proc"), show_default=True,
+              help="The host's /proc, where each GPU process's job (Slurm, Kubernetes) is read (the sim backend's processes carry their own).")
 @click.option("--no-telemetry", is_flag=True, default=False,
               help="With --watch-traces: only ingest traces, sampling no GPU (a login node, a file server).")
 @click.option("--metrics-address", default=None, metavar="HOST[:PORT]",
@@ -72,7 +75,7 @@ def _open(backend: str, sim_gpus: int, sim_profile: str, seed: int):
                    "for dashboards written for it.")
 @_backend_options
 def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_every_s, host, watch_dir, run_name,
-            no_telemetry, metrics_address, metrics_names, backend, sim_gpus, sim_profile, seed):
+            proc_root, no_telemetry, metrics_address, metrics_names, backend, sim_gpus, sim_profile, seed):
     """Sample GPU telemetry into a Parquet dataset until stopped.
 
     SIGTERM or Ctrl-C flushes what is buffered and exits 0.
@@ -89,6 +92,7 @@ def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_ev
     options = CollectOptions(
         out=out, interval_s=interval_s, flush_every_s=flush_every_s, slow_every_s=slow_every_s,
         duration_s=duration_s, host=host or socket.gethostname(), max_buffered_mb=max_buffered_mb,
+        proc_root=proc_root,
     )
     options.validate()  # before --no-telemetry too, which waits --duration
     if no_telemetry:
@@ -244,7 +248,8 @@ def display_width(text: str) -> int:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path(DEFAULT_DATASET), show_default=True,
               help="Dataset directory to write the trace tables into.")
-@click.option("--run", "run_name", default=None, help="Run name (default: the folder or file name).")
+@click.option("--run", "run_name", default=None,
+              help="Run name (default: slurm-<job id> under Slurm, from the traces' metadata or the environment; else the folder or file name).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one). A big Kineto file is read by several at once.")
 @click.option("--quiet", "-q", is_flag=True, help="No line per file ingested: only warnings, errors and the summary (for runs of thousands of ranks).")
 @click.option("--host", default=None, help="The host the traces were recorded on, for those that name none (rocprofv3 CSV outside its host folder, a Kineto trace without one): joins them to that host's telemetry.")

@@ -50,9 +50,10 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from gpulens.collector import boot_clock, hardware
-from gpulens.collector.backend import Backend, DeviceInfo, GpuLost
+from gpulens.collector.backend import Backend, DeviceInfo, GpuLost, ProcessSample
 from gpulens.collector.errors import DatasetError, UsageError
 from gpulens.collector.lease import CollectorLease
+from gpulens.collector.jobs import UNKNOWN, JobReader
 from gpulens.collector.throttle import LIMITING_REASONS
 from gpulens.collector.wording import counted
 from gpulens.collector.writer import DatasetWriter
@@ -79,6 +80,10 @@ class CollectOptions:
     duration_s: float | None = None
     host: str = field(default_factory=socket.gethostname)
     max_buffered_mb: float = 256.0
+    # Where the collector reads each GPU process's job (collector.jobs);
+    # None: nowhere, the job columns stay NULL. Processes whose backend
+    # names their job (the sim's) are never looked up.
+    proc_root: Path | None = Path("/proc")
 
     def validate(self) -> None:
         # Finite as well: the loop turns these into integer nanoseconds,
@@ -169,6 +174,7 @@ class Collector:
         self._boot_clock_now = boot_clock_now
         self._boot_origin_ns: int | None = None  # as last recorded
         self._observer = observer
+        self._jobs = None if options.proc_root is None else JobReader(options.proc_root)
 
     # --- control --------------------------------------------------------------
 
@@ -281,6 +287,7 @@ class Collector:
         add_telemetry = self._add_telemetry
         sampled = 0
         observed: list[tuple[DeviceInfo, dict[str, Any]]] | None = None if self._observer is None else []
+        live_pids: set[int] | None = set() if slow and self._jobs is not None else None
         for device in self._devices:
             health = self._health[device.gpu_index]
             if health.lost and ts_ns < health.retry_at_ns:
@@ -311,23 +318,35 @@ class Collector:
                 self._track_throttle(device, health, ts_ns, reasons)
             if sample.processes is not None:
                 for process in sample.processes:
-                    self.writer.add(
-                        "processes",
-                        {
-                            "ts": ts_us,
-                            "gpu_index": device.gpu_index,
-                            "gpu_uuid": device.gpu_uuid,
-                            "pid": process.pid,
-                            "process_name": process.process_name,
-                            "used_mem_bytes": process.used_mem_bytes,
-                        },
-                    )
+                    self.writer.add("processes", self._process_row(ts_us, device, process, live_pids))
+        if live_pids is not None:
+            self._jobs.forget_others(live_pids)
         self.summary.samples += sampled
         if observed is not None:
             self._observer.tick(ts_ns, observed)
         for event in self.backend.poll_events():
             device = next((d for d in self._devices if d.gpu_index == event.gpu_index), None)
             self._event(ts_ns, event.kind, device, event.detail, event.value)
+
+    def _process_row(self, ts_us: int, device: DeviceInfo, process: ProcessSample,
+                     live_pids: set[int] | None) -> dict[str, Any]:
+        job = process.job
+        if job is None:
+            if self._jobs is not None:
+                job = self._jobs.identity(process.pid)
+                if live_pids is not None:
+                    live_pids.add(process.pid)
+            else:
+                job = UNKNOWN
+        return {
+            "ts": ts_us,
+            "gpu_index": device.gpu_index,
+            "gpu_uuid": device.gpu_uuid,
+            "pid": process.pid,
+            "process_name": process.process_name,
+            "used_mem_bytes": process.used_mem_bytes,
+            **job.columns(),
+        }
 
     def _mark_lost(self, device: DeviceInfo, health: _GpuHealth, ts_ns: int, detail: str) -> None:
         if not health.lost:

@@ -15,6 +15,13 @@ writes, in seconds and without waiting for a clock:
   and ingested into `traces/run=demo-training/`. The trace's clock is
   placed in the middle of the telemetry, and its host is the node's, so
   the joined analyses (step_energy) match ranks to GPUs.
+- the processes table shows each rank's process (the trace's pid) on its
+  GPU, as part of Slurm job `DEMO_SLURM_JOB` (step 0, SLURM_PROCID = the
+  rank); with `gpu_binding="shuffled"` rank r runs on GPU (3r) mod 8
+  while its trace still calls the device r, as under a real binding
+  (CUDA_VISIBLE_DEVICES), so only the process evidence puts its energy on
+  the right GPU. The inference node's processes belong to one Kubernetes
+  pod (`DEMO_POD`).
 
 Everything is a function of the arguments: the same arguments give
 byte-identical files. To get there, three things that are naturally
@@ -40,6 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpulens.collector.errors import DatasetError, TraceError, UsageError
+from gpulens.collector.jobs import JobIdentity
 from gpulens.collector.sim import PROFILES, SimBackend
 from gpulens.collector.throttle import LIMITING_REASONS
 from gpulens.collector.parquet_io import new_temporary_file
@@ -56,6 +64,11 @@ TRACE_STEPS = 10
 RAW_DIR = Path("raw") / "kineto"
 INTERVAL_NS = 1_000_000_000
 SLOW_EVERY_NS = 10_000_000_000
+DEMO_SLURM_JOB = "4242"
+DEMO_SLURM_USER = "demo"
+# (namespace, pod name, pod UID) of the inference node's server.
+DEMO_POD = ("serving", "llm-server-0", "5e1f0c2a-7b3d-4c9e-8a6f-2d4b1e9c7a05")
+GPU_BINDINGS = ("identity", "shuffled")
 # The folders a demo writes, all of which --force replaces.
 _DEMO_FOLDERS = ("telemetry", "devices", "events", "processes", "traces", "raw")
 
@@ -79,12 +92,15 @@ def make_demo(
     kernels_per_step: int = 200,
     force: bool = False,
     jobs: int | None = None,
+    gpu_binding: str = "identity",
 ) -> Path:
     """Write a demo dataset at `out_dir` and return it.
 
     `profile` is `training` (telemetry and traces; `straggler_rank` is
     planted in the traces, `capped_gpu` draws more than its power limit) or
     `inference` (bursty telemetry only; `capped_gpu` None by default there).
+    `gpu_binding` is `identity` (rank r on GPU r) or `shuffled` (rank r on
+    GPU (3r) mod 8, its trace still naming device r).
     `out_dir` must not hold a dataset already unless `force`, which removes
     the folders a demo writes first. Raises UsageError for bad arguments,
     DatasetError if the folder cannot be written.
@@ -98,6 +114,8 @@ def make_demo(
         raise UsageError(f"--capped-gpu {capped_gpu} is not one of the {DEMO_GPUS} simulated GPUs (0-{DEMO_GPUS - 1})")
     if profile == "training" and straggler_rank is not None and not 0 <= straggler_rank < DEMO_GPUS:
         raise UsageError(f"--straggler-rank {straggler_rank} is not one of the {DEMO_GPUS} ranks (0-{DEMO_GPUS - 1})")
+    if gpu_binding not in GPU_BINDINGS:
+        raise UsageError(f"unknown --gpu-binding {gpu_binding!r}; choose one of {', '.join(GPU_BINDINGS)}")
     _prepare(out_dir, force)
 
     host = DEMO_HOSTS[profile]
@@ -105,7 +123,8 @@ def make_demo(
     end_ns = DEMO_START_NS + (ticks - 1) * INTERVAL_NS
     # The sim leaves the last GPU capped in training when none is named;
     # "no capped GPU" must mean none.
-    backend = SimBackend(gpus=DEMO_GPUS, profile=profile, seed=seed, capped_gpu=capped_gpu)
+    backend = SimBackend(gpus=DEMO_GPUS, profile=profile, seed=seed, capped_gpu=capped_gpu,
+                         gpu_processes=demo_processes(profile, seed, gpu_binding))
     if capped_gpu is None:
         backend.capped_gpu = None
     # Built beside the dataset and moved in whole at the end: a demo stopped
@@ -122,6 +141,28 @@ def make_demo(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def rank_gpu(rank: int, gpu_binding: str) -> int:
+    """The physical GPU rank `rank` runs on under `gpu_binding`."""
+    return (rank * 3) % DEMO_GPUS if gpu_binding == "shuffled" else rank
+
+
+def demo_processes(profile: str, seed: int, gpu_binding: str) -> dict[int, tuple[int, JobIdentity]]:
+    """Per GPU: the pid and job of the process the demo node shows on it."""
+    from gpulens.collector.sim_trace import rank_pid
+
+    if profile == "inference":
+        namespace, pod, uid = DEMO_POD
+        return {gpu: (4000 + gpu, JobIdentity(k8s_pod_uid=uid, k8s_namespace=namespace, k8s_pod_name=pod,
+                                              nspid=(4000 + gpu, 100 + gpu))) for gpu in range(DEMO_GPUS)}
+    processes = {}
+    for rank in range(DEMO_GPUS):
+        pid = rank_pid(seed, rank)
+        processes[rank_gpu(rank, gpu_binding)] = (pid, JobIdentity(
+            slurm_job_id=DEMO_SLURM_JOB, slurm_step_id="0", slurm_procid=rank, slurm_job_user=DEMO_SLURM_USER,
+            nspid=(pid,)))
+    return processes
 
 
 def _prepare(out_dir: Path, force: bool) -> None:
@@ -188,6 +229,7 @@ def _write_node(out_dir: Path, backend: SimBackend, host: str, ticks: int) -> No
                 writer.add("processes", {
                     "ts": ts_ns // 1000, "gpu_index": device.gpu_index, "gpu_uuid": device.gpu_uuid,
                     "pid": process.pid, "process_name": process.process_name, "used_mem_bytes": process.used_mem_bytes,
+                    **(process.job.columns() if process.job is not None else {}),
                 })
     end_ns = DEMO_START_NS + (ticks - 1) * INTERVAL_NS
     _event(writer, end_ns, "collector_stop", None, f"ticks={ticks} skipped=0")
@@ -292,9 +334,12 @@ def _optional_int(value: str | None, option: str) -> int | None:
 @click.option("--profile", type=click.Choice(PROFILES), default="training", show_default=True,
               help="training: telemetry and 8-rank Kineto traces; inference: bursty telemetry only.")
 @click.option("--steps", type=int, default=TRACE_STEPS, show_default=True, help="Profiler steps in the traces (training).")
+@click.option("--gpu-binding", type=click.Choice(GPU_BINDINGS), default="identity", show_default=True,
+              help="identity: rank r on GPU r; shuffled: rank r on GPU (3r) mod 8, its trace still naming device r "
+                   "(training).")
 @click.option("--force", is_flag=True, help="Replace the dataset already in --out.")
 def demo(out_dir: Path, seed: int, straggler_rank: str, capped_gpu: str | None, minutes: float, profile: str,
-         steps: int, force: bool) -> None:
+         steps: int, gpu_binding: str, force: bool) -> None:
     """Write a simulated 8-GPU node's dataset: telemetry and, for training, traces.
 
     No GPU and no waiting: the sim backend is sampled on a 1 s grid from
@@ -309,9 +354,10 @@ def demo(out_dir: Path, seed: int, straggler_rank: str, capped_gpu: str | None, 
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     make_demo(out_dir, seed=seed, straggler_rank=straggler, capped_gpu=capped, minutes=minutes, profile=profile,
-              steps=steps, force=force)
+              steps=steps, force=force, gpu_binding=gpu_binding)
     what = "telemetry" if profile == "inference" else f"telemetry and {DEMO_GPUS}-rank traces (run {DEMO_RUN})"
     click.echo(f"{out_dir}: demo dataset written ({profile}, {what}, seed {seed})", err=True)
 
 
-__all__ = ["DEMO_RUN", "DEMO_START_NS", "demo", "make_demo", "pin_source"]
+__all__ = ["DEMO_RUN", "DEMO_SLURM_JOB", "DEMO_START_NS", "demo", "demo_processes", "make_demo", "pin_source",
+           "rank_gpu"]

@@ -7,13 +7,16 @@ column names; times are UTC timestamps (µs) or int64 epoch nanoseconds.
 
 Changing the meaning or name of a column needs a bump of `SCHEMA_VERSION`
 and a reader for the old version; adding a column does not.
+
+Versions: 3 added the job columns of `processes` (collector.jobs); files
+of version 2 have none, and `analysis.dataset` reads them as NULL.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TS_TYPE = pa.timestamp("us", tz="UTC")
 
@@ -144,6 +147,22 @@ PROCESSES_SCHEMA = _schema(
         ("pid", pa.int64()),
         ("process_name", pa.string()),
         ("used_mem_bytes", pa.int64()),
+        # The job the process belongs to (collector.jobs), read once per
+        # process; NULL where /proc does not say (or with the sim backend,
+        # where the simulated job says).
+        ("slurm_job_id", pa.string()),
+        # A number, or batch | extern | interactive
+        ("slurm_step_id", pa.string()),
+        ("slurm_procid", pa.int32()),
+        ("slurm_job_user", pa.string()),
+        ("k8s_pod_uid", pa.string()),
+        ("k8s_container_id", pa.string()),
+        ("k8s_namespace", pa.string()),
+        ("k8s_pod_name", pa.string()),
+        # NSpid of /proc/PID/status: the pid in each PID namespace, the
+        # host's first and the innermost (a container's, as its traces
+        # record it) last.
+        ("nspid", pa.list_(pa.int64())),
     ],
     "processes",
 )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from gpulens.collector.backend import BackendEvent, DeviceInfo, DeviceSample, ProcessSample
 from gpulens.collector.errors import UsageError
+from gpulens.collector.jobs import UNKNOWN, JobIdentity
 from gpulens.collector.throttle import REASON_BITS, decode_clock_event_reasons
 
 PROFILES = ("training", "inference")
@@ -91,6 +92,7 @@ class SimBackend:
         capped_gpu: int | None = None,
         step_s: float = 2.35,
         model: SimGpuModel | None = None,
+        gpu_processes: dict[int, tuple[int, JobIdentity]] | None = None,
     ) -> None:
         if gpus < 1:
             raise UsageError(f"--sim-gpus must be at least 1, got {gpus}")
@@ -110,6 +112,11 @@ class SimBackend:
         if self.capped_gpu is not None and not 0 <= self.capped_gpu < gpus:
             raise UsageError(f"capped GPU {self.capped_gpu} is not one of the {gpus} simulated GPUs")
         self._state = [_GpuState() for _ in range(gpus)]
+        # Per GPU: the pid and job of the process the sim shows on it while
+        # busy (default: pid 4000 + index, no job). The processes are not
+        # this machine's, so each carries its job and /proc is never read.
+        self.gpu_processes = {i: (4000 + i, UNKNOWN) for i in range(gpus)}
+        self.gpu_processes.update(gpu_processes or {})
 
     # --- protocol -----------------------------------------------------------
 
@@ -212,7 +219,8 @@ class SimBackend:
         state.last_ts_ns = ts_ns
         processes = None
         if slow:
-            processes = [ProcessSample(pid=4000 + gpu_index, used_mem_bytes=values["mem_used_bytes"], process_name="python")] if util > 0.02 else []
+            pid, job = self.gpu_processes[gpu_index]
+            processes = [ProcessSample(pid=pid, used_mem_bytes=values["mem_used_bytes"], process_name="python", job=job)] if util > 0.02 else []
         return DeviceSample(values=values, processes=processes)
 
     def poll_events(self) -> list[BackendEvent]:

@@ -1,48 +1,62 @@
-"""The systemd unit and its /metrics drop-in in deploy/: the unit opens no
-IP socket; the drop-in turns on --metrics-address and allows exactly the
-families its TCP socket needs."""
+"""deploy/: the Kubernetes manifests parse, their container runs the command
+docs/jobs.md documents, and the Dockerfile installs what the docs say."""
 
 from __future__ import annotations
 
+import re
+import shlex
+import subprocess
 from pathlib import Path
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = REPO_ROOT / "deploy"
+DOCS = (REPO_ROOT / "docs" / "jobs.md").read_text(encoding="utf-8")
+MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
 
 
-def _settings(path: Path) -> list[tuple[str, str]]:
-    pairs = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line and not line.startswith(("#", "[")) and "=" in line:
-            key, value = line.split("=", 1)
-            pairs.append((key, value))
-    return pairs
+def _documents(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc is not None]
 
 
-def _families(settings: list[tuple[str, str]], start: set[str]) -> set[str]:
-    """RestrictAddressFamilies= as systemd reads assignments in order: an
-    empty one undoes what came before, a list adds to it."""
-    families = set(start)
-    for key, value in settings:
-        if key == "RestrictAddressFamilies":
-            families = set() if not value else families | set(value.split())
-    return families
+def _daemonset() -> dict:
+    return next(doc for path in MANIFESTS for doc in _documents(path) if doc["kind"] == "DaemonSet")
 
 
-def test_the_unit_allows_no_ip_socket():
-    assert _families(_settings(DEPLOY / "gpulens-collector.service"), set()) == {"AF_UNIX", "AF_NETLINK"}
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda path: path.name)
+def test_every_manifest_parses_into_kubernetes_objects(path: Path) -> None:
+    documents = _documents(path)
+    assert documents
+    assert all({"apiVersion", "kind", "metadata"} <= set(doc) for doc in documents)
 
 
-def test_the_metrics_drop_in_allows_ipv4_and_ipv6_beside_the_units_families():
-    unit = _families(_settings(DEPLOY / "gpulens-collector.service"), set())
-    assert _families(_settings(DEPLOY / "gpulens-collector-metrics.conf"), unit) == {"AF_UNIX", "AF_NETLINK", "AF_INET", "AF_INET6"}
+def test_daemonset_runs_the_documented_collect_command() -> None:
+    container = _daemonset()["spec"]["template"]["spec"]["containers"][0]
+    command = shlex.join(container["command"])
+    assert command.startswith("gpulens collect ")
+    assert f"    {command}\n" in DOCS
 
 
-def test_the_metrics_drop_in_replaces_the_command_with_one_serving_metrics():
-    starts = [value for key, value in _settings(DEPLOY / "gpulens-collector-metrics.conf") if key == "ExecStart"]
-    assert starts[0] == "" and len(starts) == 2 and "--metrics-address 0.0.0.0:19400" in starts[1]
+def test_daemonset_reads_the_hosts_processes_through_a_read_only_proc() -> None:
+    spec = _daemonset()["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    proc_volume = next(v["name"] for v in spec["volumes"] if v.get("hostPath", {}).get("path") == "/proc")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == proc_volume)
+    assert spec["hostPID"] is True
+    assert mount["readOnly"] is True
+    assert container["command"][container["command"].index("--proc-root") + 1] == mount["mountPath"]
 
 
-def test_the_start_limits_are_in_the_unit_section_where_systemd_reads_them():
-    text = (DEPLOY / "gpulens-collector.service").read_text(encoding="utf-8")
-    unit_section = text.split("\n[Service]\n")[0]
-    assert "StartLimitIntervalSec=300" in unit_section and "StartLimitBurst=10" in unit_section
+def test_dockerfile_installs_the_package_spec_the_docs_name() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
+    installed = re.findall(r'pip install --no-cache-dir "([^"]+)"', dockerfile)
+    documented = re.findall(r'pip install "(gpulens[^"]*)"', DOCS)
+    assert installed == ["gpulens==${GPULENS_VERSION}"]
+    assert documented == installed
+
+
+@pytest.mark.parametrize("script", sorted((DEPLOY / "slurm").glob("*.sh")), ids=lambda path: path.name)
+def test_slurm_scripts_are_valid_sh(script: Path) -> None:
+    assert subprocess.run(["sh", "-n", str(script)], capture_output=True).returncode == 0

@@ -1,7 +1,9 @@
 -- Trace time cut into cells of one step and one power sample, with the
 -- time of each GPU phase in each: the base of step_energy and phase_energy.
 --
--- For each rank joined to a telemetry GPU (power_trace_gpus), its window is
+-- For each rank joined to a telemetry GPU (power_trace_gpus: its phases are
+-- those of the trace's device, its power that of the telemetry gpu_index
+-- the evidence names), its window is
 -- cut at every profiler step start and end and every telemetry sample
 -- time. One row per cell and phase the GPU was in during it:
 --   phase: what the GPU was doing: 'compute' if any compute kernel ran (a
@@ -44,7 +46,7 @@
 -- param: power_max_gap_s = 60
 -- param: power_average_window_s = 1
 with gpus as (
-    select run, rank, host, gpu_index, window_start_ns, window_end_ns
+    select run, rank, host, device, gpu_index, window_start_ns, window_end_ns
     from power_trace_gpus
     where unmatched_reason is null
 ),
@@ -148,7 +150,7 @@ cut_buckets as (
     select distinct
         cuts.run,
         cuts.rank,
-        gpus.gpu_index,
+        gpus.device,
         cuts.t,
         unnest([cuts.t >> widths.bucket_bits, (cuts.t - 1) >> widths.bucket_bits]) as bucket
     from (
@@ -160,7 +162,7 @@ cut_buckets as (
     join phase_buckets as widths
         on widths.run = cuts.run
         and widths.rank = cuts.rank
-        and widths.device = gpus.gpu_index
+        and widths.device = gpus.device
 ),
 phase_time_at as (
     -- each phase's time up to t: the tile holding t (two tiles meeting at
@@ -177,7 +179,7 @@ phase_time_at as (
     join gpu_phases as p
         on p.run = c.run
         and p.rank = c.rank
-        and p.device = c.gpu_index
+        and p.device = c.device
         and p.bucket = c.bucket
         and c.t between p.start_ns and p.end_ns
     group by c.run, c.rank, c.t

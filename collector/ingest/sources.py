@@ -11,6 +11,8 @@ from __future__ import annotations
 import glob
 import os
 import re
+import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,9 +140,42 @@ def _rocprof_process(file: Path) -> str | None:
     return module_for(ROCPROF).process_key(file)
 
 
-def default_run_name(arguments: list[str | Path], files: list[Path]) -> str:
-    """One folder: its name; else the stem its files share; else the folder
-    that holds them all (never a glob's own text, such as `**`)."""
+def slurm_run_name(environ: Mapping[str, str]) -> str | None:
+    """`slurm-<job id>` where `environ` is a Slurm job's, else None."""
+    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    return f"slurm-{job}" if job else None
+
+
+def nsys_slurm_job(path: Path) -> str | None:
+    """The Slurm job id an Nsight Systems SQLite export recorded in its
+    target's environment (`TARGET_INFO_SYSTEM_ENV`, name/value rows), or
+    None: not such an export, no such row, or unreadable."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except (sqlite3.Error, OSError, ValueError):
+        return None
+    try:
+        row = conn.execute("select value from TARGET_INFO_SYSTEM_ENV "
+                           "where upper(name) in ('SLURM_JOB_ID', 'SLURM_JOBID') and value <> '' limit 1").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return str(row[0]) if row else None
+
+
+def default_run_name(arguments: list[str | Path], files: list[Path],
+                     environ: Mapping[str, str] = os.environ) -> str:
+    """Under Slurm, `slurm-<job id>`: the job the traces' metadata names
+    (Nsight Systems exports keep the target's environment), else the one
+    `environ` is part of. Else: one folder: its name; else the stem its
+    files share; else the folder that holds them all (never a glob's own
+    text, such as `**`)."""
+    jobs = {job for file in files if file.name.lower().endswith(".sqlite") and (job := nsys_slurm_job(file))}
+    if len(jobs) == 1:
+        return f"slurm-{jobs.pop()}"
+    if name := slurm_run_name(environ):
+        return name
     if len(arguments) == 1 and Path(arguments[0]).is_dir():
         return _dir_name(Path(arguments[0]))
     stem = common_stem(files) if files else ""

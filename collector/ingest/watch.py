@@ -57,7 +57,7 @@ from gpulens.collector import arrow_compute as pc
 from gpulens.collector.ingest.batch import ingest_task, sources_in_runs
 from gpulens.collector.ingest.plan import group_small_sources
 from gpulens.collector.ingest.results import FileFailure, FileResult, IngestReport, SkippedFile
-from gpulens.collector.ingest.sources import Source, find_traces, sources_of
+from gpulens.collector.ingest.sources import Source, find_traces, slurm_run_name, sources_of
 from gpulens.collector.ingest.store import read_runs, sanitise_run
 
 # Size in bytes and mtime in ns of each of a source's files, by path.
@@ -103,7 +103,9 @@ class TraceWatcher:
         # own jobs' folder knows it; a watcher alone (a login node) does not.
         self.host = host
         # A handler folder is one run: its files are the ranks.
-        self.run = sanitise_run(run if run is not None else Path(os.path.abspath(self.directory)).name)
+        # Under Slurm, the job's (`slurm-<job id>`).
+        self.run = sanitise_run(run if run is not None
+                                else slurm_run_name(os.environ) or Path(os.path.abspath(self.directory)).name)
         self.give_up_after_s = give_up_after_s
         self.reingest_after_s = reingest_after_s
         self._clock = clock

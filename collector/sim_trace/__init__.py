@@ -178,6 +178,11 @@ def _mix(*values: int) -> int:
     return x >> 1
 
 
+def rank_pid(seed: int, rank: int) -> int:
+    """The pid of `rank`'s process in the traces of `seed`."""
+    return 10_000 + _mix(seed, rank, 1) % 3_000_000
+
+
 def write_training_traces(
     out_dir: Path,
     ranks: int = 8,
@@ -217,7 +222,7 @@ def write_training_traces(
 
     states: list[_Rank] = []
     for rank in range(ranks):
-        pid = 10_000 + _mix(seed, rank, 1) % 3_000_000
+        pid = rank_pid(seed, rank)
         start = _TRACE_START_NS + _mix(seed, rank, 2) % 400_000
         states.append(
             _Rank(rank=rank, device=rank % per_host, pid=pid, main_tid=pid, autograd_tid=pid + 29 + rank % 7,
@@ -292,4 +297,4 @@ def _footer(r: _Rank, seed: int, base_time_ns: int) -> str:
 
 
 # Besides this module's own: what callers import from `job` through the package.
-__all__ = ["FIRST_PROFILER_STEP", "GPUS_PER_HOST", "MIN_KERNELS_PER_STEP", "write_training_traces"]
+__all__ = ["FIRST_PROFILER_STEP", "GPUS_PER_HOST", "MIN_KERNELS_PER_STEP", "rank_pid", "write_training_traces"]

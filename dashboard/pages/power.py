@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from gpulens.analysis import power, timeline
+from gpulens.analysis import jobs, power, timeline
 from gpulens.collector.wording import counted
 from gpulens.dashboard import charts
 from gpulens.dashboard.pages.common import (
@@ -120,6 +120,24 @@ with st.expander(f"Per GPU under a {cap_w} W cap"):
                                    pl.col("energy_above_cap_j").round(0), "cap_above_limit"),
                      hide_index=True, width="stretch")
 
+# --- jobs: what each Slurm job or Kubernetes pod held and drew -------------------------------
+job_energy = frame(ds, jobs.job_energy)
+if job_energy.height:
+    st.header("Jobs")
+    names = job_energy["job"].unique().sort().to_list()
+    job = st.selectbox("Job", names, key="power_job",
+                       help="The Slurm job or Kubernetes pod of the processes the collector saw on the GPUs.")
+    st.dataframe(
+        job_energy.filter(pl.col("job") == job).select(
+            "step", "job_user", "hosts", "gpus", pl.col("gpu_hours").round(3), (pl.col("energy_j") / 3.6e6).round(4)
+            .alias("energy_kwh"), pl.col("mean_power_w").round(1), pl.col("p99_power_w").round(1), "throttled_s"),
+        hide_index=True, width="stretch")
+    held = frame(ds, jobs.job_gpus).filter(pl.col("job") == job)
+    with st.expander(f"The GPUs {job} held"):
+        st.dataframe(held.select("host", "gpu_index", "hold_no", "held_s", pl.col("mean_util_pct").round(1), "idle_s",
+                                 "longest_idle_s"),
+                     hide_index=True, width="stretch")
+
 # --- the traces' steps and phases, priced in energy ------------------------------------------
 # Telemetry joined to kernel traces: what each profiler step and each phase
 # (computing, communicating alone, copying alone, idle) cost in joules.
@@ -144,5 +162,6 @@ if runs.height:
             st.caption("Not joined: " + "; ".join(f"rank {row['rank']}: {row['unmatched_reason']}"
                                                  for row in unmatched.iter_rows(named=True)))
     with st.expander("Which GPU each rank ran on"):
-        st.dataframe(matched.select("rank", "host", "gpu_index", "host_inferred", "telemetry_covers", "unmatched_reason"),
+        st.dataframe(matched.select("rank", "host", "device", "gpu_index", "matched_by", "host_inferred",
+                                    "telemetry_covers", "unmatched_reason"),
                      hide_index=True, width="stretch")

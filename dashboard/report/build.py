@@ -123,6 +123,7 @@ def build_report(
     title: str | None = None,
     progress: Progress | None = None,
     compare_label: str | None = None,
+    job: str | None = None,
 ) -> Report:
     """The report of the dataset at `dataset`, compared with `compare` if given.
 
@@ -130,7 +131,8 @@ def build_report(
     `compare`), named `compare_label` in the report if given;
     `fail_on` maps metric names to the percentage past which a change for
     the worse counts as a regression. `inputs` are what the user named
-    (trace files ingested into `dataset`, which is `temporary`).
+    (trace files ingested into `dataset`, which is `temporary`). `job`
+    limits the report to one job (`analysis.jobs.restrict_to_job`).
     Raises DatasetError for a dataset that cannot be read or holds nothing.
     """
     from gpulens.analysis.dataset import open_dataset
@@ -143,6 +145,14 @@ def build_report(
         con = open_dataset(dataset, footer_cache=True)
     except duckdb.Error as error:  # a corrupt Parquet file, say
         raise DatasetError(f"{dataset}: cannot read the dataset: {one_line(error)}") from None
+    if job is not None:
+        from gpulens.analysis.jobs import restrict_to_job
+
+        try:
+            restrict_to_job(con, job)
+        except BaseException:
+            con.close()
+            raise
     # The findings, the sections and the metrics ask for several of the same
     # analyses (power_headroom, time_breakdown, stragglers): each runs once
     # (a 16-host fleet's report: power_headroom's 2.2 s was paid twice).
@@ -167,7 +177,7 @@ def build_report(
         metrics = metrics_of.compute_metrics(con, whole)
         metrics_by_run = metrics_of.compute_run_metrics(con, [r["run"] for r in source.runs], whole)
         report = Report(
-            title=title or _default_title(source),
+            title=title or (f"gpulens report: job {job}" if job is not None else _default_title(source)),
             gpulens_version=gpulens_version(),
             source=source,
             findings=findings,

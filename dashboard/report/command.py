@@ -42,8 +42,12 @@ _SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "m
               help="When INPUTS are trace files: ingest them into this dataset and keep it (default: a temporary one).")
 @click.option("--run", "run_name", default=None, help="Run name for ingested trace files (default: from their names).")
 @click.option("--title", default=None, help="Title of the report.")
+@click.option("--job", default=None,
+              help="Only this job (job_holds' name: slurm-<job id>, pod-<namespace>/<pod>): the telemetry of the GPUs it "
+                   "held while it held them, and the trace runs of its processes.")
 def report(inputs: tuple[str, ...], output: Path | None, output_format: str | None, baseline: Path | None,
-           fail_on: tuple[str, ...], keep: Path | None, run_name: str | None, title: str | None) -> None:
+           fail_on: tuple[str, ...], keep: Path | None, run_name: str | None, title: str | None,
+           job: str | None) -> None:
     """Run every analysis on a dataset or on trace files and write a report.
 
     INPUTS is one dataset folder (with telemetry/ or traces/ in it), or
@@ -77,7 +81,7 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         baseline_dataset, label = _resolve_baseline(baseline, Path(scratch) / "baseline")
         with _Progress(terminal) as progress:
             built = build_report(dataset, compare=baseline_dataset, fail_on=thresholds, inputs=list(inputs),
-                                 temporary=temporary, title=title, progress=progress, compare_label=label)
+                                 temporary=temporary, title=title, progress=progress, compare_label=label, job=job)
             progress("writing")
             data = _render(built, output_format)
         # Where DuckDB swallowed it instead (the signal came in one of the

@@ -186,6 +186,17 @@ SECTIONS: tuple[SectionSpec, ...] = (
                  "node_headroom_w", "extra_nodes_at_p99"),
                 key=True,
             ),
+            TableSpec(
+                "job_energy", "Energy per job and Slurm step",
+                ("job", "step", "job_user", "hosts", "gpus", "gpu_hours", "energy_j", "mean_power_w", "p99_power_w",
+                 "throttled_s"),
+                omit_if_empty=True,
+            ),
+            TableSpec(
+                "job_gpus", "The GPUs each job held",
+                ("job", "host", "gpu_index", "hold_no", "held_s", "mean_util_pct", "idle_s", "longest_idle_s"),
+                omit_if_empty=True,
+            ),
         ),
     ),
     SectionSpec(
@@ -218,7 +229,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
         tables=(
             TableSpec(
                 "power_trace_gpus", "Which GPU each rank ran on",
-                ("run", "rank", "host", "gpu_index", "telemetry_covers", "unmatched_reason"),
+                ("run", "rank", "host", "device", "gpu_index", "matched_by", "telemetry_covers", "unmatched_reason"),
             ),
             TableSpec(
                 "step_energy", "Energy per step",
