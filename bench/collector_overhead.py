@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import platform
 import shutil
 import sys
