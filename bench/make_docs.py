@@ -156,6 +156,25 @@ def metrics_scrape(result: dict[str, Any]) -> str:
          "collector CPU sampling alone, ms/s", "resident MiB without → with the endpoint"], rows)
 
 
+_JOB_MEASURES = [
+    ("cold_read_us_per_process", "a new process's reads (stat, environ, cgroup, status), once", "µs CPU"),
+    ("known_us_per_process", "a known process, checked at each slow tick (its /proc/PID/stat)", "µs CPU"),
+    ("collector_tick_us_today", "the collector's CPU per tick without attribution", "µs"),
+    ("extra_per_tick_us_at_default_cadence", "extra per tick at the default cadence (a slow tick every 10 s)", "µs"),
+]
+
+
+def collector_overhead_jobs(result: dict[str, Any]) -> str:
+    values = {row["measure"]: row["value"] for row in result["rows"]}
+    rows = [[label, f"{_number(values[key], 1)} {unit}", "", ""] for key, label, unit in _JOB_MEASURES if key in values]
+    for key, label in (("extra_share_at_default_cadence", "extra share of the collector's CPU per tick"),
+                       ("extra_share_measured_at_default_cadence", "the same, from whole collector runs")):
+        if key in values:
+            rows.append([label, f"{values[key]:.1%}", "≤ 5 %", _verdict(values[key] <= 0.05)])
+    params = _params(result, ["gpus", "processes_per_gpu", "hz", "seconds"])
+    return provenance(result) + params + _table(["measure", "result", "target", "verdict"], rows)
+
+
 REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "ingest_vs_hta": ("ingest_vs_hta", ingest_vs_hta),
     "ingest_vs_hta_verdicts": ("ingest_vs_hta", ingest_vs_hta_verdicts),
@@ -166,6 +185,7 @@ REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "nvml_vs_nvidia_smi": ("nvml_vs_nvidia_smi", nvml_vs_nvidia_smi),
     "record_real_trace": ("record_real_trace", record_real_trace),
     "metrics_scrape": ("metrics_scrape", metrics_scrape),
+    "collector_overhead_jobs": ("collector_overhead_jobs", collector_overhead_jobs),
 }
 
 
