@@ -654,7 +654,7 @@ def test_dashboard_command_binds_localhost_and_names_the_dataset(monkeypatch, sa
     options = dict(zip(argv[5::2], argv[6::2]))
     assert options == {
         "--server.address": "127.0.0.1", "--server.port": "8600", "--server.headless": "true",
-        "--server.fileWatcherType": "none", "--browser.gatherUsageStats": "false",
+        "--server.fileWatcherType": "none", "--browser.gatherUsageStats": "false", "--client.toolbarMode": "viewer",
     }
     assert env[data.DATASET_ENV] == str(sample.resolve())
 
@@ -798,3 +798,17 @@ def test_power_page_prices_each_step_and_phase_of_a_run_under_the_telemetry(monk
     phases = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"] == "Energy by phase per rank")
     assert steps["data"] and all(trace["mode"] == "lines+markers" for trace in steps["data"])
     assert [trace["name"] for trace in phases["data"]] == ["compute", "communication", "memory", "idle"]
+
+
+def test_dashboard_on_a_missing_dataset_is_one_error_line_and_starts_nothing(monkeypatch, capsys, tmp_path):
+    missing = tmp_path / "no" / "such" / "path"
+    assert _serve_refused(monkeypatch, capsys, [str(missing)]) == (
+        1, f"gpulens: error: {missing}: no such dataset directory\n", [])
+
+
+def test_dashboard_on_a_file_is_one_error_line_and_starts_nothing(monkeypatch, capsys, tmp_path):
+    file = tmp_path / "trace.json"
+    file.write_text("{}")
+    assert _serve_refused(monkeypatch, capsys, [str(file)]) == (
+        1, f"gpulens: error: {file}: not a directory (a dataset is a folder of Parquet tables)\n", [])
+
