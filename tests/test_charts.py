@@ -10,7 +10,7 @@ import plotly.io as pio
 import polars as pl
 import pytest
 
-from gpulens.dashboard import charts
+from gpulens.dashboard import charts, theme
 
 
 def kernel_runs(rows: list[tuple], window_ns: tuple[int, int] | None = None) -> pl.DataFrame:
@@ -471,3 +471,22 @@ def test_collective_time_of_an_nccl_log_says_it_has_no_gpu_time_rather_than_empt
                           "total_ns": [None, None], "count": [7403, 1]}, schema_overrides={"total_ns": pl.Int64})
     fig = charts.collective_time_figure(stats)
     assert fig.data == () and "NCCL logs record sizes only" in fig.layout.annotations[0].text
+
+
+def _patterned_legend_bars(fig) -> list:
+    return [trace for trace in fig.data if trace.type == "bar" and trace.showlegend is not False
+            and trace.marker.pattern.shape]
+
+
+def test_interconnect_usage_legend_draws_patterned_bars_in_one_colour() -> None:
+    # plotly.js logs "Invalid color specifier: Array(n)" for a patterned legend swatch of many colours.
+    usage = pl.DataFrame({
+        "host": ["node-a"] * 4, "link": ["nvlink"] * 4, "gpu_index": [0, 0, 1, 1], "direction": ["rx", "tx"] * 2,
+        "achieved_bytes_per_s": [1e9, 2e9, 3e9, 4e9], "p95_bytes_per_s": [2e9, 3e9, 4e9, 5e9],
+        "utilisation": [0.1] * 4, "peak_bytes_per_s": [450e9] * 4,
+    })
+    fig = charts.interconnect_usage_figure(usage, "nvlink")
+    legend = _patterned_legend_bars(fig)
+    assert [(t.name, t.marker.color) for t in legend] == [("rx mean", theme.OTHER_COLOUR)]
+    gpu_bars = [t for t in fig.data if t.type == "bar" and t.showlegend is False]
+    assert [list(t.marker.color) for t in gpu_bars] == [[theme.gpu_colour(0), theme.gpu_colour(1)]] * 2

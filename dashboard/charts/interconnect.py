@@ -35,11 +35,21 @@ def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
     for direction in sorted(frame["direction"].unique().to_list()):
         part = frame.filter(pl.col("direction") == direction)
         labels = [gpu_label(h, g, len(hosts)) for h, g in zip(part["host"], part["gpu_index"])]
+        pattern = {"shape": patterns.get(direction, ""), "fgcolor": "#ffffff"}
         fig.add_trace(go.Bar(
             x=labels, y=(part["achieved_bytes_per_s"] / GB).to_list(), name=f"{direction} mean",
-            marker={"color": [theme.gpu_colour(g) for g in part["gpu_index"]], "pattern": {"shape": patterns.get(direction, "")}},
-            offsetgroup=direction, customdata=(part["utilisation"] * 100).to_list(),
+            marker={"color": [theme.gpu_colour(g) for g in part["gpu_index"]], "pattern": pattern},
+            offsetgroup=direction, customdata=(part["utilisation"] * 100).to_list(), showlegend=False,
+            legendgroup=direction,
             hovertemplate=f"%{{x}} {direction}: %{{y:.1f}} GB/s (%{{customdata:.1f}}% of peak)<extra></extra>",
+        ))
+        # The legend shows the direction's pattern in a neutral colour: the
+        # bars are coloured per GPU, and plotly.js draws a legend swatch of
+        # a patterned bar from one colour (an array of them it logs as
+        # "Invalid color specifier: Array(8)", once per redraw).
+        fig.add_trace(go.Bar(
+            x=[labels[0]], y=[None], name=f"{direction} mean", legendgroup=direction, offsetgroup=direction,
+            hoverinfo="skip", marker={"color": theme.OTHER_COLOUR, "pattern": pattern},
         ))
         fig.add_trace(go.Scatter(
             x=labels, y=(part["p95_bytes_per_s"] / GB).to_list(), mode="markers", name=f"{direction} p95",
