@@ -490,3 +490,19 @@ def test_interconnect_usage_legend_draws_patterned_bars_in_one_colour() -> None:
     assert [(t.name, t.marker.color) for t in legend] == [("rx mean", theme.OTHER_COLOUR)]
     gpu_bars = [t for t in fig.data if t.type == "bar" and t.showlegend is False]
     assert [list(t.marker.color) for t in gpu_bars] == [[theme.gpu_colour(0), theme.gpu_colour(1)]] * 2
+
+
+def test_throttle_shading_is_per_gpu_and_names_the_gpu_held_back() -> None:
+    fig = charts.telemetry_figure(telemetry_buckets([
+        (0, 0, 450.0, 0.0), (0, 1, 450.0, 0.0), (3, 0, 700.0, 0.0), (3, 1, 700.0, 0.5)]), "power_w", 60)
+    shades = [trace for trace in fig.data if trace.fill == "toself"]
+    assert [(t.name, t.legendgroup, t.fillcolor) for t in shades] == [
+        ("GPU 3 throttled (power/heat)", "GPU 3", charts.base._alpha(theme.gpu_colour(3), 0.15))]
+    start = datetime(2026, 1, 1, 0, 1)
+    assert [x for x in shades[0].x if x is not None] == [start, start, start + timedelta(minutes=1),
+                                                          start + timedelta(minutes=1), start]
+
+
+def test_throttle_shading_of_no_throttled_gpu_draws_nothing() -> None:
+    fig = charts.telemetry_figure(telemetry_buckets([(0, 0, 450.0, 0.0), (1, 0, 450.0, 0.0)]), "power_w", 60)
+    assert [trace for trace in fig.data if trace.fill == "toself"] == []

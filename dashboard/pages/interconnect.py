@@ -46,7 +46,7 @@ for tab, link in zip(tabs, links):
     with tab:
         chart(charts.interconnect_usage_figure(usage, link), key=f"interconnect_usage_{link}")
         chart(charts.interconnect_timeline_figure(series, link, bucket_s), key=f"interconnect_timeline_{link}")
-        st.caption(f"Mean throughput per bucket of {bucket_s:g} s; the dashed red line is the nominal peak per direction.")
+        st.caption(f"Mean throughput per bucket of {bucket_s:g} s; the dashed black line is the nominal peak per direction.")
 
 st.subheader("Untapped bandwidth per GPU")
 st.dataframe(
