@@ -506,3 +506,11 @@ def test_throttle_shading_is_per_gpu_and_names_the_gpu_held_back() -> None:
 def test_throttle_shading_of_no_throttled_gpu_draws_nothing() -> None:
     fig = charts.telemetry_figure(telemetry_buckets([(0, 0, 450.0, 0.0), (1, 0, 450.0, 0.0)]), "power_w", 60)
     assert [trace for trace in fig.data if trace.fill == "toself"] == []
+
+
+def test_empty_figure_is_a_strip_with_its_message_wrapped_to_fit_half_a_page() -> None:
+    message = "The traces hold collectives with their sizes but no GPU time: NCCL logs record sizes only."
+    fig = charts.empty_figure("Collective time", message)
+    assert fig.layout.annotations[0].text == ("The traces hold collectives with their sizes but no GPU<br>"
+                                              "time: NCCL logs record sizes only.")
+    assert fig.layout.height == 150

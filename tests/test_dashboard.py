@@ -813,3 +813,19 @@ def test_dashboard_on_a_file_is_one_error_line_and_starts_nothing(monkeypatch, c
     assert _serve_refused(monkeypatch, capsys, [str(file)]) == (
         1, f"gpulens: error: {file}: not a directory (a dataset is a folder of Parquet tables)\n", [])
 
+
+
+def test_communication_opens_on_a_run_with_collectives_on_the_gpu_not_an_nccl_log(monkeypatch, sample, tmp_path):
+    import shutil
+
+    from conftest import write_trace_table
+
+    dataset = tmp_path / "data"
+    shutil.copytree(sample, dataset)
+    # An NCCL log's run, first alphabetically: collectives with sizes, no kernels.
+    write_trace_table(dataset, "aaa-nccl-log", "runs", {"run": ["aaa-nccl-log"], "rank": [0], "source_format": ["nccl_log"]})
+    write_trace_table(dataset, "aaa-nccl-log", "collectives", {
+        "run": ["aaa-nccl-log"], "rank": [0], "op": ["all_reduce"], "bytes": [1 << 20], "seq": [0]})
+    at = _run(monkeypatch, dataset, "pages/communication.py")
+    assert at.selectbox(key="communication_run").options[0] == "aaa-nccl-log"
+    assert at.selectbox(key="communication_run").value == "balanced"

@@ -10,6 +10,8 @@ queue limit that pages and charts both use are here too.
 
 from __future__ import annotations
 
+import textwrap
+
 from typing import Any
 
 import numpy as np
@@ -49,14 +51,23 @@ TELEMETRY_METRICS: dict[str, tuple[str, str, float]] = {
 }
 
 
+# An empty chart is its title and one message: a strip, not a chart's
+# height of blank (the report had 300 px of nothing per placeholder).
+EMPTY_FIGURE_HEIGHT = 150
+# Characters per line of its message: plotly.js never wraps an annotation,
+# so a long one on a half-width chart was cut off at both ends.
+EMPTY_MESSAGE_LINE_CHARS = 60
+
+
 def empty_figure(title: str, message: str) -> go.Figure:
-    """A titled figure saying there is nothing to draw."""
+    """A titled strip saying there is nothing to draw, its message wrapped."""
     fig = new_figure()
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+    lines = textwrap.wrap(message, EMPTY_MESSAGE_LINE_CHARS, break_long_words=False, break_on_hyphens=False)
+    fig.add_annotation(text="<br>".join(lines), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                        font={"size": 14, "color": theme.OTHER_COLOUR})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return _layout(fig, title)
+    return _layout(fig, title, height=EMPTY_FIGURE_HEIGHT + 20 * max(0, len(lines) - 2))
 
 
 def new_figure(*args: Any, **kwargs: Any) -> go.Figure:

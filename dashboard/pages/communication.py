@@ -25,7 +25,10 @@ with_collectives = runs.filter(pl.col("collectives") > 0) if runs.height else ru
 if with_collectives.is_empty():
     st.info("The traces hold no collectives (NCCL/RCCL calls).", icon=":material/info:")
     st.stop()
-run = run_picker(with_collectives, key="communication_run")
+# First the run whose collectives ran on the GPU (an NCCL log alone has
+# sizes but no GPU time: every chart of it would be a placeholder).
+on_gpu = with_collectives["kernels"].fill_null(0) > 0
+run = run_picker(with_collectives, key="communication_run", index=int(on_gpu.arg_max()) if on_gpu.any() else 0)
 
 
 def _of_run(result: pl.DataFrame) -> pl.DataFrame:
