@@ -514,3 +514,9 @@ def test_empty_figure_is_a_strip_with_its_message_wrapped_to_fit_half_a_page() -
     assert fig.layout.annotations[0].text == ("The traces hold collectives with their sizes but no GPU<br>"
                                               "time: NCCL logs record sizes only.")
     assert fig.layout.height == 150
+
+
+def test_throttle_strip_of_one_gpu_keeps_a_readable_colour_bar() -> None:
+    fig = charts.throttle_strip_figure(telemetry_buckets([(3, 0, 700.0, 0.5), (3, 1, 700.0, 1.0)]))
+    colorbar = fig.data[0].colorbar
+    assert (fig.layout.height, colorbar.title.side, list(colorbar.tickvals)) == (230, "right", [0, 50, 100])

@@ -160,6 +160,9 @@ def _shade(fig: go.Figure, periods: list[tuple[Any, Any]], name: str, colour: st
     fig.update_layout(yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True})
 
 
+THROTTLE_STRIP_MIN_ROWS = 5
+
+
 def throttle_strip_figure(timeline: pl.DataFrame) -> go.Figure:
     """GPU × time: the share of each bucket's samples held back by power or heat."""
     title = "Throttling: share of samples held back by power or heat"
@@ -176,7 +179,12 @@ def throttle_strip_figure(timeline: pl.DataFrame) -> go.Figure:
     z = wide.select(pl.col(gpus).cast(pl.Float64) * 100).to_numpy().T  # GPU x bucket; NaN where not sampled
     fig = new_figure(go.Heatmap(
         x=_x_times(wide["bucket_start"]), y=gpus, z=z, zmin=0, zmax=100,
-        colorscale=[[0, "#ffffff"], [1, theme.LIMIT_LINE_COLOUR]], colorbar={"title": {"text": "held back (%)"}},
+        colorscale=[[0, "#ffffff"], [1, theme.LIMIT_LINE_COLOUR]],
+        # The title beside the bar, not above it: over a GPU or two the bar
+        # is short, and a title on top overlapped its ticks.
+        colorbar={"title": {"text": "held back (%)", "side": "right"}, "tickvals": [0, 50, 100]},
         hovertemplate="%{y}<br>%{x}<br>%{z:.0f}% of samples held back<extra></extra>",
     ))
-    return _layout(fig, title, TIME_AXIS, "GPU", height=120 + 22 * len(gpus))
+    # Rows for at least THROTTLE_STRIP_MIN_ROWS GPUs: with one, the colour
+    # bar collapsed to a sliver.
+    return _layout(fig, title, TIME_AXIS, "GPU", height=120 + 22 * max(len(gpus), THROTTLE_STRIP_MIN_ROWS))
