@@ -829,3 +829,8 @@ def test_communication_opens_on_a_run_with_collectives_on_the_gpu_not_an_nccl_lo
     at = _run(monkeypatch, dataset, "pages/communication.py")
     assert at.selectbox(key="communication_run").options[0] == "aaa-nccl-log"
     assert at.selectbox(key="communication_run").value == "balanced"
+
+
+def test_dashboard_tables_show_a_missing_value_as_the_report_does(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/kernels.py")
+    assert at.dataframe and {frame.proto.placeholder for frame in at.dataframe} == {"–"}

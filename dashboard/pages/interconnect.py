@@ -7,7 +7,9 @@ import streamlit as st
 
 from gpulens.analysis import power, timeline
 from gpulens.dashboard import charts
-from gpulens.dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables
+from gpulens.dashboard.pages.common import (
+    NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables, table,
+)
 
 LINK_ORDER = ("nvlink", "xgmi", "pcie")
 
@@ -49,7 +51,7 @@ for tab, link in zip(tabs, links):
         st.caption(f"Mean throughput per bucket of {bucket_s:g} s; the dashed black line is the nominal peak per direction.")
 
 st.subheader("Untapped bandwidth per GPU")
-st.dataframe(
+table(
     usage.select(
         "host", "gpu_index", "link", "direction",
         (pl.col("achieved_bytes_per_s") / 1e9).round(2).alias("mean_gb_s"),
