@@ -520,3 +520,16 @@ def test_throttle_strip_of_one_gpu_keeps_a_readable_colour_bar() -> None:
     fig = charts.throttle_strip_figure(telemetry_buckets([(3, 0, 700.0, 0.5), (3, 1, 700.0, 1.0)]))
     colorbar = fig.data[0].colorbar
     assert (fig.layout.height, colorbar.title.side, list(colorbar.tickvals)) == (230, "right", [0, 50, 100])
+
+
+def test_step_axis_puts_two_runs_far_apart_steps_side_by_side() -> None:
+    fig = charts.new_figure()
+    charts.step_axis(fig, [10, 11, 12, 13, 14, 100, 101, 102, 103, 104])
+    assert (fig.layout.xaxis.type, list(fig.layout.xaxis.categoryarray)) == (
+        "category", [10, 11, 12, 13, 14, 100, 101, 102, 103, 104])
+
+
+def test_step_axis_keeps_consecutive_steps_numeric_with_a_tick_each() -> None:
+    fig = charts.new_figure()
+    charts.step_axis(fig, [10, 11, 12, 13, 14])
+    assert (fig.layout.xaxis.type, fig.layout.xaxis.dtick) == (None, 1)

@@ -234,6 +234,21 @@ def _step_ticks(fig: go.Figure, one_per_step: bool) -> None:
         fig.update_xaxes(tickformat="d")
 
 
+def step_axis(fig: go.Figure, steps: list[int]) -> None:
+    """Profiler steps on x. Steps far apart (two runs' steps 10-14 and
+    100-104) go side by side as categories, in order, rather than at either
+    end of a numeric axis that is nine tenths empty; others on a numeric
+    axis, with a tick per step where they span few (`_step_ticks`)."""
+    distinct = sorted(set(steps))
+    if not distinct:
+        return
+    span = distinct[-1] - distinct[0] + 1
+    if span > 2 * len(distinct):
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=distinct)
+    else:
+        _step_ticks(fig, one_per_step=span - 1 < _STEP_TICKS_MAX)
+
+
 def time_unit(max_ns: float | None) -> tuple[float, str]:
     """(nanoseconds per unit, unit) for an axis of durations up to `max_ns`:
     ms from 1 ms to 10 s, µs below, s above, so ticks read `55 s`, not
