@@ -116,12 +116,19 @@ def _rocprof(folder: Path) -> list[str]:
     return [str(path) for path in _process(folder, "kernel_trace", "hip_api_trace", "marker_api_trace")]
 
 
+def _rocprof_json(folder: Path) -> list[str]:
+    from test_ingest_rocprof_json import write_rocprof_json
+
+    return [str(write_rocprof_json(folder / "4242_results.json"))]
+
+
 def _nccl(folder: Path) -> list[str]:
     (folder / "nccl.log").write_text(TWO_NODES_LOG)
     return [str(folder / "nccl.log")]
 
 
-@pytest.mark.parametrize("write", [_kineto, _nsys, _rocprof, _nccl], ids=["kineto", "nsys", "rocprofv3", "nccl"])
+@pytest.mark.parametrize("write", [_kineto, _nsys, _rocprof, _rocprof_json, _nccl],
+                         ids=["kineto", "nsys", "rocprofv3", "rocprofv3 json", "nccl"])
 def test_ingest_of_each_format_imports_neither_pyarrow_compute_nor_pyarrow_parquet(tmp_path: Path, write) -> None:
     # pyarrow.compute builds ~290 wrappers with parsed docstrings (21 ms and
     # 1.7 MB in every ingest process); pyarrow.parquet brings pyarrow.fs, with
