@@ -478,18 +478,31 @@ def _patterned_legend_bars(fig) -> list:
             and trace.marker.pattern.shape]
 
 
-def test_interconnect_usage_legend_draws_patterned_bars_in_one_colour() -> None:
-    # plotly.js logs "Invalid color specifier: Array(n)" for a patterned legend swatch of many colours.
+def _patterned_bars_of_many_colours(fig) -> list:
+    return [trace for trace in fig.data if trace.type == "bar" and trace.marker.pattern.shape
+            and not isinstance(trace.marker.color, str)]
+
+
+def test_interconnect_usage_hatches_only_bars_of_one_colour() -> None:
+    # plotly.js logs "Invalid color specifier: Array(n)" for a hatched bar trace of many colours.
     usage = pl.DataFrame({
         "host": ["node-a"] * 4, "link": ["nvlink"] * 4, "gpu_index": [0, 0, 1, 1], "direction": ["rx", "tx"] * 2,
         "achieved_bytes_per_s": [1e9, 2e9, 3e9, 4e9], "p95_bytes_per_s": [2e9, 3e9, 4e9, 5e9],
         "utilisation": [0.1] * 4, "peak_bytes_per_s": [450e9] * 4,
     })
     fig = charts.interconnect_usage_figure(usage, "nvlink")
-    legend = _patterned_legend_bars(fig)
-    assert [(t.name, t.marker.color) for t in legend] == [("rx mean", theme.OTHER_COLOUR)]
-    gpu_bars = [t for t in fig.data if t.type == "bar" and t.showlegend is False]
-    assert [list(t.marker.color) for t in gpu_bars] == [[theme.gpu_colour(0), theme.gpu_colour(1)]] * 2
+    assert _patterned_bars_of_many_colours(fig) == []
+    rx = [(list(t.x), list(t.y), t.marker.color, t.offsetgroup) for t in fig.data
+          if t.type == "bar" and t.marker.pattern.shape == "/" and t.showlegend is False]
+    assert rx == [(["GPU 0"], [1.0], theme.gpu_colour(0), "rx"), (["GPU 1"], [3.0], theme.gpu_colour(1), "rx")]
+    legend = [(t.name, t.marker.color) for t in fig.data if t.type == "bar" and t.showlegend is not False]
+    assert legend == [("rx mean", theme.OTHER_COLOUR), ("tx mean", theme.OTHER_COLOUR)]
+
+
+def test_collective_delta_hatches_only_bars_of_one_colour() -> None:
+    compare = pl.DataFrame({"op": ["all_reduce", "all_gather"], "size_bucket_bytes": [1024, 1024],
+                            "busbw_bytes_per_s_a": [1e9, 2e9], "busbw_bytes_per_s_b": [3e9, 4e9]})
+    assert _patterned_bars_of_many_colours(charts.collective_delta_figure(compare, "a", "b")) == []
 
 
 def test_throttle_shading_is_per_gpu_and_names_the_gpu_held_back() -> None:
