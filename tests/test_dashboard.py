@@ -834,3 +834,18 @@ def test_communication_opens_on_a_run_with_collectives_on_the_gpu_not_an_nccl_lo
 def test_dashboard_tables_show_a_missing_value_as_the_report_does(monkeypatch, sample):
     at = _run(monkeypatch, sample, "pages/kernels.py")
     assert at.dataframe and {frame.proto.placeholder for frame in at.dataframe} == {"–"}
+
+
+def test_kernels_page_offers_the_chosen_step_as_a_perfetto_trace(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at.selectbox(key="kernels_step").set_value(3).run()
+    [button] = [b for b in at.get("download_button") if b.proto.label.startswith("Download step")]
+    assert button.proto.label == "Download step 3 as a Perfetto trace"
+
+
+def test_perfetto_trace_of_the_dashboard_holds_the_steps_of_every_rank(sample):
+    import gzip
+
+    trace = json.loads(gzip.decompress(data.perfetto_trace(data.current(sample), "training", (3, 3))))
+    steps = [(e["pid"], e["name"]) for e in trace["traceEvents"] if e.get("cat") == "user_annotation"]
+    assert sorted(steps) == [(rank + 1, "ProfilerStep#3") for rank in range(8)]

@@ -10,7 +10,7 @@ import streamlit as st
 
 from gpulens.analysis import launch, time_breakdown, timeline
 from gpulens.analysis.findings import format_duration_ns
-from gpulens.dashboard import charts
+from gpulens.dashboard import charts, data
 from gpulens.dashboard.pages.common import (
     NO_TRACES, TIMELINE_STEP_INDEX, caption_dataset, chart, fetch, fmt_share, frame, require_dataset, require_tables,
     run_picker, table, timeline_choices, with_kernels,
@@ -167,6 +167,13 @@ if rank_list and step_numbers:
     c1, c2, c3 = st.columns([1, 1, 3])
     rank = c1.selectbox("Rank", rank_list, key="kernels_rank")
     step = c2.selectbox("Step", step_numbers, index=min(TIMELINE_STEP_INDEX, len(step_numbers) - 1), key="kernels_step")
+    # Built when clicked (a callable), not at each run of the page.
+    st.download_button(
+        f"Download step {step} as a Perfetto trace", icon=":material/download:", on_click="ignore",
+        data=lambda: data.perfetto_trace(ds, run, (int(step), int(step))), file_name=f"{run}-step{step}.json.gz",
+        mime="application/gzip", key="kernels_perfetto",
+        help="Every rank of this run over this step (kernels, CPU threads, collectives and the GPUs' telemetry on "
+             "one timeline) for ui.perfetto.dev or chrome://tracing: `gpulens export perfetto --steps`.")
     step_ns = steps.filter((pl.col("rank") == rank) & (pl.col("step") == step))["step_ns"].max() or 0
     step_ms = round(step_ns / 1e6, 3)
     window_ms = c3.slider("Window (ms after the step's start)", 0.0, max(step_ms, 0.001), (0.0, max(step_ms, 0.001)),
