@@ -209,6 +209,16 @@ def test_coverage_draws_a_short_run_as_a_sliver_with_its_true_span_in_the_hover(
     assert tuple(traces.customdata[0][1:]) == ("2026-01-01 01:00:00 to 2026-01-01 01:00:05 UTC", "5 s")
 
 
+def test_coverage_writes_a_short_runs_true_length_beside_its_sliver() -> None:
+    coverage = pl.DataFrame({"host": ["node-a"], "gpu_index": [0],
+                             "first_ts": [datetime(2026, 1, 1, 0, 0, tzinfo=timezone.utc)],
+                             "last_ts": [datetime(2026, 1, 1, 0, 3, tzinfo=timezone.utc)]})
+    runs = pl.DataFrame({"run": ["demo"], "ranks": [8], "time_base": ["epoch"],
+                         "first_ns": [1_767_225_690_000_000_000], "last_ns": [1_767_225_690_150_000_000]})
+    [label] = [trace for trace in charts.coverage_figure(coverage, runs).data if trace.mode == "text"]
+    assert (list(label.y), list(label.text)) == (["run demo (8 ranks)"], ["  0.15 s (drawn wider)"])
+
+
 def _hosts_coverage(hosts: int) -> pl.DataFrame:
     return pl.DataFrame({"host": [f"node-{h:03d}" for h in range(hosts)], "gpu_index": [0] * hosts,
                          "first_ts": [datetime(2026, 1, 1, 0, 0, tzinfo=timezone.utc)] * hosts,
