@@ -33,6 +33,7 @@ time (`analysis.trace_events`): memory does not grow with the kernels.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import Counter as _Tally
 from collections.abc import Iterator
@@ -55,10 +56,12 @@ SQL_DIR = Path(__file__).resolve().parent / "perfetto_sql"
 GENERATOR = "gpulens export perfetto"
 # Thread ids of the tracks that are not CPU threads: GPU streams count up
 # from STREAM_TID_BASE (a stream's own id may be a 64-bit handle, and Chrome
-# trace tids are 32-bit); the steps and collectives tracks sit just below.
+# trace tids are 32-bit); the steps track sits just below, and one track
+# per process group counts down from COLLECTIVES_TID (collectives of two
+# groups may overlap, and slices of one track must nest).
 STREAM_TID_BASE = 1 << 30
-STEPS_TID = STREAM_TID_BASE - 2
-COLLECTIVES_TID = STREAM_TID_BASE - 1
+STEPS_TID = STREAM_TID_BASE - 1
+COLLECTIVES_TID = STREAM_TID_BASE - 2
 # How a rank's GPU was found, where power_trace_gpus does not say: its
 # kernels' device index, taken as the telemetry gpu_index.
 INDEX_ASSUMED = "index_assumed"
@@ -254,20 +257,23 @@ def _write_events(con: duckdb.DuckDBPyConnection, writer: TraceEventWriter, wind
     by_rank = {w.rank: w for w in windows}
     tracks = _rows(con, _sql("tracks"))
     stream_tids = _stream_tids(tracks)
+    group_tids = _group_tids(con)
     small = _chain(
-        _metadata_events(windows, tracks, stream_tids),
+        _metadata_events(windows, tracks, stream_tids, group_tids),
         _counter_events(con, by_rank, base_ns),
         _gpu_event_instants(con, by_rank, base_ns),
         _step_events(con, by_rank, base_ns),
-        _collective_events(con, by_rank, base_ns),
+        _collective_events(con, by_rank, group_tids, base_ns),
         _finding_events(con, windows, findings, base_ns),
     )
-    for event in small:
-        if not writer.add(event):
-            return None
+    # Closed when cut short: a result read halfway keeps DuckDB's connection busy.
+    with contextlib.closing(small):
+        for event in small:
+            if not writer.add(event):
+                return None
     flow_ids = iter(range(1, 1 << 62))
-    for batch in _batches(con, _sql("activities")):
-        for row in batch.to_pylist():
+    with contextlib.closing(_batch_rows(con, _sql("activities"))) as rows:
+        for row in rows:
             for event in _activity_events(row, by_rank[row["rank"]].pid, stream_tids, base_ns, flow_ids):
                 if not writer.add(event):
                     return row["start_ns"]
@@ -275,8 +281,14 @@ def _write_events(con: duckdb.DuckDBPyConnection, writer: TraceEventWriter, wind
 
 
 def _chain(*parts: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for part in parts:
-        yield from part
+    try:
+        for part in parts:
+            yield from part
+    finally:
+        for part in parts:
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
 
 
 def _ts(ns: int, base_ns: int) -> float:
@@ -299,7 +311,8 @@ def _stream_tids(tracks: list[dict[str, Any]]) -> dict[tuple[int, int | None, in
 
 
 def _metadata_events(windows: list[RankWindow], tracks: list[dict[str, Any]],
-                     streams: dict[tuple[int, int | None, int | None], int]) -> Iterator[dict[str, Any]]:
+                     streams: dict[tuple[int, int | None, int | None], int],
+                     groups: dict[tuple[int, tuple[str | None, str | None]], int]) -> Iterator[dict[str, Any]]:
     for window in windows:
         pid = window.pid
         gpu = f"GPU {window.gpu_index}" if window.gpu_index is not None else "GPU unknown"
@@ -324,8 +337,11 @@ def _metadata_events(windows: list[RankWindow], tracks: list[dict[str, Any]],
                 yield _meta("thread_name", pid, tid, {"name": f"stream {track['stream']} · GPU {track['device']}"})
                 yield _meta("thread_sort_index", pid, tid, {"sort_index": order + 1_000})
             order += 1
-        yield _meta("thread_name", pid, COLLECTIVES_TID, {"name": "collectives"})
-        yield _meta("thread_sort_index", pid, COLLECTIVES_TID, {"sort_index": 1_000_000})
+        for (rank, group), tid in groups.items():
+            if rank == window.rank:
+                name = f"collectives · group {group[0]}" + (f" ({group[1]})" if group[1] else "")
+                yield _meta("thread_name", pid, tid, {"name": name})
+                yield _meta("thread_sort_index", pid, tid, {"sort_index": 1_000_000 + COLLECTIVES_TID - tid})
 
 
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -383,12 +399,26 @@ def _step_events(con: duckdb.DuckDBPyConnection, by_rank: dict[int, RankWindow],
                "args": {"step": row["step"]}}
 
 
-def _collective_events(con: duckdb.DuckDBPyConnection, by_rank: dict[int, RankWindow], base_ns: int) -> Iterator[dict[str, Any]]:
-    for row in _rows(con, _sql("collectives")):
+def _group_tids(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, tuple[str | None, str | None]], int]:
+    """(rank, (process group, its description)) → the tid of its collectives track."""
+    rows = _rows(con, f"select distinct rank, process_group, process_group_desc from ({_sql('collectives')}) "
+                      "order by rank, process_group, process_group_desc")
+    tids: dict[tuple[int, tuple[str | None, str | None]], int] = {}
+    per_rank: _Tally[int] = _Tally()
+    for row in rows:
+        tids[(row["rank"], (row["process_group"], row["process_group_desc"]))] = COLLECTIVES_TID - per_rank[row["rank"]]
+        per_rank[row["rank"]] += 1
+    return tids
+
+
+def _collective_events(con: duckdb.DuckDBPyConnection, by_rank: dict[int, RankWindow],
+                       groups: dict[tuple[int, tuple[str | None, str | None]], int], base_ns: int) -> Iterator[dict[str, Any]]:
+    for row in _batch_rows(con, _sql("collectives")):
+        tid = groups[(row["rank"], (row["process_group"], row["process_group_desc"]))]
         args = {key: row[key] for key in ("op", "bytes", "process_group", "process_group_desc", "seq", "group_size",
                                           "dtype", "kernel_name", "correlation_id") if row[key] is not None}
         yield {"ph": "X", "cat": "collective", "name": row["op"] or "collective", "pid": by_rank[row["rank"]].pid,
-               "tid": COLLECTIVES_TID, "ts": _ts(row["start_ns"], base_ns), "dur": row["dur_ns"] / 1000, "args": args}
+               "tid": tid, "ts": _ts(row["start_ns"], base_ns), "dur": row["dur_ns"] / 1000, "args": args}
 
 
 def _finding_events(con: duckdb.DuckDBPyConnection, windows: list[RankWindow], findings: list[Finding],
@@ -499,4 +529,14 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
 
 
 def _batches(con: duckdb.DuckDBPyConnection, sql: str) -> Iterator[pa.RecordBatch]:
-    yield from stream_sql(con, sql, rows_per_batch=BATCH_ROWS)
+    reader = stream_sql(con, sql, rows_per_batch=BATCH_ROWS)
+    try:
+        yield from reader
+    finally:
+        reader.close()
+
+
+def _batch_rows(con: duckdb.DuckDBPyConnection, sql: str) -> Iterator[dict[str, Any]]:
+    """`sql`'s rows, a batch in memory at a time."""
+    for batch in _batches(con, sql):
+        yield from batch.to_pylist()

@@ -262,3 +262,16 @@ def test_export_command_warns_when_it_cuts(tmp_path) -> None:
                                       "--max-events", "300", "-o", str(tmp_path / "cut.json.gz")])
     assert result.exit_code == 0, result.output
     assert "cut at --max-events 300: the events from 2026-01-01T00:01:30." in result.stderr
+
+
+def test_export_cut_leaves_the_connection_free_for_the_next_query(con, tmp_path) -> None:
+    # The dashboard exports on its long-lived connection: a result left half-read would hold it.
+    export_perfetto(con, RUN, tmp_path / "cut.json.gz", ranks=[0], max_events=100)
+    assert con.execute("select count(*) from kernels").fetchall() == [(16000,)]
+
+
+def test_export_puts_each_process_groups_collectives_on_a_track_of_its_own(rank0) -> None:
+    events = _load(rank0)["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    tids = {e["tid"] for e in events if e["ph"] == "X" and e["cat"] == "collective"}
+    assert [names[tid] for tid in tids] == ["collectives · group 0 (default_pg)"]
