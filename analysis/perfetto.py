@@ -207,7 +207,9 @@ def rank_windows(
     table = pa.table({
         "rank": pa.array([w.rank for w in windows], pa.int32()),
         "host": pa.array([w.host for w in windows], pa.string()),
-        "gpu_index": pa.array([w.gpu_index for w in windows], pa.int32()),
+        # Counters only for a rank joined to its GPU's telemetry: a trace off
+        # the epoch, or outside the telemetry, would take samples of another time.
+        "gpu_index": pa.array([w.gpu_index if w.unmatched_reason is None else None for w in windows], pa.int32()),
         "window_start_ns": pa.array([w.window_start_ns for w in windows], pa.int64()),
         "window_end_ns": pa.array([w.window_end_ns for w in windows], pa.int64()),
     })

@@ -275,3 +275,23 @@ def test_export_puts_each_process_groups_collectives_on_a_track_of_its_own(rank0
     names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     tids = {e["tid"] for e in events if e["ph"] == "X" and e["cat"] == "collective"}
     assert [names[tid] for tid in tids] == ["collectives · group 0 (default_pg)"]
+
+
+def test_export_of_a_rank_not_joined_to_telemetry_has_no_counters_and_says_why(tmp_path) -> None:
+    import shutil
+
+    from conftest import write_trace_table
+
+    dataset = tmp_path / "data"
+    shutil.copytree(DEMO, dataset)
+    # A run on its trace's own clock (no epoch): its times are not telemetry's.
+    write_trace_table(dataset, "own-clock", "runs", {"run": ["own-clock"], "rank": [0], "host": ["sim-node-00"],
+                                                     "time_base": ["trace"]})
+    write_trace_table(dataset, "own-clock", "kernels", {
+        "run": ["own-clock"], "rank": [0], "device": [0], "stream": [7], "name": ["gemm"], "category": ["compute"],
+        "kind": ["kernel"], "start_ns": [1000], "end_ns": [2000], "dur_ns": [1000]})
+    connection = open_dataset(dataset, analyses_on_demand=True)
+    export_perfetto(connection, "own-clock", tmp_path / "own.json.gz")
+    trace = _load(tmp_path / "own.json.gz")
+    assert [e for e in trace["traceEvents"] if e["ph"] == "C"] == []
+    assert trace["otherData"]["gpu_matching"][0]["unmatched_reason"].startswith("trace times are not on the epoch")
