@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
@@ -328,11 +329,36 @@ def _query_errors(midway: bool = False) -> Iterator[None]:
     except DUCKDB_ERRORS as error:
         if midway and is_vanished_file_error(error):
             raise vanished_file_error(error, "removed after the query's first rows were read; run it again") from error
-        raise QueryError(f"SQL error: {one_line(error)}") from error
+        raise QueryError(f"SQL error: {_with_gpulens_hint(one_line(error))}") from error
     except RuntimeError as error:  # how DuckDB 2 reports the same interrupt
         if "interrupted" in str(error).lower():
             raise KeyboardInterrupt from None
         raise
+
+
+# DuckDB's word for a name it does not know, and the name it suggests: one
+# of its own catalogue's (`telemetri` → "sqlite_master"), never a view of
+# the dataset's, which it does not weigh.
+_UNKNOWN_NAME = re.compile(r'(?P<what>Table|View|Table Function) with name (?P<name>\S+) does not exist!'
+                           r'(?: Did you mean "[^"]*"\?)?')
+
+
+def _with_gpulens_hint(message: str) -> str:
+    """DuckDB's message for an unknown table, with a hint among the
+    dataset's tables and gpulens' analysis views in place of its own."""
+    match = _UNKNOWN_NAME.search(message)
+    if match is None or match["what"] == "Table Function":
+        return message
+    import difflib
+
+    from gpulens.analysis.registry import load_analyses
+
+    names = [*TABLES, *(name for name in load_analyses() if not name.startswith("dash_"))]
+    close = difflib.get_close_matches(match["name"].lower(), names, n=3, cutoff=0.6)
+    quoted = [repr(name) for name in close] or [""]
+    choices = quoted[0] if len(quoted) <= 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    hint = f"Did you mean {choices}?" if close else "gpulens query --help lists the tables and views."
+    return message[:match.start()] + f"{match['what']} with name {match['name']} does not exist! {hint}" + message[match.end():]
 
 
 def dataset_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -13,7 +13,7 @@ it needs (None otherwise).
 | transfer_busbw | transfer_busbw_bytes_per_s | higher | the same for the transfers alone (each instance timed by its fastest rank) |
 | idle_share | idle_share | lower | GPU idle time / span, over all ranks |
 | exposed_comm_share | exposed_comm_share | lower | communication not hidden under compute / span |
-| tklqt_per_step | tklqt_per_step_ns | lower | total kernel launch and queuing time per step |
+| tklqt_per_step | tklqt_per_step_ns | lower | total kernel launch and queuing time per step: summed over the step's kernels, so many times the step time where kernels queue |
 | energy_per_step | energy_per_step_j | lower | one GPU's energy per complete step, mean over ranks and steps |
 | power_throttled_share | power_throttled_share | lower | share of time GPUs were held back by their power limit |
 | data_loader_idle_share | data_loader_idle_share | lower | GPU idle while the loop fetched its batch (data_loading) / complete step time; 0 where no step fetched |
@@ -48,7 +48,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("transfer_busbw", "transfer_busbw_bytes_per_s", "Transfer bus bandwidth", "higher", "bytes_per_s"),
     Metric("idle_share", "idle_share", "GPU idle share", "lower", "share"),
     Metric("exposed_comm_share", "exposed_comm_share", "Exposed communication share", "lower", "share"),
-    Metric("tklqt_per_step", "tklqt_per_step_ns", "Launch and queuing time per step", "lower", "ns"),
+    # A sum over kernels, not a span of the step: 400 ms beside a 15 ms step
+    # is 200 kernels that each waited 2 ms in the queue. Said beside it.
+    Metric("tklqt_per_step", "tklqt_per_step_ns",
+           "Launch and queuing time per step, summed over its kernels (each kernel's launch call and wait in the "
+           "queue; kernels wait together, so it can be many times the step time)", "lower", "ns"),
     Metric("energy_per_step", "energy_per_step_j", "Energy per step (one GPU)", "lower", "j"),
     Metric("power_throttled_share", "power_throttled_share", "Power-throttled share", "lower", "share"),
     Metric("data_loader_idle_share", "data_loader_idle_share", "GPU idle waiting on the DataLoader", "lower", "share"),

@@ -117,7 +117,12 @@ def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_ev
         collector.install_signal_handlers()
         # Traces in the node's own folder that name no host are this node's.
         watcher_thread = _start_trace_watcher(watch_dir, out, run_name, host=options.host) if watch_dir else None
-        summary = collector.run()
+        status = _status_line(collector) if sys.stderr.isatty() else None
+        try:
+            summary = collector.run()
+        finally:
+            if status is not None:
+                status.close()
         if watcher_thread is not None:
             watcher_thread.stop.set()
             watcher_thread.join(timeout=30)
@@ -132,6 +137,22 @@ def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_ev
 
 def _http_host(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _status_line(collector):
+    """Redraw the one-line status after each tick (a terminal only: a
+    service's log gets the lines of start, stop and trouble alone)."""
+    from gpulens.collector.status_line import StatusLine, status_text
+
+    status = StatusLine(sys.stderr)
+
+    def show(ts_ns: int) -> None:
+        summary = collector.summary
+        age_s = None if summary.last_flush_ns is None else max(0.0, (ts_ns - summary.last_flush_ns) / 1e9)
+        status.show(status_text(summary.samples, collector.gpu_count, age_s, summary.ticks_skipped))
+
+    collector.on_tick(show)
+    return status
 
 
 class _WatcherThread(threading.Thread):

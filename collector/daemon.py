@@ -124,6 +124,8 @@ class CollectSummary:
     files_written: int = 0
     flush_errors: int = 0
     rows_dropped: int = 0
+    # When the last flush succeeded (the collector's clock, epoch ns).
+    last_flush_ns: int | None = None
 
 
 @dataclass
@@ -189,6 +191,11 @@ class Collector:
     def install_signal_handlers(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: self.stop())
+
+    @property
+    def gpu_count(self) -> int:
+        """The GPUs the backend found at start."""
+        return len(self._devices)
 
     def on_tick(self, callback: Callable[[int], None]) -> None:
         """Call `callback(ts_ns)` after each tick (used by tests and the live view)."""
@@ -424,6 +431,7 @@ class Collector:
         self._make_root_again(now_ns)
         try:
             self.writer.flush()
+            self.summary.last_flush_ns = self._clock_ns()
         except DatasetError as error:
             self.summary.flush_errors += 1
             dropped = self.writer.shed_oldest()

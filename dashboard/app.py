@@ -8,12 +8,17 @@ shown. One file per page under `dashboard/pages/`, wired here with
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from gpulens.dashboard import data
 from gpulens.dashboard.pages.common import PAGES, dataset, warm_up
 
-st.set_page_config(page_title="gpulens", page_icon=":material/insights:", layout="wide")
+# The favicon from a file, sent inline: a `:material/...:` page icon is
+# fetched from Google's font CDN, which an offline machine cannot reach.
+FAVICON = Path(__file__).resolve().parent / "favicon.svg"
+st.set_page_config(page_title="gpulens", page_icon=FAVICON, layout="wide")
 
 pages = [
     st.Page(script, title=title, icon=icon, url_path=key, default=key == "overview")

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "report": "gpulens.dashboard.report.command:report",
     "demo": "gpulens.collector.demo:demo",
     "dashboard": "gpulens.dashboard.serve:dashboard",
+    "export": "gpulens.dashboard.export:export",
 }
 
 

@@ -325,6 +325,18 @@ def call(dataset: Dataset, func: Callable[..., Any], *args: Any, **kwargs: Any) 
     return connection(dataset).run(func, *args, fingerprint=dataset.fingerprint, **kwargs)
 
 
+def perfetto_trace(dataset: Dataset, run: str, steps: tuple[int, int] | None) -> bytes:
+    """`gpulens export perfetto` of every rank of `run` over profiler
+    `steps` (None: the whole run), without findings: the gzipped file's
+    bytes, for the kernels page's download button."""
+    from gpulens.analysis.perfetto import export_perfetto
+
+    with tempfile.TemporaryDirectory(prefix="gpulens-perfetto-") as folder:
+        path = Path(folder) / "trace.json.gz"
+        call(dataset, export_perfetto, run, path, steps=steps)
+        return path.read_bytes()
+
+
 class ResultCache:
     """Results by key, least recently used out; one computation per key at a
     time (a second asker waits for the first and reads its result). Safe

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from gpulens.collector.errors import MissingDependency, UsageError, one_line
+from gpulens.collector.errors import DatasetError, MissingDependency, UsageError, one_line
 from gpulens.dashboard.data import DATASET_ENV
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -33,6 +33,9 @@ def streamlit_command(port: int, address: str) -> list[str]:
         "--server.headless", "true",
         "--server.fileWatcherType", "none",
         "--browser.gatherUsageStats", "false",
+        # No "Deploy" button, rerun or clear-cache items: people read this
+        # dashboard, they do not develop it.
+        "--client.toolbarMode", "viewer",
     ]
 
 
@@ -69,6 +72,16 @@ def check_port(address: str, port: int) -> None:
         raise UsageError(f"--port {port}: cannot serve there ({error.strerror or one_line(error)})") from None
 
 
+def check_dataset(dataset: Path) -> None:
+    """Raise DatasetError where `dataset` is no directory, in the words of
+    `gpulens query` and `report` (analysis.dataset.open_dataset): serving a
+    path that is not there would only show an error page."""
+    if not dataset.exists():
+        raise DatasetError(f"{dataset}: no such dataset directory")
+    if not dataset.is_dir():
+        raise DatasetError(f"{dataset}: not a directory (a dataset is a folder of Parquet tables)")
+
+
 @click.command("dashboard")
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
 @click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535), help="Port to serve on.")
@@ -84,6 +97,8 @@ def dashboard(dataset: Path | None, port: int, address: str) -> None:
     if importlib.util.find_spec("streamlit") is None:
         raise MissingDependency("gpulens dashboard needs Streamlit, which this install lacks: "
                                 "pip install 'gpulens[dashboard]'")
+    if dataset is not None:
+        check_dataset(dataset)
     check_address(address)
     check_port(address, port)
     env = dict(os.environ)
@@ -92,8 +107,6 @@ def dashboard(dataset: Path | None, port: int, address: str) -> None:
 
         click.echo("gpulens: no dataset given: opening the built-in sample data", err=True)
         dataset = default_dataset()
-    elif not dataset.is_dir():
-        click.echo(f"gpulens: warning: {dataset}: no such dataset directory (the dashboard will say so)", err=True)
     env[DATASET_ENV] = str(dataset.expanduser().resolve())
     command = streamlit_command(port, address)
     click.echo(f"gpulens: dashboard on http://{address}:{port} for {env[DATASET_ENV]}", err=True)

@@ -10,7 +10,7 @@ import plotly.io as pio
 import polars as pl
 import pytest
 
-from gpulens.dashboard import charts
+from gpulens.dashboard import charts, theme
 
 
 def kernel_runs(rows: list[tuple], window_ns: tuple[int, int] | None = None) -> pl.DataFrame:
@@ -207,6 +207,16 @@ def test_coverage_draws_a_short_run_as_a_sliver_with_its_true_span_in_the_hover(
     # 5 s in a day: drawn 1/300 of the day (4 min 48 s) wide.
     assert traces.x[1] - traces.x[0] == timedelta(minutes=4, seconds=48)
     assert tuple(traces.customdata[0][1:]) == ("2026-01-01 01:00:00 to 2026-01-01 01:00:05 UTC", "5 s")
+
+
+def test_coverage_writes_a_short_runs_true_length_beside_its_sliver() -> None:
+    coverage = pl.DataFrame({"host": ["node-a"], "gpu_index": [0],
+                             "first_ts": [datetime(2026, 1, 1, 0, 0, tzinfo=timezone.utc)],
+                             "last_ts": [datetime(2026, 1, 1, 0, 3, tzinfo=timezone.utc)]})
+    runs = pl.DataFrame({"run": ["demo"], "ranks": [8], "time_base": ["epoch"],
+                         "first_ns": [1_767_225_690_000_000_000], "last_ns": [1_767_225_690_150_000_000]})
+    [label] = [trace for trace in charts.coverage_figure(coverage, runs).data if trace.mode == "text"]
+    assert (list(label.y), list(label.text)) == (["run demo (8 ranks)"], ["  0.15 s (drawn wider)"])
 
 
 def _hosts_coverage(hosts: int) -> pl.DataFrame:
@@ -471,3 +481,78 @@ def test_collective_time_of_an_nccl_log_says_it_has_no_gpu_time_rather_than_empt
                           "total_ns": [None, None], "count": [7403, 1]}, schema_overrides={"total_ns": pl.Int64})
     fig = charts.collective_time_figure(stats)
     assert fig.data == () and "NCCL logs record sizes only" in fig.layout.annotations[0].text
+
+
+def _patterned_legend_bars(fig) -> list:
+    return [trace for trace in fig.data if trace.type == "bar" and trace.showlegend is not False
+            and trace.marker.pattern.shape]
+
+
+def _patterned_bars_of_many_colours(fig) -> list:
+    return [trace for trace in fig.data if trace.type == "bar" and trace.marker.pattern.shape
+            and not isinstance(trace.marker.color, str)]
+
+
+def test_interconnect_usage_hatches_only_bars_of_one_colour() -> None:
+    # plotly.js logs "Invalid color specifier: Array(n)" for a hatched bar trace of many colours.
+    usage = pl.DataFrame({
+        "host": ["node-a"] * 4, "link": ["nvlink"] * 4, "gpu_index": [0, 0, 1, 1], "direction": ["rx", "tx"] * 2,
+        "achieved_bytes_per_s": [1e9, 2e9, 3e9, 4e9], "p95_bytes_per_s": [2e9, 3e9, 4e9, 5e9],
+        "utilisation": [0.1] * 4, "peak_bytes_per_s": [450e9] * 4,
+    })
+    fig = charts.interconnect_usage_figure(usage, "nvlink")
+    assert _patterned_bars_of_many_colours(fig) == []
+    rx = [(list(t.x), list(t.y), t.marker.color, t.offsetgroup) for t in fig.data
+          if t.type == "bar" and t.marker.pattern.shape == "/" and t.showlegend is False]
+    assert rx == [(["GPU 0"], [1.0], theme.gpu_colour(0), "rx"), (["GPU 1"], [3.0], theme.gpu_colour(1), "rx")]
+    legend = [(t.name, t.marker.color) for t in fig.data if t.type == "bar" and t.showlegend is not False]
+    assert legend == [("rx mean", theme.OTHER_COLOUR), ("tx mean", theme.OTHER_COLOUR)]
+
+
+def test_collective_delta_hatches_only_bars_of_one_colour() -> None:
+    compare = pl.DataFrame({"op": ["all_reduce", "all_gather"], "size_bucket_bytes": [1024, 1024],
+                            "busbw_bytes_per_s_a": [1e9, 2e9], "busbw_bytes_per_s_b": [3e9, 4e9]})
+    assert _patterned_bars_of_many_colours(charts.collective_delta_figure(compare, "a", "b")) == []
+
+
+def test_throttle_shading_is_per_gpu_and_names_the_gpu_held_back() -> None:
+    fig = charts.telemetry_figure(telemetry_buckets([
+        (0, 0, 450.0, 0.0), (0, 1, 450.0, 0.0), (3, 0, 700.0, 0.0), (3, 1, 700.0, 0.5)]), "power_w", 60)
+    shades = [trace for trace in fig.data if trace.fill == "toself"]
+    assert [(t.name, t.legendgroup, t.fillcolor) for t in shades] == [
+        ("GPU 3 throttled (power/heat)", "GPU 3", charts.base._alpha(theme.gpu_colour(3), 0.15))]
+    start = datetime(2026, 1, 1, 0, 1)
+    assert [x for x in shades[0].x if x is not None] == [start, start, start + timedelta(minutes=1),
+                                                          start + timedelta(minutes=1), start]
+
+
+def test_throttle_shading_of_no_throttled_gpu_draws_nothing() -> None:
+    fig = charts.telemetry_figure(telemetry_buckets([(0, 0, 450.0, 0.0), (1, 0, 450.0, 0.0)]), "power_w", 60)
+    assert [trace for trace in fig.data if trace.fill == "toself"] == []
+
+
+def test_empty_figure_is_a_strip_with_its_message_wrapped_to_fit_half_a_page() -> None:
+    message = "The traces hold collectives with their sizes but no GPU time: NCCL logs record sizes only."
+    fig = charts.empty_figure("Collective time", message)
+    assert fig.layout.annotations[0].text == ("The traces hold collectives with their sizes but no GPU<br>"
+                                              "time: NCCL logs record sizes only.")
+    assert fig.layout.height == 150
+
+
+def test_throttle_strip_of_one_gpu_keeps_a_readable_colour_bar() -> None:
+    fig = charts.throttle_strip_figure(telemetry_buckets([(3, 0, 700.0, 0.5), (3, 1, 700.0, 1.0)]))
+    colorbar = fig.data[0].colorbar
+    assert (fig.layout.height, colorbar.title.side, list(colorbar.tickvals)) == (230, "right", [0, 50, 100])
+
+
+def test_step_axis_puts_two_runs_far_apart_steps_side_by_side() -> None:
+    fig = charts.new_figure()
+    charts.step_axis(fig, [10, 11, 12, 13, 14, 100, 101, 102, 103, 104])
+    assert (fig.layout.xaxis.type, list(fig.layout.xaxis.categoryarray)) == (
+        "category", [10, 11, 12, 13, 14, 100, 101, 102, 103, 104])
+
+
+def test_step_axis_keeps_consecutive_steps_numeric_with_a_tick_each() -> None:
+    fig = charts.new_figure()
+    charts.step_axis(fig, [10, 11, 12, 13, 14])
+    assert (fig.layout.xaxis.type, fig.layout.xaxis.dtick) == (None, 1)

@@ -164,7 +164,8 @@ def test_telemetry_charts_ship_at_most_5000_points_per_series(monkeypatch, sampl
     assert max(lengths) <= 5000
     power_chart = _charts(at)[0]
     names = [trace.get("name") for trace in power_chart["data"]]
-    assert {"GPU 0", "GPU 7", "power limit", "throttled (power/heat)"} <= set(names)
+    assert {"GPU 0", "GPU 7", "power limit"} <= set(names)
+    assert [name for name in names if "throttled" in name] == ["GPU 7 throttled (power/heat)"]
 
 
 def test_telemetry_for_one_gpu_draws_its_min_max_band(monkeypatch, sample):
@@ -654,7 +655,7 @@ def test_dashboard_command_binds_localhost_and_names_the_dataset(monkeypatch, sa
     options = dict(zip(argv[5::2], argv[6::2]))
     assert options == {
         "--server.address": "127.0.0.1", "--server.port": "8600", "--server.headless": "true",
-        "--server.fileWatcherType": "none", "--browser.gatherUsageStats": "false",
+        "--server.fileWatcherType": "none", "--browser.gatherUsageStats": "false", "--client.toolbarMode": "viewer",
     }
     assert env[data.DATASET_ENV] == str(sample.resolve())
 
@@ -798,3 +799,53 @@ def test_power_page_prices_each_step_and_phase_of_a_run_under_the_telemetry(monk
     phases = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"] == "Energy by phase per rank")
     assert steps["data"] and all(trace["mode"] == "lines+markers" for trace in steps["data"])
     assert [trace["name"] for trace in phases["data"]] == ["compute", "communication", "memory", "idle"]
+
+
+def test_dashboard_on_a_missing_dataset_is_one_error_line_and_starts_nothing(monkeypatch, capsys, tmp_path):
+    missing = tmp_path / "no" / "such" / "path"
+    assert _serve_refused(monkeypatch, capsys, [str(missing)]) == (
+        1, f"gpulens: error: {missing}: no such dataset directory\n", [])
+
+
+def test_dashboard_on_a_file_is_one_error_line_and_starts_nothing(monkeypatch, capsys, tmp_path):
+    file = tmp_path / "trace.json"
+    file.write_text("{}")
+    assert _serve_refused(monkeypatch, capsys, [str(file)]) == (
+        1, f"gpulens: error: {file}: not a directory (a dataset is a folder of Parquet tables)\n", [])
+
+
+
+def test_communication_opens_on_a_run_with_collectives_on_the_gpu_not_an_nccl_log(monkeypatch, sample, tmp_path):
+    import shutil
+
+    from conftest import write_trace_table
+
+    dataset = tmp_path / "data"
+    shutil.copytree(sample, dataset)
+    # An NCCL log's run, first alphabetically: collectives with sizes, no kernels.
+    write_trace_table(dataset, "aaa-nccl-log", "runs", {"run": ["aaa-nccl-log"], "rank": [0], "source_format": ["nccl_log"]})
+    write_trace_table(dataset, "aaa-nccl-log", "collectives", {
+        "run": ["aaa-nccl-log"], "rank": [0], "op": ["all_reduce"], "bytes": [1 << 20], "seq": [0]})
+    at = _run(monkeypatch, dataset, "pages/communication.py")
+    assert at.selectbox(key="communication_run").options[0] == "aaa-nccl-log"
+    assert at.selectbox(key="communication_run").value == "balanced"
+
+
+def test_dashboard_tables_show_a_missing_value_as_the_report_does(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/kernels.py")
+    assert at.dataframe and {frame.proto.placeholder for frame in at.dataframe} == {"–"}
+
+
+def test_kernels_page_offers_the_chosen_step_as_a_perfetto_trace(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at.selectbox(key="kernels_step").set_value(3).run()
+    [button] = [b for b in at.get("download_button") if b.proto.label.startswith("Download step")]
+    assert button.proto.label == "Download step 3 as a Perfetto trace"
+
+
+def test_perfetto_trace_of_the_dashboard_holds_the_steps_of_every_rank(sample):
+    import gzip
+
+    trace = json.loads(gzip.decompress(data.perfetto_trace(data.current(sample), "training", (3, 3))))
+    steps = [(e["pid"], e["name"]) for e in trace["traceEvents"] if e.get("cat") == "user_annotation"]
+    assert sorted(steps) == [(rank + 1, "ProfilerStep#3") for rank in range(8)]

@@ -122,6 +122,13 @@ def test_dashboard_binds_localhost_only(server):
 
 def test_every_page_draws_its_charts_without_errors(browser, server, tmp_path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    # What the pages log, and every address they fetch: an offline machine
+    # reaches only the dashboard's own server (no font CDN for an icon).
+    console: list[str] = []
+    elsewhere: list[str] = []
+    page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
+    page.on("request", lambda request: None if request.url.startswith((server, "data:", "blob:"))
+            else elsewhere.append(request.url))
     try:
         page.goto(server, wait_until="domcontentloaded")
         page.wait_for_selector('[data-testid="stSidebarNav"]', timeout=30_000)
@@ -135,10 +142,13 @@ def test_every_page_draws_its_charts_without_errors(browser, server, tmp_path):
             assert page.locator('[data-testid="stAlertContentError"]').count() == 0, f"/{path}: an error box shows"
             if path:
                 assert page.locator(".js-plotly-plot").count() >= len(titles), f"/{path}: charts missing"
+            assert page.locator('[data-testid="stAppDeployButton"]').count() == 0, f"/{path}: a Deploy button shows"
             _screenshot(page, tmp_path / f"{path or 'overview'}.png")
     finally:
         page.close()
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{p or 'overview'}.png" for p in PAGES)
+    assert [line for line in console if "Invalid color" in line or "plotly" in line.lower()] == []
+    assert elsewhere == []
 
 
 def _wait_until_rendered(page, timeout_s: float = 30) -> None:

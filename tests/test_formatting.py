@@ -60,3 +60,8 @@ def test_gpus_of_one_host_read_as_index_ranges() -> None:
 def test_subjects_that_differ_in_more_than_one_key_are_listed_in_turn() -> None:
     subjects = [{"host": "node-01", "gpu_index": 3}, {"host": "node-02", "gpu_index": 0}]
     assert format_subjects(subjects) == "host node-01, gpu index 3; host node-02, gpu index 0"
+
+
+def test_report_formats_a_bytes_column_as_a_size() -> None:
+    # memcpy_stats' and collectives' `bytes`, beside mean_bytes.
+    assert (format_value("bytes", 3 * 2**30), format_value("mean_bytes", 512)) == ("3.0 GiB", "512 B")

@@ -109,6 +109,21 @@ def test_bad_sql_gives_duckdb_message_on_one_line_and_exit_2(dataset):
     assert len(lines) == 1 and "nosuchcolumn" in lines[0] and lines[0].startswith("gpulens: error: SQL error:")
 
 
+def test_a_typo_in_a_table_name_suggests_gpulens_tables_and_views(dataset, capsys):
+    assert _query(capsys, dataset, "select * from telemetri") == (2, "", (
+        "gpulens: error: SQL error: Catalog Error: Table with name telemetri does not exist! "
+        "Did you mean 'telemetry', 'host_telemetry' or 'telemetry_timeline'?\n"))
+
+
+def test_a_typo_in_an_analysis_name_suggests_the_analysis(dataset, capsys):
+    assert _query(capsys, dataset, "select * from strangler")[2].endswith("Did you mean 'stragglers'?\n")
+
+
+def test_a_name_like_no_gpulens_name_points_to_the_help(dataset, capsys):
+    assert _query(capsys, dataset, "select * from xyzzy")[2].endswith(
+        "does not exist! gpulens query --help lists the tables and views.\n")
+
+
 def test_missing_dataset_names_the_path(tmp_path):
     result = _gpulens("query", str(tmp_path / "nope"), "select 1")
     assert result.returncode != 0

@@ -45,6 +45,9 @@ def test_report_html_opens_offline_without_console_errors(browser, sample: str, 
     errors: list[str] = []
     requests: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    # Plotly logs what it cannot draw as warnings ("Invalid color specifier: Array(8)").
+    warnings: list[str] = []
+    page.on("console", lambda message: warnings.append(message.text) if message.type == "warning" else None)
     page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
     page.on("request", lambda request: requests.append(request.url))
     page.goto(url, wait_until="load")
@@ -56,6 +59,7 @@ def test_report_html_opens_offline_without_console_errors(browser, sample: str, 
         timeout=30_000,
     )
     assert errors == []
+    assert warnings == []
     assert requests == [url]
     assert page.locator("#findings .finding").count() >= 1
     assert page.locator(".problem").count() == 0

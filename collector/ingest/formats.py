@@ -16,10 +16,10 @@ from gpulens.collector.errors import TraceError
 from gpulens.collector.ingest.base import open_maybe_gzip
 
 # Sniffed in this order: cheap, unambiguous checks first.
-FORMAT_MODULES: tuple[str, ...] = ("kineto", "nsys", "rocpd", "rocprof", "nccl_log")
+FORMAT_MODULES: tuple[str, ...] = ("kineto", "rocprof_json", "nsys", "rocpd", "rocprof", "nccl_log")
 HEAD_BYTES = 64 * 1024
 UNKNOWN_FORMAT = (
-    "unknown trace format (expected Kineto JSON, Nsight Systems SQLite, a rocprofv3 database or CSV, or an NCCL log)"
+    "unknown trace format (expected Kineto JSON, Nsight Systems SQLite, a rocprofv3 database, CSV or JSON, or an NCCL log)"
 )
 
 _loaded: dict[str, ModuleType | None] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from gpulens.dashboard.charts.base import (
     CUDA_LAUNCH_QUEUE_LIMIT, GB, LINK_NAMES, TELEMETRY_METRICS, TEMPLATE, TEMPLATE_NAME, TEMPLATE_TRACE_TYPES,
-    TIME_AXIS, WEBGL_MIN_POINTS, empty_figure, gpu_label, new_figure, size_label,
+    TIME_AXIS, WEBGL_MIN_POINTS, empty_figure, gpu_label, new_figure, size_label, step_axis,
 )
 from gpulens.dashboard.charts.dataset import coverage_figure
 from gpulens.dashboard.charts.telemetry import telemetry_figure, throttle_periods, throttle_strip_figure
@@ -37,7 +37,7 @@ from gpulens.dashboard.charts.compare import collective_delta_figure, kernel_del
 
 __all__ = [
     "CUDA_LAUNCH_QUEUE_LIMIT", "GB", "LINK_NAMES", "TELEMETRY_METRICS", "TEMPLATE", "TEMPLATE_NAME",
-    "TEMPLATE_TRACE_TYPES", "TIME_AXIS", "WEBGL_MIN_POINTS", "empty_figure", "gpu_label", "new_figure", "size_label",
+    "TEMPLATE_TRACE_TYPES", "TIME_AXIS", "WEBGL_MIN_POINTS", "empty_figure", "gpu_label", "new_figure", "size_label", "step_axis",
     "coverage_figure", "telemetry_figure", "throttle_periods", "throttle_strip_figure", "cap_curve_figure",
     "node_power_figure", "power_distribution_figure", "power_percentiles_figure", "interconnect_timeline_figure",
     "interconnect_usage_figure", "kernel_timeline_figure", "launch_histogram_figure", "short_kernels_figure",

@@ -10,6 +10,8 @@ queue limit that pages and charts both use are here too.
 
 from __future__ import annotations
 
+import textwrap
+
 from typing import Any
 
 import numpy as np
@@ -49,14 +51,23 @@ TELEMETRY_METRICS: dict[str, tuple[str, str, float]] = {
 }
 
 
+# An empty chart is its title and one message: a strip, not a chart's
+# height of blank (the report had 300 px of nothing per placeholder).
+EMPTY_FIGURE_HEIGHT = 150
+# Characters per line of its message: plotly.js never wraps an annotation,
+# so a long one on a half-width chart was cut off at both ends.
+EMPTY_MESSAGE_LINE_CHARS = 60
+
+
 def empty_figure(title: str, message: str) -> go.Figure:
-    """A titled figure saying there is nothing to draw."""
+    """A titled strip saying there is nothing to draw, its message wrapped."""
     fig = new_figure()
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+    lines = textwrap.wrap(message, EMPTY_MESSAGE_LINE_CHARS, break_long_words=False, break_on_hyphens=False)
+    fig.add_annotation(text="<br>".join(lines), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                        font={"size": 14, "color": theme.OTHER_COLOUR})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return _layout(fig, title)
+    return _layout(fig, title, height=EMPTY_FIGURE_HEIGHT + 20 * max(0, len(lines) - 2))
 
 
 def new_figure(*args: Any, **kwargs: Any) -> go.Figure:
@@ -221,6 +232,40 @@ def _step_ticks(fig: go.Figure, one_per_step: bool) -> None:
         fig.update_xaxes(dtick=1)
     else:
         fig.update_xaxes(tickformat="d")
+
+
+def patterned_bars(fig: go.Figure, x: list[Any], y: list[Any], colours: list[str], pattern: dict[str, Any],
+                   customdata: list[Any] | None = None, **common: Any) -> None:
+    """Bars of per-point colours, hatched with `pattern`: one trace per
+    colour. plotly.js draws a patterned bar of an array of colours, but logs
+    "Invalid color specifier: Array(n)" three times a redraw (90 lines a
+    report); of one colour, it logs nothing. `common` (offsetgroup,
+    hovertemplate, legendgroup...) goes to every trace; none is in the
+    legend (give it a proxy of the pattern in a neutral colour)."""
+    if not pattern.get("shape"):
+        fig.add_trace(go.Bar(x=x, y=y, marker={"color": colours, "pattern": pattern}, customdata=customdata,
+                             showlegend=False, **common))
+        return
+    for colour in dict.fromkeys(colours):
+        rows = [i for i, c in enumerate(colours) if c == colour]
+        fig.add_trace(go.Bar(
+            x=[x[i] for i in rows], y=[y[i] for i in rows], marker={"color": colour, "pattern": pattern},
+            customdata=None if customdata is None else [customdata[i] for i in rows], showlegend=False, **common))
+
+
+def step_axis(fig: go.Figure, steps: list[int]) -> None:
+    """Profiler steps on x. Steps far apart (two runs' steps 10-14 and
+    100-104) go side by side as categories, in order, rather than at either
+    end of a numeric axis that is nine tenths empty; others on a numeric
+    axis, with a tick per step where they span few (`_step_ticks`)."""
+    distinct = sorted(set(steps))
+    if not distinct:
+        return
+    span = distinct[-1] - distinct[0] + 1
+    if span > 2 * len(distinct):
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=distinct)
+    else:
+        _step_ticks(fig, one_per_step=span - 1 < _STEP_TICKS_MAX)
 
 
 def time_unit(max_ns: float | None) -> tuple[float, str]:

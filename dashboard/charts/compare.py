@@ -9,7 +9,7 @@ import polars as pl
 
 from gpulens.analysis.names import unique_short_names
 from gpulens.dashboard import theme
-from gpulens.dashboard.charts.base import GB, empty_figure, _layout, new_figure, size_label
+from gpulens.dashboard.charts.base import GB, empty_figure, _layout, new_figure, patterned_bars, size_label
 
 
 def kernel_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str, top: int = 15) -> go.Figure:
@@ -46,10 +46,8 @@ def collective_delta_figure(compare: pl.DataFrame, run_a: str, run_b: str) -> go
     colours = [theme.collective_colour(op) for op in frame["op"]]
     fig = new_figure()
     for column, run, pattern in (("busbw_bytes_per_s_a", f"A: {run_a}", "/"), ("busbw_bytes_per_s_b", f"B: {run_b}", "")):
-        fig.add_trace(go.Bar(x=labels, y=(frame[column] / GB).to_list(), name=run, showlegend=False, legendgroup=run,
-                             offsetgroup=run,
-                             marker={"color": colours, "pattern": {"shape": pattern, "fgcolor": "#ffffff"}},
-                             hovertemplate=f"%{{x}}: %{{y:.1f}} GB/s<extra>{run}</extra>"))
+        patterned_bars(fig, labels, (frame[column] / GB).to_list(), colours, {"shape": pattern, "fgcolor": "#ffffff"},
+                       name=run, legendgroup=run, offsetgroup=run, hovertemplate=f"%{{x}}: %{{y:.1f}} GB/s<extra>{run}</extra>")
         # the legend shows the run's pattern in a neutral colour (the bars are coloured by collective)
         fig.add_trace(go.Bar(x=[labels[0]], y=[None], name=run, legendgroup=run, offsetgroup=run, hoverinfo="skip",
                              marker={"color": theme.OTHER_COLOUR, "pattern": {"shape": pattern, "fgcolor": "#ffffff"}}))

@@ -21,8 +21,8 @@ def coverage_figure(coverage: pl.DataFrame, runs: pl.DataFrame) -> go.Figure:
 
     A row per host (its first to last sample, all GPUs) and per run on the
     epoch clock (first kernel start to last kernel end). Spans too short to
-    see at the axis' scale are drawn a sliver wide; the hover gives the
-    true times.
+    see at the axis' scale are drawn a sliver wide, their true length
+    written beside them; the hover gives the true times.
     """
     title = "What the dataset covers, in time"
     rows: list[tuple[str, str, datetime, datetime, str]] = []  # (kind, row label, start, end, hover)
@@ -63,6 +63,16 @@ def coverage_figure(coverage: pl.DataFrame, runs: pl.DataFrame) -> go.Figure:
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=kind, connectgaps=False,
                                      line={"color": colour, "width": bar_px}, customdata=custom,
                                      hovertemplate="%{customdata[0]}<br>%{customdata[1]} (%{customdata[2]})<extra></extra>"))
+    # A span drawn wider than it is says its true length beside it: a 0.15 s
+    # trace on a 3-minute axis is otherwise a sliver that reads as nothing.
+    short = [(label, start + min_width, _span_text(end - start)) for _, label, start, end, _ in rows
+             if end - start < min_width]
+    if short:
+        fig.add_trace(go.Scatter(
+            x=[x for _, x, _ in short], y=[label for label, _, _ in short], mode="text",
+            text=[f"  {span} (drawn wider)" for *_, span in short], textposition="middle right",
+            textfont={"color": theme.OTHER_COLOUR}, showlegend=False, hoverinfo="skip", name="true spans",
+        ))
     labels = [label for _, label, *_ in rows]
     fig.update_yaxes(type="category", categoryorder="array", categoryarray=list(reversed(labels)))
     return _layout(fig, title, TIME_AXIS, "Host or trace run", height=160 + row_px * len(rows), legend_title="data")

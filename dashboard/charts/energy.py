@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from gpulens.dashboard import theme
-from gpulens.dashboard.charts.base import empty_figure, _layout, new_figure
+from gpulens.dashboard.charts.base import empty_figure, _layout, new_figure, step_axis
 
 
 def rank_label(run: str, rank: int, runs: int) -> str:
@@ -31,6 +31,7 @@ def step_energy_figure(steps: pl.DataFrame) -> go.Figure:
         colour = i if runs > 1 else gpu if gpu is not None else rank  # two runs on GPU 0 would share a colour
         fig.add_scatter(x=group["step"].to_list(), y=group["energy_j"].to_list(), mode="lines+markers",
                         name=rank_label(run, rank, runs) + f" (GPU {gpu})", line_color=theme.gpu_colour(colour))
+    step_axis(fig, steps["step"].drop_nulls().to_list())
     return _layout(fig, title, "profiler step", "energy (J)")
 
 

@@ -10,7 +10,7 @@ import polars as pl
 from gpulens.dashboard import theme
 from gpulens.dashboard.charts.base import (
     GB, _GPU_LINES_MAX, LINK_NAMES, TIME_AXIS, _BucketGrid, _categories, empty_figure, _extreme_names, gpu_label,
-    _hosts, _layout, new_figure, _np, _scatter, _spread, _x_times,
+    _hosts, _layout, new_figure, _np, patterned_bars, _scatter, _spread, _x_times,
 )
 
 
@@ -35,11 +35,17 @@ def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
     for direction in sorted(frame["direction"].unique().to_list()):
         part = frame.filter(pl.col("direction") == direction)
         labels = [gpu_label(h, g, len(hosts)) for h, g in zip(part["host"], part["gpu_index"])]
-        fig.add_trace(go.Bar(
-            x=labels, y=(part["achieved_bytes_per_s"] / GB).to_list(), name=f"{direction} mean",
-            marker={"color": [theme.gpu_colour(g) for g in part["gpu_index"]], "pattern": {"shape": patterns.get(direction, "")}},
-            offsetgroup=direction, customdata=(part["utilisation"] * 100).to_list(),
+        pattern = {"shape": patterns.get(direction, ""), "fgcolor": "#ffffff"}
+        patterned_bars(
+            fig, labels, (part["achieved_bytes_per_s"] / GB).to_list(), [theme.gpu_colour(g) for g in part["gpu_index"]],
+            pattern, customdata=(part["utilisation"] * 100).to_list(), name=f"{direction} mean", offsetgroup=direction,
+            legendgroup=direction,
             hovertemplate=f"%{{x}} {direction}: %{{y:.1f}} GB/s (%{{customdata:.1f}}% of peak)<extra></extra>",
+        )
+        # The legend shows the direction's pattern in a neutral colour (the bars are coloured per GPU).
+        fig.add_trace(go.Bar(
+            x=[labels[0]], y=[None], name=f"{direction} mean", legendgroup=direction, offsetgroup=direction,
+            hoverinfo="skip", marker={"color": theme.OTHER_COLOUR, "pattern": pattern},
         ))
         fig.add_trace(go.Scatter(
             x=labels, y=(part["p95_bytes_per_s"] / GB).to_list(), mode="markers", name=f"{direction} p95",

@@ -14,8 +14,7 @@ import polars as pl
 from gpulens.analysis.names import short_kernel_name, unique_short_names
 from gpulens.dashboard import theme
 from gpulens.dashboard.charts.base import (
-    CUDA_LAUNCH_QUEUE_LIMIT, _DASHES, _STEP_TICKS_MAX, empty_figure, _layout, new_figure, _np,
-    _step_ticks, time_unit,
+    CUDA_LAUNCH_QUEUE_LIMIT, _DASHES, empty_figure, _layout, new_figure, _np, step_axis, time_unit,
 )
 
 
@@ -48,8 +47,7 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
             line={"color": theme.gpu_colour(i if len(key) == 2 else rank)}, customdata=list(zip(group["verdict"].to_list(), (group["gpu_idle_share"] * 100).to_list())),
             hovertemplate=f"{name}, step %{{x}}<br>TKLQT %{{y:.2f}} {unit}<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
         ))
-    # A tick per step where the steps drawn span few (two runs' steps 10-14 and 100-104 span 95).
-    _step_ticks(fig, one_per_step=frame["step"].max() - frame["step"].min() < _STEP_TICKS_MAX)
+    step_axis(fig, frame["step"].to_list())
     return _layout(fig, title, "Profiler step", f"TKLQT ({unit})", legend_title="rank")
 
 

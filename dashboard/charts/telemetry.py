@@ -1,7 +1,7 @@
 """Telemetry over time: one metric per GPU (past 16 GPUs, their spread and
 the two extreme GPUs), with the enforced power limit and the periods in
-which a GPU was held back by power or heat shaded, and those periods as a
-GPU × time strip.
+which each GPU was held back by power or heat shaded in its colour, and
+those periods as a GPU × time strip.
 """
 
 from __future__ import annotations
@@ -118,14 +118,32 @@ def telemetry_figure(
                 name="power limit", line={"color": theme.LIMIT_LINE_COLOUR, "width": 2, "dash": "dash", "shape": "hv"},
             ))
     if shade_throttling:
-        _shade(fig, throttle_periods(timeline, bucket_s))
+        _shade_per_gpu(fig, timeline, bucket_s, len(hosts))
     _layout(fig, title, TIME_AXIS, unit, height=height, legend_title="GPU")
     if metric.endswith("_pct"):
         fig.update_yaxes(range=[0, 105])
     return fig
 
 
-def _shade(fig: go.Figure, periods: list[tuple[Any, Any]]) -> None:
+def _shade_per_gpu(fig: go.Figure, timeline: pl.DataFrame, bucket_s: float, host_count: int) -> None:
+    """Shade each GPU's throttled periods in its own colour, named after it
+    (one GPU held back must not read as all of them); past 16 GPUs, the
+    periods in which any was, named with how many were."""
+    if "throttled_share" not in timeline.columns:
+        return
+    throttled = timeline.filter(pl.col("throttled_share") > 0)
+    gpus = throttled.select("host", "gpu_index").unique().sort("host", "gpu_index")
+    if gpus.height > _GPU_LINES_MAX:
+        _shade(fig, throttle_periods(timeline, bucket_s), f"throttled (power/heat): {gpus.height} GPUs")
+        return
+    for host, gpu in gpus.iter_rows():
+        label = gpu_label(host, gpu, host_count)
+        periods = throttle_periods(throttled.filter((pl.col("host") == host) & (pl.col("gpu_index") == gpu)), bucket_s)
+        _shade(fig, periods, f"{label} throttled (power/heat)", _alpha(theme.gpu_colour(gpu), 0.15), legendgroup=label)
+
+
+def _shade(fig: go.Figure, periods: list[tuple[Any, Any]], name: str, colour: str = theme.THROTTLE_SHADE_COLOUR,
+           legendgroup: str | None = None) -> None:
     """Shade `periods` full height: one filled trace of rectangles on a hidden
     0-1 axis (a layout shape per period costs plotly seconds at a hundred)."""
     if not periods:
@@ -136,10 +154,13 @@ def _shade(fig: go.Figure, periods: list[tuple[Any, Any]]) -> None:
         xs += [start, start, end, end, start, None]
         ys += [0, 1, 1, 0, 0, None]
     fig.add_trace(go.Scatter(
-        x=xs, y=ys, mode="lines", fill="toself", fillcolor=theme.THROTTLE_SHADE_COLOUR, line={"width": 0},
-        name="throttled (power/heat)", yaxis="y2", hoverinfo="skip",
+        x=xs, y=ys, mode="lines", fill="toself", fillcolor=colour, line={"width": 0},
+        name=name, legendgroup=legendgroup, yaxis="y2", hoverinfo="skip",
     ))
     fig.update_layout(yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True})
+
+
+THROTTLE_STRIP_MIN_ROWS = 5
 
 
 def throttle_strip_figure(timeline: pl.DataFrame) -> go.Figure:
@@ -158,7 +179,12 @@ def throttle_strip_figure(timeline: pl.DataFrame) -> go.Figure:
     z = wide.select(pl.col(gpus).cast(pl.Float64) * 100).to_numpy().T  # GPU x bucket; NaN where not sampled
     fig = new_figure(go.Heatmap(
         x=_x_times(wide["bucket_start"]), y=gpus, z=z, zmin=0, zmax=100,
-        colorscale=[[0, "#ffffff"], [1, theme.LIMIT_LINE_COLOUR]], colorbar={"title": {"text": "held back (%)"}},
+        colorscale=[[0, "#ffffff"], [1, theme.LIMIT_LINE_COLOUR]],
+        # The title beside the bar, not above it: over a GPU or two the bar
+        # is short, and a title on top overlapped its ticks.
+        colorbar={"title": {"text": "held back (%)", "side": "right"}, "tickvals": [0, 50, 100]},
         hovertemplate="%{y}<br>%{x}<br>%{z:.0f}% of samples held back<extra></extra>",
     ))
-    return _layout(fig, title, TIME_AXIS, "GPU", height=120 + 22 * len(gpus))
+    # Rows for at least THROTTLE_STRIP_MIN_ROWS GPUs: with one, the colour
+    # bar collapsed to a sliver.
+    return _layout(fig, title, TIME_AXIS, "GPU", height=120 + 22 * max(len(gpus), THROTTLE_STRIP_MIN_ROWS))

@@ -322,6 +322,15 @@ def with_kernels(runs: pl.DataFrame) -> pl.DataFrame:
     return runs.filter(pl.col("kernels").fill_null(0) > 0) if runs.height else runs
 
 
+# How a missing value reads in a table: as in the report (report.format).
+MISSING = "–"
+
+
+def table(data: Any, **kwargs: Any) -> None:
+    """`st.dataframe`, a missing value shown as MISSING (Streamlit writes "None")."""
+    st.dataframe(data, placeholder=MISSING, **kwargs)
+
+
 def run_picker(runs: pl.DataFrame, label: str = "Run", key: str = "run", index: int = 0) -> str | None:
     names = runs["run"].to_list() if runs.height else []
     if not names:

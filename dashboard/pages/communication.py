@@ -12,7 +12,7 @@ from gpulens.analysis.communication import MIB
 from gpulens.analysis.findings import format_duration_ns
 from gpulens.dashboard import charts
 from gpulens.dashboard.pages.common import (
-    NO_TRACES, caption_dataset, chart, fmt_share, frame, require_dataset, require_tables, run_picker,
+    NO_TRACES, caption_dataset, chart, fmt_share, frame, require_dataset, require_tables, run_picker, table,
 )
 
 st.title("Communication")
@@ -25,7 +25,10 @@ with_collectives = runs.filter(pl.col("collectives") > 0) if runs.height else ru
 if with_collectives.is_empty():
     st.info("The traces hold no collectives (NCCL/RCCL calls).", icon=":material/info:")
     st.stop()
-run = run_picker(with_collectives, key="communication_run")
+# First the run whose collectives ran on the GPU (an NCCL log alone has
+# sizes but no GPU time: every chart of it would be a placeholder).
+on_gpu = with_collectives["kernels"].fill_null(0) > 0
+run = run_picker(with_collectives, key="communication_run", index=int(on_gpu.arg_max()) if on_gpu.any() else 0)
 
 
 def _of_run(result: pl.DataFrame) -> pl.DataFrame:
@@ -53,7 +56,7 @@ with left:
 with right:
     chart(charts.busbw_figure(stats), key="communication_busbw")
 if stats.height:
-    st.dataframe(
+    table(
         stats.select(
             "process_group", "op", "size_bucket_bytes", "group_size", "count",
             (pl.col("mean_ns") / 1e3).round(1).alias("mean_us"),
@@ -73,7 +76,7 @@ skew = _of_run(frame(ds, timeline.skew_by_step))
 chart(charts.skew_heatmap_figure(skew), key="communication_skew")
 chart(charts.straggler_figure(ranking), key="communication_stragglers")
 if ranking.height:
-    st.dataframe(
+    table(
         ranking.sort("straggler_order").select(
             "straggler_order", "rank", pl.col("score").round(2), "decisive_instances", "last_count",
             (pl.col("share_last") * 100).round(1).alias("last_pct"),
@@ -87,7 +90,7 @@ if ranking.height:
 outliers = _of_run(frame(ds, communication.collective_outliers))
 with st.expander(f"Slow collective calls ({outliers.height})"):
     if outliers.height:
-        st.dataframe(outliers.select("process_group", "op", "seq", "bytes", (pl.col("transfer_ns") / 1e3).round(1).alias("transfer_us"),
+        table(outliers.select("process_group", "op", "seq", "bytes", (pl.col("transfer_ns") / 1e3).round(1).alias("transfer_us"),
                                      (pl.col("median_ns") / 1e3).round(1).alias("median_us"), pl.col("ratio_to_median").round(2)),
                      hide_index=True, width="stretch")
     else:
@@ -98,7 +101,7 @@ with st.expander(f"all_to_all balance ({balance['process_group'].n_unique() if b
     if balance.height:
         st.caption("Data each rank received in all_to_all against the mean rank of the same calls: the rank that "
                    "receives the most sets every rank's time (uneven mixture-of-experts routing).")
-        st.dataframe(
+        table(
             balance.sort("process_group", "rank").select(
                 "process_group", "rank", "instances", (pl.col("received_bytes") / MIB).round(1).alias("received_mib"),
                 pl.col("received_vs_mean").round(2), pl.col("max_received_vs_mean").round(2),

@@ -8,8 +8,9 @@ import streamlit as st
 from gpulens.analysis import metrics, timeline
 from gpulens.collector.wording import counted
 from gpulens.dashboard import charts
-from gpulens.dashboard.pages.common import (NO_TRACES, caption_dataset, chart, fetch, frame, require_dataset, require_tables,
-                                    with_kernels)
+from gpulens.dashboard.pages.common import (
+    NO_TRACES, caption_dataset, chart, fetch, frame, require_dataset, require_tables, table, with_kernels,
+)
 from gpulens.dashboard.report.format import format_value
 
 st.title("Compare runs")
@@ -38,7 +39,7 @@ side = runs.filter(pl.col("run").is_in([run_a, run_b])).select(
     "run", "ranks", "steps", "kernels", "collectives", "device_name", "hosts",
     ((pl.col("last_ns") - pl.col("first_ns")) / 1e6).round(2).alias("span_ms"),
 )
-st.dataframe(side, hide_index=True, width="stretch")
+table(side, hide_index=True, width="stretch")
 
 # The numbers `gpulens report --compare` checks, for the two runs alone.
 per_run = fetch(ds, metrics.compute_run_metrics, (run_a, run_b)) or {}
@@ -55,7 +56,7 @@ if shown:
         verdict = "–" if not pct else ("worse" if (delta.worse_pct or 0.0) > 0 else "better")
         rows.append({"metric": m.name, "A": format_value(m.key, delta.baseline), "B": format_value(m.key, delta.current),
                      "change": "–" if pct is None else f"{pct / 100:+.1%}", "verdict": verdict, "what": m.label})
-    st.dataframe(pl.DataFrame(rows), hide_index=True, width="stretch")
+    table(pl.DataFrame(rows), hide_index=True, width="stretch")
 
 st.header("Per kernel")
 kernels = frame(ds, timeline.compare_kernels, run_a, run_b)
@@ -67,7 +68,7 @@ if kernels.height:
     m[1].metric("Kernel time per rank-step, B", f"{b_total / 1e6:.3f} ms",
                 delta=f"{(b_total - a_total) / 1e6:+.3f} ms", delta_color="inverse")
     m[2].metric("Kernel names in one run only", kernels.filter(pl.col("per_step_ns_a").is_null() | pl.col("per_step_ns_b").is_null()).height)
-    st.dataframe(
+    table(
         kernels.select(
             "name", "category",
             (pl.col("per_step_ns_a") / 1e3).round(2).alias("A_us_per_rank_step"),
@@ -82,7 +83,7 @@ st.header("Per collective")
 collectives = frame(ds, timeline.compare_collectives, run_a, run_b)
 chart(charts.collective_delta_figure(collectives, run_a, run_b), key="compare_collectives")
 if collectives.height:
-    st.dataframe(
+    table(
         collectives.select(
             "op", "size_bucket_bytes", "count_a", "count_b",
             (pl.col("mean_ns_a") / 1e3).round(1).alias("A_mean_us"), (pl.col("mean_ns_b") / 1e3).round(1).alias("B_mean_us"),

@@ -7,7 +7,9 @@ import streamlit as st
 
 from gpulens.analysis import power, timeline
 from gpulens.dashboard import charts
-from gpulens.dashboard.pages.common import NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables
+from gpulens.dashboard.pages.common import (
+    NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables, table,
+)
 
 LINK_ORDER = ("nvlink", "xgmi", "pcie")
 
@@ -46,10 +48,10 @@ for tab, link in zip(tabs, links):
     with tab:
         chart(charts.interconnect_usage_figure(usage, link), key=f"interconnect_usage_{link}")
         chart(charts.interconnect_timeline_figure(series, link, bucket_s), key=f"interconnect_timeline_{link}")
-        st.caption(f"Mean throughput per bucket of {bucket_s:g} s; the dashed red line is the nominal peak per direction.")
+        st.caption(f"Mean throughput per bucket of {bucket_s:g} s; the dashed black line is the nominal peak per direction.")
 
 st.subheader("Untapped bandwidth per GPU")
-st.dataframe(
+table(
     usage.select(
         "host", "gpu_index", "link", "direction",
         (pl.col("achieved_bytes_per_s") / 1e9).round(2).alias("mean_gb_s"),

@@ -10,10 +10,10 @@ import streamlit as st
 
 from gpulens.analysis import launch, time_breakdown, timeline
 from gpulens.analysis.findings import format_duration_ns
-from gpulens.dashboard import charts
+from gpulens.dashboard import charts, data
 from gpulens.dashboard.pages.common import (
-    NO_TRACES, caption_dataset, chart, fetch, fmt_share, frame, require_dataset, require_tables,
-    TIMELINE_STEP_INDEX, run_picker, timeline_choices, with_kernels,
+    NO_TRACES, TIMELINE_STEP_INDEX, caption_dataset, chart, fetch, fmt_share, frame, require_dataset, require_tables,
+    run_picker, table, timeline_choices, with_kernels,
 )
 
 VERDICT_WORDS = {"cpu_bound": "CPU-bound", "gpu_bound": "GPU-bound", "balanced": "balanced", "unknown": "undecided"}
@@ -50,7 +50,7 @@ if ranks.height:
     m[3].metric("Typical launch delay", format_duration_ns(ranks["step_launch_delay_p50_ns"].median(), missing="–"),
                 help="Median over the ranks of each step's median launch delay (call return to kernel start)")
     with st.expander("Per rank"):
-        st.dataframe(ranks.select(
+        table(ranks.select(
             "rank", "verdict", pl.col("verdict_share").round(2), "step_count", "kernel_count",
             pl.col("tklqt_share").round(2), (pl.col("gpu_idle_share") * 100).round(1).alias("gpu_idle_pct"),
             (pl.col("step_launch_delay_p50_ns") / 1e3).round(1).alias("launch_delay_p50_us"),
@@ -71,7 +71,7 @@ if copies.height:
     with st.expander(f"Memory copies and sets ({copies['copy_count'].sum():,})"):
         st.caption("Per rank, direction and the memory at each end. Pageable host memory is staged by the driver "
                    "through a pinned buffer, and the launching CPU thread waits for the copy.")
-        st.dataframe(copies.select(
+        table(copies.select(
             "rank", "kind", "direction", "src_memory", "dst_memory", "pageable", "copy_count",
             (pl.col("bytes") / 2**20).round(2).alias("MiB"), (pl.col("total_ns") / 1e3).round(1).alias("total_us"),
             (pl.col("bytes_per_s") / 1e9).round(2).alias("GB_per_s"), (pl.col("time_share") * 100).round(2).alias("time_pct"),
@@ -88,7 +88,7 @@ def _stall_expander(per_step: pl.DataFrame, idle_column: str, title: str, idle_w
     label = f"{title} per step" if idle is None else f"{title}: the GPU idle {fmt_share(idle)} of step time {idle_words}"
     with st.expander(label, expanded=idle is not None and idle >= 0.1):
         st.caption(caption)
-        st.dataframe(per_step.select("rank", "step", *columns).sort("rank", "step"), hide_index=True, width="stretch")
+        table(per_step.select("rank", "step", *columns).sort("rank", "step"), hide_index=True, width="stretch")
 
 
 _stall_expander(
@@ -136,7 +136,7 @@ st.caption("Kernels that run for less time on the GPU than their launch call tak
 short = _of_run(frame(ds, launch.short_kernels))
 chart(charts.short_kernels_figure(short), key="kernels_short")
 if short.height:
-    st.dataframe(short.select(
+    table(short.select(
         "rank", "name", "kernel_count", (pl.col("gpu_mean_ns") / 1e3).round(2).alias("gpu_mean_us"),
         (pl.col("launch_call_total_ns") / pl.col("kernel_count") / 1e3).round(2).alias("launch_call_mean_us"),
         (pl.col("kernel_share") * 100).round(2).alias("kernel_pct"),
@@ -145,7 +145,7 @@ if short.height:
 outliers = _of_run(frame(ds, launch.launch_outliers))
 with st.expander(f"Launch outliers ({outliers.height} kernel names)"):
     if outliers.height:
-        st.dataframe(outliers.select("rank", "outlier_kind", "name", "kernel_count",
+        table(outliers.select("rank", "outlier_kind", "name", "kernel_count",
                                      (pl.col("mean_ns") / 1e3).round(1).alias("mean_us"),
                                      (pl.col("max_ns") / 1e3).round(1).alias("max_us")).head(500),
                      hide_index=True, width="stretch")
@@ -154,7 +154,7 @@ with st.expander(f"Launch outliers ({outliers.height} kernel names)"):
 flip = frame(ds, launch.launch_flip)
 if flip.height:
     st.subheader("Batch size where the verdict flips")
-    st.dataframe(flip, hide_index=True, width="stretch")
+    table(flip, hide_index=True, width="stretch")
 
 # --- kernels ---------------------------------------------------------------------------------
 st.header("Kernels")
@@ -167,6 +167,13 @@ if rank_list and step_numbers:
     c1, c2, c3 = st.columns([1, 1, 3])
     rank = c1.selectbox("Rank", rank_list, key="kernels_rank")
     step = c2.selectbox("Step", step_numbers, index=min(TIMELINE_STEP_INDEX, len(step_numbers) - 1), key="kernels_step")
+    # Built when clicked (a callable), not at each run of the page.
+    st.download_button(
+        f"Download step {step} as a Perfetto trace", icon=":material/download:", on_click="ignore",
+        data=lambda: data.perfetto_trace(ds, run, (int(step), int(step))), file_name=f"{run}-step{step}.json.gz",
+        mime="application/gzip", key="kernels_perfetto",
+        help="Every rank of this run over this step (kernels, CPU threads, collectives and the GPUs' telemetry on "
+             "one timeline) for ui.perfetto.dev or chrome://tracing: `gpulens export perfetto --steps`.")
     step_ns = steps.filter((pl.col("rank") == rank) & (pl.col("step") == step))["step_ns"].max() or 0
     step_ms = round(step_ns / 1e6, 3)
     window_ms = c3.slider("Window (ms after the step's start)", 0.0, max(step_ms, 0.001), (0.0, max(step_ms, 0.001)),

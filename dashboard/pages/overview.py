@@ -11,7 +11,7 @@ from gpulens.analysis import timeline
 from gpulens.collector.wording import noun_for
 from gpulens.dashboard import charts
 from gpulens.dashboard.pages.common import (
-    PAGES, caption_dataset, chart, counts, evidence_markdown, fetch, frame, page_key, require_dataset,
+    PAGES, caption_dataset, chart, counts, evidence_markdown, fetch, frame, page_key, require_dataset, table,
 )
 
 SEVERITY_ICONS = {"critical": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
@@ -105,7 +105,7 @@ left, right = st.columns(2)
 with left:
     st.subheader("GPUs with telemetry")
     if coverage.height:
-        st.dataframe(
+        table(
             coverage.select("host", "gpu_index", "model", "first_ts", "last_ts", "samples",
                             pl.col("interval_s").round(3)),
             hide_index=True, width="stretch",
@@ -115,9 +115,9 @@ with left:
 with right:
     st.subheader("Trace runs")
     if runs.height:
-        st.dataframe(runs.select("run", "ranks", "hosts", "device_name", "source_format", "time_base", "steps",
+        table(runs.select("run", "ranks", "hosts", "device_name", "source_format", "time_base", "steps",
                                  "kernels", "collectives", "time_note"), hide_index=True, width="stretch")
     else:
         st.caption("No traces.")
 with st.expander("Rows per table"):
-    st.dataframe(pl.DataFrame({"table": list(rows), "rows": list(rows.values())}), hide_index=True)
+    table(pl.DataFrame({"table": list(rows), "rows": list(rows.values())}), hide_index=True)

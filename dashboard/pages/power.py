@@ -12,7 +12,7 @@ from gpulens.collector.wording import counted
 from gpulens.dashboard import charts
 from gpulens.dashboard.pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, fmt_share, frame,
-    host_scope, hosts_of, naive, require_dataset, require_tables, run_picker, with_kernels,
+    host_scope, hosts_of, naive, require_dataset, require_tables, run_picker, table, with_kernels,
 )
 
 CURVE_POINTS = 8
@@ -51,7 +51,7 @@ with left:
     chart(charts.power_percentiles_figure(headroom), key="power_percentiles")
 with right:
     chart(charts.power_distribution_figure(frame(ds, timeline.power_histogram, hosts=scope)), key="power_histogram")
-st.dataframe(
+table(
     headroom.select(
         "host", "gpu_index", "limit_w", "p50_w", "p99_w", "max_w", "headroom_w", "headroom_pct",
         (pl.col("power_throttled_share") * 100).round(1).alias("power_throttled_pct"),
@@ -115,7 +115,7 @@ chart(charts.cap_curve_figure(curve, float(cap_w)), key="power_cap_curve")
 with st.expander(f"Per GPU under a {cap_w} W cap"):
     whatif = frame(ds, power.power_cap_whatif, power_cap_w=float(cap_w), hosts=scope)
     if whatif.height:
-        st.dataframe(whatif.select("host", "gpu_index", "cap_w", "limit_w", "samples_above_cap",
+        table(whatif.select("host", "gpu_index", "cap_w", "limit_w", "samples_above_cap",
                                    (pl.col("above_cap_share") * 100).round(1).alias("above_cap_pct"),
                                    pl.col("energy_above_cap_j").round(0), "cap_above_limit"),
                      hide_index=True, width="stretch")
@@ -162,6 +162,6 @@ if runs.height:
             st.caption("Not joined: " + "; ".join(f"rank {row['rank']}: {row['unmatched_reason']}"
                                                  for row in unmatched.iter_rows(named=True)))
     with st.expander("Which GPU each rank ran on"):
-        st.dataframe(matched.select("rank", "host", "device", "gpu_index", "matched_by", "host_inferred",
-                                    "telemetry_covers", "unmatched_reason"),
+        table(matched.select("rank", "host", "device", "gpu_index", "matched_by", "host_inferred",
+                             "telemetry_covers", "unmatched_reason"),
                      hide_index=True, width="stretch")

@@ -64,7 +64,8 @@ caption_hosts_shown(hosts, hosts_all)
 st.caption(
     f"{counted(len(picked), 'GPU')}, {span_s / 60:.1f} min in buckets of {bucket_s:g} s "
     f"(sampled every {interval_s:.3g} s): the line is the bucket's mean, the band its min–max "
-    "(with three GPUs or fewer); red shading marks buckets in which a GPU was held back by power or heat."
+    "(with three GPUs or fewer); shading in a GPU's colour marks the buckets in which that GPU was held back by "
+    "power or heat (the legend names it)."
 )
 if series.is_empty():
     st.info("No telemetry in this time range.", icon=":material/info:")

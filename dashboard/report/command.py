@@ -115,7 +115,7 @@ def _resolve_baseline(baseline: Path | None, scratch: Path) -> tuple[Path | None
         # A baseline may also be a JSON report, so the trace formats alone mislead.
         raise TraceError(str(baseline), "neither a gpulens JSON report nor a trace gpulens can read (expected a JSON "
                                         "report from `gpulens report --format json`, Kineto JSON, Nsight Systems "
-                                        "SQLite, a rocprofv3 database or CSV, or an NCCL log)") from None
+                                        "SQLite, a rocprofv3 database, CSV or JSON, or an NCCL log)") from None
     return dataset, f"traces {baseline} (ingested)"
 
 

@@ -44,6 +44,7 @@ def launch_figure(steps: pl.DataFrame) -> go.Figure:
     # "~%" keeps the digits a tick needs: a GPU-bound run idles well under
     # 1 % a step, where ".0%" wrote every tick of the axis as "0%".
     fig.update_layout(yaxis_tickformat="~%")
+    charts.step_axis(fig, steps["step"].drop_nulls().to_list())
     return _layout(fig, "GPU idle share per step", "profiler step", "GPU idle share")
 
 

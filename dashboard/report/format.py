@@ -52,7 +52,7 @@ def format_value(column: str, value: Any) -> str:
         if abs(value) >= 1e9 or value == 0:
             return f"{value / 1e9:,.1f} GB/s"
         return f"{value / 1e6:,.2f} MB/s" if abs(value) >= 1e6 else f"{value / 1e3:,.2f} kB/s"
-    if name.endswith("_bytes"):
+    if name == "bytes" or name.endswith("_bytes"):
         return size(value)
     if name.endswith(("_share", "utilisation", "share_last", "share_of_peak")):
         return f"{value:.1%}"
