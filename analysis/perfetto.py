@@ -45,7 +45,8 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from gpulens.analysis.dataset import quote_identifier, stream_sql
+from gpulens.analysis.dataset import stream_sql
+from gpulens.analysis.tables import quote_identifier
 from gpulens.analysis.findings import Finding
 from gpulens.analysis.registry import create_views_named_in
 from gpulens.analysis.trace_events import TraceEventWriter

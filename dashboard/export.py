@@ -72,7 +72,7 @@ def perfetto(dataset, run, ranks, steps, output, max_events, no_findings):
         gpulens export perfetto gpulens-data --run demo-training --ranks 0-1 --steps 5-6 -o trace.json.gz
     """
     from gpulens.analysis.dataset import open_dataset
-    from gpulens.analysis.findings import all_findings
+    from gpulens.analysis.all_findings import all_findings
     from gpulens.analysis.perfetto import export_perfetto
 
     rank_list, step_range = parse_ranks(ranks), parse_steps(steps)

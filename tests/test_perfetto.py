@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import Counter
 from pathlib import Path
 
 import jsonschema
@@ -14,7 +13,7 @@ from click.testing import CliRunner
 
 from gpulens.analysis.dataset import open_dataset
 from gpulens.analysis.findings import Finding
-from gpulens.analysis.perfetto import INDEX_ASSUMED, export_perfetto
+from gpulens.analysis.perfetto import export_perfetto
 from gpulens.collector.errors import DatasetError, UsageError
 from gpulens.collector.ingest import kineto
 from gpulens.dashboard.cli import cli
@@ -163,8 +162,9 @@ def test_export_process_is_named_with_host_and_gpu(rank0) -> None:
 
 
 def test_export_metadata_says_how_the_gpu_was_matched(rank0) -> None:
+    # The demo's processes table holds each rank's pid on its GPU.
     assert _load(rank0)["otherData"]["gpu_matching"] == [
-        {"rank": 0, "host": "sim-node-00", "gpu_index": 0, "matched_by": INDEX_ASSUMED, "unmatched_reason": None}]
+        {"rank": 0, "host": "sim-node-00", "gpu_index": 0, "matched_by": "pid", "unmatched_reason": None}]
 
 
 def test_export_collectives_carry_op_size_group_and_seq(con, rank0) -> None:
