@@ -119,8 +119,15 @@ _GRAPH_IDLE_ADVICE = {
 }
 
 
+# The share of a rank's span past which `gpu_idle` names the busy time of
+# activities whose launch call the trace lacks (time_breakdown).
+UNLAUNCHED_NOTE_SHARE = 0.01
+
+
 def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.3) -> list[Finding]:
-    """`gpu_idle`: a rank whose GPU idles more than `idle_share_max` of its span."""
+    """`gpu_idle`: a rank whose GPU idles more than `idle_share_max` of its span;
+    it names the activities without a launch call in the trace where their
+    busy time is more than UNLAUNCHED_NOTE_SHARE of the span."""
     rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
     if rows.is_empty():
         return []
@@ -148,6 +155,7 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
             [f"{format_duration_ns(sync_ns)} after synchronising calls drained the GPU"] if sync_ns else [])
         if waits:
             advice = f"Of that, {' and '.join(waits)}. " + advice
+        advice += _unlaunched_note(row)
         findings.append(
             Finding(
                 id="gpu_idle",
@@ -171,6 +179,8 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
                     "idle_kernel_wait_share": row["idle_kernel_wait_share"],
                     "idle_other_share": row["idle_other_share"],
                     "idle_gap_count": row["idle_gap_count"],
+                    "unlaunched_count": row["unlaunched_count"],
+                    "unlaunched_busy_ns": row["unlaunched_busy_ns"],
                     "main_cause": cause,
                     "graph_kernel_share": graph_share,
                     "data_loader_idle_ns": data_ns,
@@ -180,6 +190,20 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
             )
         )
     return findings
+
+
+def _unlaunched_note(row: dict) -> str:
+    """What the breakdown counts that HTA's leaves out, where it matters."""
+    busy_ns, span_ns = row["unlaunched_busy_ns"] or 0, row["span_ns"] or 0
+    if not span_ns or busy_ns <= UNLAUNCHED_NOTE_SHARE * span_ns:
+        return ""
+    count = row["unlaunched_count"]
+    return (
+        f" The breakdown counts {count:,} GPU activit{'ies' if count != 1 else 'y'} whose launch call is not in the "
+        f"trace (launched before the profiler started, while the GPU ran behind the CPU): "
+        f"{format_duration_ns(busy_ns)} ({busy_ns / span_ns:.1%} of the span) when only they ran. Holistic Trace "
+        "Analysis leaves them out, so its idle share is higher by about that much."
+    )
 
 
 def exposed_communication_findings(

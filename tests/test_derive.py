@@ -112,7 +112,7 @@ def test_the_rank_summary_holds_each_union_and_the_idle_gaps():
     # busy [0,250] [300,340] [400,500]; compute [0,100] [150,250] [400,500];
     # communication [50,200]; compute or communication [0,250] [400,500]
     assert in_us == {"busy_ns": 390, "compute_union_ns": 300, "comm_union_ns": 150, "memory_union_ns": 40,
-                     "compute_comm_union_ns": 350, "idle_ns": 110, "idle_host_wait_ns": 50}
+                     "compute_comm_union_ns": 350, "idle_ns": 110, "idle_host_wait_ns": 50, "unlaunched_busy_ns": 0}
     assert (summary[0]["scoped_kernel_count"], summary[0]["idle_gap_count"], summary[0]["main_device"]) == (5, 2, 0)
     assert ((summary[0]["span_start_ns"] - T0) / US, (summary[0]["span_end_ns"] - T0) / US) == (0, 500)
 
