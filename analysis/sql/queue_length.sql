@@ -5,7 +5,8 @@
 -- requires: queued_launches
 -- param: queue_full_length = 1024
 --
--- Over the activities of queued_launches in the complete profiler steps
+-- Over the activities of queued_launches (every launch call but graph
+-- launches; HTA lists fewer calls, see there) in the complete profiler steps
 -- (scoped, as HTA's default trace filter), per (run, rank, stream): +1 when
 -- a launch call starts, -1 when its activity starts on the GPU; each such
 -- change is one point of the stream's series (at equal times, starts before
