@@ -282,8 +282,8 @@ RANK_SUMMARY_SCHEMA = _schema(
 
 # Derived (collector.derive): per kernel name of a rank. Over its scoped
 # kernels (kernels.scoped, dur_ns >= 0): how many, their total, extremes and
-# quantiles (quantile_cont); over its launched kernels (with a launch call):
-# how many, their GPU time and their launch calls' time.
+# quantiles (quantile_cont); over its launched kernels (with a launch call,
+# scoped too): how many, their GPU time and their launch calls' time.
 KERNEL_NAMES_SCHEMA = _schema(
     _RUN_RANK
     + [
