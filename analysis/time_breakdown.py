@@ -13,6 +13,12 @@ other thresholds and return a Polars frame:
   and the idle time split into waiting on the host, waiting on the previous
   kernel, and other (HTA's temporal and idle-time breakdowns).
 - `idle_breakdown`: the same idle split per stream, as HTA reports it.
+- `idle_intervals`: per stream and cause, the gaps' count, total, p50, p95
+  and max: many tiny gaps or a few long ones.
+- `annotation_gpu_time`: per user annotation (`record_function` range),
+  the GPU activities launched inside it and their GPU time.
+- `operator_kernels`: per CPU operator (`aten::mm`) and kernel name, the
+  activities it launched, their GPU time and launch delay.
 - `comm_overlap`: per rank, how much communication runs under compute
   (|C ∩ K| / |C|) and how much is exposed (|C \\ K|).
 - `kernel_stats`: per kernel name: count, total, mean, p50 and p95 duration.
@@ -61,6 +67,25 @@ def idle_breakdown(
 ) -> pl.DataFrame:
     """Per rank and stream: idle time between kernels by cause (HTA's split)."""
     return run_analysis(con, "idle_breakdown", breakdown_kernel_wait_max_gap_ns=kernel_wait_max_gap_ns)
+
+
+def idle_intervals(
+    con: duckdb.DuckDBPyConnection, kernel_wait_max_gap_ns: int = KERNEL_WAIT_MAX_GAP_NS
+) -> pl.DataFrame:
+    """Per rank, stream and cause: the idle gaps' count, total, p50, p95, max."""
+    return run_analysis(con, "idle_intervals", breakdown_kernel_wait_max_gap_ns=kernel_wait_max_gap_ns)
+
+
+def annotation_gpu_time(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per rank and user annotation name: its ranges, the GPU activities
+    launched inside them and their GPU time."""
+    return run_analysis(con, "annotation_gpu_time")
+
+
+def operator_kernels(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per rank, CPU operator and kernel name: the activities the operator
+    launched, their GPU time and launch delay."""
+    return run_analysis(con, "operator_kernels")
 
 
 def comm_overlap(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
