@@ -1094,3 +1094,11 @@ def test_kineto_span_launch_delay_and_step_boundary_are_integer_arithmetic(tmp_p
     # start - (call start + call duration): 94.565 - (10.125 + 5.251) µs.
     assert first["launch_delay_ns"] == 1712195495502094565 - (1712195495502010125 + 5251)
     assert steps == [(1, 1712195495502000001, 1712195495503000004), (2, 1712195495503000005, 1712195495504000004)]
+
+
+def test_kineto_activity_of_the_first_step_without_a_launch_call_counts_as_unlaunched(tmp_path: Path) -> None:
+    # second_kernel's correlation id (2) is on no runtime call: launched before the profiler started.
+    (tmp_path / "t.json").write_text(_epoch_text(EPOCH_EVENTS))
+    summary = derive_trace_tables(kineto.parse(tmp_path / "t.json", "r").tables)["rank_summary"].to_pylist()[0]
+    assert (summary["scoped_kernel_count"], summary["busy_ns"], summary["idle_ns"]) == (2, 12_345 + 1, 106_435 - 12_346)
+    assert (summary["unlaunched_count"], summary["unlaunched_busy_ns"]) == (1, 1)

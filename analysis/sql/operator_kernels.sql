@@ -46,7 +46,7 @@ owner as (
         l.name,
         l.dur_ns,
         l.launch_delay_ns,
-        arg_max(o.name, [o.start_ns, -o.end_ns]) as operator
+        arg_max(o.name, (o.start_ns, -o.end_ns, o.name)) as operator  -- of equal ops, the same whatever the order
     from launched as l
     join cpu_ops as o
         on o.run = l.run
