@@ -14,6 +14,9 @@ with the SQL's defaults:
   the rank's dominant verdict;
 - `short_kernels`, `launch_outliers`: per kernel name, the kernels shorter
   than their launch call, and launch-delay or launch-call outliers;
+- `queue_length`: per stream over the complete steps, the launch queue
+  (launched, not yet started) summarised as HTA summarises it, and the
+  time it was full (CUDA's 1,024 pending launches);
 - `launch_flip`: across runs named by batch size (`bs8`, `batch16`, ...),
   the batch size where the verdict flips from cpu_bound to gpu_bound;
 - `graph_launches`: per rank, the share of its launched kernels and GPU
@@ -89,6 +92,10 @@ def launch_outliers(
     launch_call_outlier_ns: int = 50_000,
 ) -> pl.DataFrame:
     return run_analysis(con, "launch_outliers", **_params(locals()))
+
+
+def queue_length(con: duckdb.DuckDBPyConnection, *, queue_full_length: int = 1024) -> pl.DataFrame:
+    return run_analysis(con, "queue_length", queue_full_length=queue_full_length)
 
 
 def launch_flip(

@@ -13,6 +13,12 @@ other thresholds and return a Polars frame:
   and the idle time split into waiting on the host, waiting on the previous
   kernel, and other (HTA's temporal and idle-time breakdowns).
 - `idle_breakdown`: the same idle split per stream, as HTA reports it.
+- `idle_intervals`: per stream and cause, the gaps' count, total, p50, p95
+  and max: many tiny gaps or a few long ones.
+- `annotation_gpu_time`: per user annotation (`record_function` range),
+  the GPU activities launched inside it and their GPU time.
+- `operator_kernels`: per CPU operator (`aten::mm`) and kernel name, the
+  activities it launched, their GPU time and launch delay.
 - `comm_overlap`: per rank, how much communication runs under compute
   (|C ∩ K| / |C|) and how much is exposed (|C \\ K|).
 - `kernel_stats`: per kernel name: count, total, mean, p50 and p95 duration.
@@ -61,6 +67,25 @@ def idle_breakdown(
 ) -> pl.DataFrame:
     """Per rank and stream: idle time between kernels by cause (HTA's split)."""
     return run_analysis(con, "idle_breakdown", breakdown_kernel_wait_max_gap_ns=kernel_wait_max_gap_ns)
+
+
+def idle_intervals(
+    con: duckdb.DuckDBPyConnection, kernel_wait_max_gap_ns: int = KERNEL_WAIT_MAX_GAP_NS
+) -> pl.DataFrame:
+    """Per rank, stream and cause: the idle gaps' count, total, p50, p95, max."""
+    return run_analysis(con, "idle_intervals", breakdown_kernel_wait_max_gap_ns=kernel_wait_max_gap_ns)
+
+
+def annotation_gpu_time(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per rank and user annotation name: its ranges, the GPU activities
+    launched inside them and their GPU time."""
+    return run_analysis(con, "annotation_gpu_time")
+
+
+def operator_kernels(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Per rank, CPU operator and kernel name: the activities the operator
+    launched, their GPU time and launch delay."""
+    return run_analysis(con, "operator_kernels")
 
 
 def comm_overlap(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
@@ -119,8 +144,15 @@ _GRAPH_IDLE_ADVICE = {
 }
 
 
+# The share of a rank's span past which `gpu_idle` names the busy time of
+# activities whose launch call the trace lacks (time_breakdown).
+UNLAUNCHED_NOTE_SHARE = 0.01
+
+
 def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.3) -> list[Finding]:
-    """`gpu_idle`: a rank whose GPU idles more than `idle_share_max` of its span."""
+    """`gpu_idle`: a rank whose GPU idles more than `idle_share_max` of its span;
+    it names the activities without a launch call in the trace where their
+    busy time is more than UNLAUNCHED_NOTE_SHARE of the span."""
     rows = time_breakdown(con).filter(pl.col("idle_share") > idle_share_max)
     if rows.is_empty():
         return []
@@ -148,6 +180,7 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
             [f"{format_duration_ns(sync_ns)} after synchronising calls drained the GPU"] if sync_ns else [])
         if waits:
             advice = f"Of that, {' and '.join(waits)}. " + advice
+        advice += _unlaunched_note(row)
         findings.append(
             Finding(
                 id="gpu_idle",
@@ -171,6 +204,8 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
                     "idle_kernel_wait_share": row["idle_kernel_wait_share"],
                     "idle_other_share": row["idle_other_share"],
                     "idle_gap_count": row["idle_gap_count"],
+                    "unlaunched_count": row["unlaunched_count"],
+                    "unlaunched_busy_ns": row["unlaunched_busy_ns"],
                     "main_cause": cause,
                     "graph_kernel_share": graph_share,
                     "data_loader_idle_ns": data_ns,
@@ -180,6 +215,20 @@ def gpu_idle_findings(con: duckdb.DuckDBPyConnection, idle_share_max: float = 0.
             )
         )
     return findings
+
+
+def _unlaunched_note(row: dict) -> str:
+    """What the breakdown counts that HTA's leaves out, where it matters."""
+    busy_ns, span_ns = row["unlaunched_busy_ns"] or 0, row["span_ns"] or 0
+    if not span_ns or busy_ns <= UNLAUNCHED_NOTE_SHARE * span_ns:
+        return ""
+    count = row["unlaunched_count"]
+    return (
+        f" The breakdown counts {count:,} GPU activit{'ies' if count != 1 else 'y'} whose launch call is not in the "
+        f"trace (launched before the profiler started, while the GPU ran behind the CPU): "
+        f"{format_duration_ns(busy_ns)} ({busy_ns / span_ns:.1%} of the span) when only they ran. Holistic Trace "
+        "Analysis leaves them out, so its idle share is higher by about that much."
+    )
 
 
 def exposed_communication_findings(

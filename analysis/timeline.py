@@ -14,7 +14,7 @@ a few thousand rows per series, whatever the size of the dataset:
 - `step_kernel_runs`: one rank's kernels in one profiler step, merged at
   drawing resolution, for a timeline.
 - `step_queue_length`: the launch queue of each stream of that rank in
-  that step (launched, not yet finished), per pixel.
+  that step (launched, not yet started, as HTA counts), per pixel.
 - `skew_by_step`: arrival lateness per rank and step.
 - `compare_kernels`, `compare_collectives`: two runs side by side.
 
@@ -172,7 +172,8 @@ def step_queue_length(
     pixels: int = 1500,
 ) -> pl.DataFrame:
     """How many GPU activities of each stream of `rank` were launched and
-    not yet finished, over profiler step `step` (or the window
+    not yet started on the GPU (as HTA counts: see `queued_launches`), over
+    profiler step `step` (or the window
     `window_start_ns`..`window_end_ns` after its start, as in
     `step_kernel_runs`): the changes gathered per pixel, with each stream's
     mean and deepest queue and the share of the window it was empty."""

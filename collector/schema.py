@@ -271,7 +271,9 @@ GPU_PHASES_SCHEMA = _schema(
 # Derived (collector.derive): one row per rank of a source file. Over the
 # kernels of its complete profiler steps (kernels.scoped), all streams:
 # their span, the lengths of the unions of all of them (busy) and of each
-# category's, and the idle gaps between; and the device most kernels ran on.
+# category's, and the idle gaps between; those whose correlation id is on no
+# runtime call of the trace (unlaunched_count) and the busy time only they
+# cover (unlaunched_busy_ns); and the device most kernels ran on.
 RANK_SUMMARY_SCHEMA = _schema(
     _RUN_RANK
     + [
@@ -289,6 +291,8 @@ RANK_SUMMARY_SCHEMA = _schema(
         ("idle_gap_count", pa.int64()),
         ("idle_ns", pa.int64()),
         ("idle_host_wait_ns", pa.int64()),
+        ("unlaunched_count", pa.int64()),
+        ("unlaunched_busy_ns", pa.int64()),
         ("first_launch_call_start_ns", pa.int64()),
         ("main_device", pa.int32()),
         ("main_device_start_ns", pa.int64()),
@@ -299,8 +303,8 @@ RANK_SUMMARY_SCHEMA = _schema(
 
 # Derived (collector.derive): per kernel name of a rank. Over its scoped
 # kernels (kernels.scoped, dur_ns >= 0): how many, their total, extremes and
-# quantiles (quantile_cont); over its launched kernels (with a launch call):
-# how many, their GPU time and their launch calls' time.
+# quantiles (quantile_cont); over its launched kernels (with a launch call,
+# scoped too): how many, their GPU time and their launch calls' time.
 KERNEL_NAMES_SCHEMA = _schema(
     _RUN_RANK
     + [

@@ -286,6 +286,14 @@ def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sampl
     assert "Kernels per stream: balanced, rank 5, step 4" in _titles(at)
 
 
+def test_kernels_page_shows_each_streams_launch_queue_over_the_whole_trace(monkeypatch, sample):
+    at = _run(monkeypatch, sample, "pages/kernels.py")
+    labels = [expander.label for expander in at.expander]
+    assert any(label.startswith("Launch queue per stream, whole trace (") for label in labels), labels
+    tables = [table.value for table in at.dataframe if "max_queue_length" in table.value.columns]
+    assert tables and (tables[0]["max_queue_length"] <= 1024).all()
+
+
 def test_kernels_page_says_how_many_kernels_graph_replays_ran(monkeypatch, tmp_path):
     from gpulens.collector.ingest import ingest_paths
 

@@ -112,7 +112,7 @@ def test_the_rank_summary_holds_each_union_and_the_idle_gaps():
     # busy [0,250] [300,340] [400,500]; compute [0,100] [150,250] [400,500];
     # communication [50,200]; compute or communication [0,250] [400,500]
     assert in_us == {"busy_ns": 390, "compute_union_ns": 300, "comm_union_ns": 150, "memory_union_ns": 40,
-                     "compute_comm_union_ns": 350, "idle_ns": 110, "idle_host_wait_ns": 50}
+                     "compute_comm_union_ns": 350, "idle_ns": 110, "idle_host_wait_ns": 50, "unlaunched_busy_ns": 0}
     assert (summary[0]["scoped_kernel_count"], summary[0]["idle_gap_count"], summary[0]["main_device"]) == (5, 2, 0)
     assert ((summary[0]["span_start_ns"] - T0) / US, (summary[0]["span_end_ns"] - T0) / US) == (0, 500)
 
@@ -201,7 +201,8 @@ def test_kernel_names_count_scoped_kernels_and_launched_ones_apart():
     rows = {r["name"]: r for r in derived.to_pylist()}
     one = rows["k1"]  # names are k<correlation id>: one kernel each
     assert (one["kernel_count"], one["total_ns"] / US, one["launched_count"], one["launch_call_total_ns"] / US) == (1, 10, 1, 2)
-    assert (rows["k3"]["kernel_count"], rows["k3"]["launched_count"]) == (0, 1)
+    # Launched in the last step: neither counted nor among the launched ones (launch analyses' scope too).
+    assert (rows["k3"]["kernel_count"], rows["k3"]["launched_count"]) == (0, 0)
     assert (rows["k4"]["kernel_count"], rows["k4"]["launched_count"], rows["k4"]["p50_ns"] / US) == (1, 0, 4)
 
 
@@ -315,7 +316,7 @@ def test_kernel_names_are_what_duckdbs_group_by_gives():
             count(*) filter (where launched) as launched_count,
             sum(dur_ns) filter (where launched)::bigint as launched_gpu_ns,
             sum(launch_call_ns) filter (where launched)::bigint as launch_call_total_ns
-        from (select *, scoped and dur_ns >= 0 as counted, launch_queue_ns is not null as launched from kernels)
+        from (select *, scoped and dur_ns >= 0 as counted, coalesce(scoped, false) and launch_queue_ns is not null as launched from kernels)
         group by run, rank, name
         order by run, rank, name
     """).fetchall()

@@ -70,10 +70,11 @@ def test_gpu_bound_steps_fill_cudas_launch_queue_and_launch_bound_steps_leave_it
         steps = con.execute("select step from step_windows where run = ? and rank = 0 order by step", [run]).fetchall()
         return [step_queue_length(con, run, 0, step).select("max_queue_length", "empty_share").row(0) for (step,) in steps]
 
-    # In the GPU-bound run the CPU runs up to CUDA's 1,024 pending launches and waits there; the first
-    # step starts from an empty queue and fills it.
+    # In the GPU-bound run the CPU runs up to CUDA's 1,024 pending launches and waits there (1,022 not
+    # yet started, beside the one running); the first step starts from an empty queue and fills it.
+    # Its 495 cuLaunchKernelEx launches count: HTA's list of launch calls misses them (max 894).
     train = queues("h100-train")
-    assert len(train) == 5 and max(deepest for deepest, _ in train) == 1023
+    assert len(train) == 5 and max(deepest for deepest, _ in train) == 1022
     assert [empty for _, empty in train[1:]] == [0.0] * 4
     # In the launch-bound run the GPU waits for each launch: the queue is empty for most of every step.
     small = queues("h100-small-batch")

@@ -10,6 +10,7 @@ import gzip
 import json
 import pickle
 import random
+import re
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
@@ -19,9 +20,10 @@ import orjson
 import pyarrow as pa
 import pytest
 
+from gpulens.collector.derive import derive_trace_tables
 from gpulens.collector.errors import TraceError
 from gpulens.collector.ingest import kineto, kineto_native, kineto_stream
-from gpulens.collector.ingest.arrays import add_or_null, int_array, us_to_ns
+from gpulens.collector.ingest.arrays import add_or_null, int_array, times_to_ns, us_to_ns
 from gpulens.collector.ingest.base import ParsedTrace
 from gpulens.collector.ingest.kineto_collectives import parse_group_ranks, parse_split_sizes
 
@@ -705,6 +707,11 @@ def test_us_to_ns_gives_the_decimal_written_to_the_nanosecond() -> None:
     assert us_to_ns([float(t) for t in texts]).to_pylist() == [round(Decimal(t) * 1000) for t in texts]
 
 
+def test_times_to_ns_reads_decimals_and_large_integers_exactly() -> None:
+    values = [Decimal("1712195495502094.565"), Decimal("0.0025"), Decimal("NaN"), 2**60, 1.5, None]
+    assert times_to_ns(values).to_pylist() == [1712195495502094565, 2, None, None, 1500, None]
+
+
 def test_us_to_ns_of_non_finite_or_out_of_range_is_null() -> None:
     values = [1.5, float("nan"), float("inf"), float("-inf"), 1e17, -9.2e15, None]
     assert us_to_ns(values).to_pylist() == [1500, None, None, None, None, -9_200_000_000_000_000_000, None]
@@ -1047,3 +1054,51 @@ def test_kineto_kernel_categories_and_dims_outlast_a_memo_that_fills(tmp_path: P
         assert (set(kineto_columns._CATEGORIES), set(kineto_columns._DIMS) - {b""}) == (
             {"sm90_xmma_gemm_bf16", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", f"k{round_}"},
             {f"[{i + round_}, 1, 1]".encode() for i in range(3)})
+
+
+# --- nanoseconds past a double's step -----------------------------------------------------
+
+
+def _epoch_text(events: list[dict]) -> str:
+    """A trace without baseTimeNanoseconds whose times are Unix-epoch
+    microseconds written with three decimals, as a profiler writes them:
+    each time given as the text "=<digits>" becomes that number."""
+    text = json.dumps(synthetic_trace(baseTimeNanoseconds=None, traceEvents=events))
+    return re.sub(r'"=(-?[0-9.]+)"', r"\1", text)
+
+
+# At 1.7e15 µs a double's step is 0.25 µs: none of these survive a double.
+EPOCH_EVENTS = [
+    event("user_annotation", "ProfilerStep#1", "=1712195495502000.001", "=1000.003"),
+    event("user_annotation", "ProfilerStep#2", "=1712195495503000.005", "=999.999"),
+    event("cuda_runtime", "cudaLaunchKernel", "=1712195495502010.125", "=5.251", correlation=1),
+    gpu("kernel", "first_kernel", "=1712195495502094.565", "=12.345", correlation=1),
+    gpu("kernel", "second_kernel", "=1712195495502200.999", "=0.001", correlation=2),
+]
+
+
+def test_kineto_epoch_times_with_three_decimals_are_exact(tmp_path: Path) -> None:
+    (tmp_path / "t.json").write_text(_epoch_text(EPOCH_EVENTS))
+    kernels = rows(kineto.parse(tmp_path / "t.json", "r"), "kernels")
+    assert [(k["start_ns"], k["dur_ns"], k["end_ns"]) for k in kernels] == [
+        (1712195495502094565, 12345, 1712195495502106910), (1712195495502200999, 1, 1712195495502201000)]
+
+
+def test_kineto_span_launch_delay_and_step_boundary_are_integer_arithmetic(tmp_path: Path) -> None:
+    (tmp_path / "t.json").write_text(_epoch_text(EPOCH_EVENTS))
+    derived = derive_trace_tables(kineto.parse(tmp_path / "t.json", "r").tables)
+    summary = derived["rank_summary"].to_pylist()[0]
+    first = derived["kernels"].to_pylist()[0]
+    steps = [(a["step"], a["start_ns"], a["end_ns"]) for a in derived["annotations"].to_pylist() if a["step"]]
+    assert summary["span_end_ns"] - summary["span_start_ns"] == 1712195495502201000 - 1712195495502094565
+    # start - (call start + call duration): 94.565 - (10.125 + 5.251) µs.
+    assert first["launch_delay_ns"] == 1712195495502094565 - (1712195495502010125 + 5251)
+    assert steps == [(1, 1712195495502000001, 1712195495503000004), (2, 1712195495503000005, 1712195495504000004)]
+
+
+def test_kineto_activity_of_the_first_step_without_a_launch_call_counts_as_unlaunched(tmp_path: Path) -> None:
+    # second_kernel's correlation id (2) is on no runtime call: launched before the profiler started.
+    (tmp_path / "t.json").write_text(_epoch_text(EPOCH_EVENTS))
+    summary = derive_trace_tables(kineto.parse(tmp_path / "t.json", "r").tables)["rank_summary"].to_pylist()[0]
+    assert (summary["scoped_kernel_count"], summary["busy_ns"], summary["idle_ns"]) == (2, 12_345 + 1, 106_435 - 12_346)
+    assert (summary["unlaunched_count"], summary["unlaunched_busy_ns"]) == (1, 1)

@@ -3,7 +3,7 @@
 `kineto_native.scan` turns a piece of the event array into columns, and
 refuses (None) whatever it does not read the way msgspec's decoders do;
 that piece then takes msgspec's path. These tests pin both halves: the
-values it reads (names unescaped, numbers rounded as msgspec rounds them)
+values it reads (names unescaped, times as the decimal's exact nanoseconds)
 and what it refuses, and then whole traces, real and randomised, read by
 both paths into identical tables.
 """
@@ -42,11 +42,6 @@ def scanned(*events: dict | str) -> kineto_native.ScannedPiece | None:
     return kineto_native.scan(("[" + ", ".join(texts) + "]").encode())
 
 
-def floats(piece: kineto_native.ScannedPiece, column: str) -> list[float]:
-    data = piece.columns[column]
-    return list(struct.unpack(f"<{len(data) // 8}d", data))
-
-
 def ints(piece: kineto_native.ScannedPiece, column: str) -> list[int]:
     data = piece.columns[column]
     return list(struct.unpack(f"<{len(data) // 8}q", data))
@@ -74,17 +69,27 @@ def test_scan_unescapes_names_as_json_does() -> None:
 
 
 @built
-@pytest.mark.parametrize("text", [
-    "4458676388068.751",  # Kineto's three decimals on a large base
-    "1669783687352244",  # integer epoch microseconds
-    "0.1", "-0.0", "2.5e-3", "1E+2", "0.000001234",
-    "9007199254740993",  # 2**53 + 1: rounds to even
-    "123456789012345678901234.5",  # past 19 digits: strtod's path
-    "1e-400",  # below a double's range: 0.0
+@pytest.mark.parametrize(("text", "ns"), [
+    ("4458676388068.751", 4458676388068751),  # Kineto's three decimals on a large base
+    ("1712195495502094.565", 1712195495502094565),  # epoch microseconds, three decimals: past a double's step
+    ("1669783687352244", 1669783687352244000),  # integer epoch microseconds
+    ("0.1", 100), ("-0.0", 0), ("-1.5", -1500), ("1E+2", 100_000), ("0.000001234", 0),
+    ("2.5e-3", 2), ("0.0035", 4),  # a tie past the nanosecond: half to even, on the decimal
+    ("0.00250000000000000000001", 3),  # past 19 digits, a nonzero one: above the tie
+    ("9007199254740993", 9007199254740993000),  # 2**53 + 1 µs: no double holds it
+    ("9223372036854775.807", 2**63 - 1),  # the last int64 nanosecond
+    ("1e-400", 0),
 ])
-def test_scan_rounds_times_as_python_does(text: str) -> None:
+def test_scan_reads_times_as_exact_nanoseconds(text: str, ns: int) -> None:
     piece = scanned(json.dumps(kernel()).replace('"ts": 1.0', f'"ts": {text}'))
-    assert floats(piece, "ts") == [float(text)]
+    assert ints(piece, "ts") == [ns]
+
+
+@built
+@pytest.mark.parametrize("text", ["9223372036854775.808", "123456789012345678901234.5", "1e30"])
+def test_scan_refuses_a_time_beyond_int64_nanoseconds(text: str) -> None:
+    # msgspec's path reads the piece, and makes the time NULL.
+    assert scanned(json.dumps(kernel()).replace('"ts": 1.0', f'"ts": {text}')) is None
 
 
 @built
@@ -128,8 +133,8 @@ def test_scan_reads_the_allocator_args_of_instants() -> None:
     assert [ints(piece, column) for column in columns] == [[1, 2], [-512, 0], [2**33, 0], [-1, 0], [0, 0]]
     # Addr written as text: odd, left to msgspec; the mark has no args at all.
     assert (piece.columns["instant_present"], piece.columns["instant_odd"]) == (b"\x33\x00", b"\x08\x00")
-    assert (ints(piece, "pid")[1], ints(piece, "tid")[1], floats(piece, "ts")[1:], names(piece)) == (
-        9, 10, [5.5, 6.0], ["k", "[memory]", "mark"])
+    assert (ints(piece, "pid")[1], ints(piece, "tid")[1], ints(piece, "ts")[1:], names(piece)) == (
+        9, 10, [5500, 6000], ["k", "[memory]", "mark"])
 
 
 @built

@@ -158,6 +158,10 @@ def hand(tmp_path_factory: pytest.TempPathFactory):
                                       (2_000 * US, US, 2_101 * US, US, "b"),  # 100 µs: at the cutoff, not over
                                       (3_000 * US, US, 3_121 * US, US, "b"),  # 120 µs
                                       (4_000 * US, 60 * US, 4_060 * US, US, "c")])  # a 60 µs call
+    # Two steps; the last (cut-short) one holds a short kernel and a delay outlier, both left out.
+    _write_rank(root, "last_step", 0, [(10 * US, 5 * US, 16 * US, US, "tiny"), (20 * US, US, 30 * US, 2 * US, "late"),
+                                       (150 * US, 5 * US, 156 * US, US, "tiny"), (160 * US, US, 400 * US, US, "late")],
+                [(1, 0, 100 * US), (2, 100 * US, 200 * US)])
     _write_graph_rank(root, "graph")
     _write_graph_rank(root, "hip_graph", graph_api="hipGraphLaunch")
     _write_rank(root, "findings_cpu", 3, _cpu_bound_step(0) + _cpu_bound_step(200 * US),
@@ -301,6 +305,17 @@ def test_kernel_launches_mark_the_kernels_a_graph_replay_launched(hand) -> None:
 def test_kernel_launches_keep_a_graph_kernels_queue_time_from_the_replay_call(hand) -> None:
     nodes = _of(launch.kernel_launches(hand), "graph").filter(pl.col("name") == "node").sort("start_ns")
     assert nodes["launch_queue_ns"].to_list()[:3] == [25 * US, 27 * US, 29 * US]
+
+
+def test_short_kernels_count_only_the_complete_profiler_steps(hand) -> None:
+    frame = _of(launch.short_kernels(hand), "last_step")
+    assert _rows(frame, "name", "kernel_count", "rank_short_kernel_count") == [("tiny", 1, 1)]
+    assert frame["kernel_share"].to_list() == [pytest.approx(1 / 2)]  # of the two launched in step 1
+
+
+def test_launch_outliers_count_only_the_complete_profiler_steps(hand) -> None:
+    frame = _of(launch.launch_outliers(hand), "last_step")
+    assert frame.is_empty()  # late's 239 µs delay was in the last step; its 9 µs in step 1 is no outlier
 
 
 @pytest.mark.parametrize("run", ["graph", "hip_graph"])

@@ -57,7 +57,9 @@ select
     r.idle_gap_count,
     r.idle_host_wait_ns,
     coalesce(w.kernel_wait_ns, 0) as idle_kernel_wait_ns,
-    r.idle_ns - r.idle_host_wait_ns - coalesce(w.kernel_wait_ns, 0) as idle_other_ns
+    r.idle_ns - r.idle_host_wait_ns - coalesce(w.kernel_wait_ns, 0) as idle_other_ns,
+    r.unlaunched_count,
+    r.unlaunched_busy_ns
 from rank_unions as r
 left join kernel_wait as w
     on w.run = r.run

@@ -1,13 +1,14 @@
 -- The launch queue of each stream of one rank in one profiler step: how many
--- GPU activities were launched and not yet finished, over time.
+-- GPU activities were launched and had not started yet, over time.
 --
--- A kernel (memcpy, memset) joins its stream's queue when its launch call
--- starts and leaves it when it ends on the GPU, as HTA counts its "queue
--- length". A queue that stays near 0 or 1 means the GPU waits for the CPU
--- to launch (CPU-bound); a deep one means the CPU runs ahead of the GPU
--- (GPU-bound). At 1,024 pending launches CUDA blocks the next launch call,
--- so the CPU stalls until the GPU drains the queue. Activities without a
--- launch call (no runtime API in the trace) are not counted.
+-- As HTA counts its "queue length" (see queued_launches): a kernel (memcpy,
+-- memset) joins its stream's queue when its launch call starts and leaves
+-- it when it starts on the GPU; kernels replayed from a CUDA graph, and
+-- activities without a launch call in the trace, are not counted. A queue
+-- that stays near 0 or 1 means the GPU waits for the CPU to launch
+-- (CPU-bound); a deep one means the CPU runs ahead of the GPU (GPU-bound).
+-- At 1,024 pending launches CUDA blocks the next launch call, so the CPU
+-- stalls until the GPU drains the queue; no value here can exceed that.
 --
 -- The window is the step, or the part of it from dash_window_start_ns to
 -- dash_window_end_ns after the step's start, as in dash_step_kernel_runs;
@@ -28,23 +29,23 @@
 -- param: dash_window_start_ns = null
 -- param: dash_window_end_ns = null
 -- param: dash_pixels = 1500
--- requires: kernels, dash_step_window
+-- requires: queued_launches, dash_step_window
 with window_ as (
     select * from dash_step_window
 ),
 queued as (
     -- In the queue at some time in the window: launched before its end and
-    -- finished after its start.
+    -- started after its start.
     select
-        k.device,
-        k.stream,
-        greatest(k.launch_call_start_ns, w.window_start_ns) as enter_ns,
-        k.end_ns as leave_ns
-    from kernels k, window_ w
-    where k.run = getvariable('dash_run')
-        and k.rank = getvariable('dash_rank')
-        and k.launch_call_start_ns < w.window_end_ns
-        and k.end_ns > w.window_start_ns
+        q.device,
+        q.stream,
+        greatest(q.enter_ns, w.window_start_ns) as enter_ns,
+        q.leave_ns
+    from queued_launches q, window_ w
+    where q.run = getvariable('dash_run')
+        and q.rank = getvariable('dash_rank')
+        and q.enter_ns < w.window_end_ns
+        and q.leave_ns > w.window_start_ns
 ),
 changes as (
     select stream, enter_ns as ts_ns, 1 as delta from queued

@@ -15,6 +15,8 @@
 --                    sum over a step is the TKLQT (step_launch_summary)
 --   step             the profiler step whose window contains the call's
 --                    start; NULL outside every step or without steps
+--   scoped           the kernel counts in per-rank aggregates (kernels.scoped:
+--                    its call started before the rank's last, cut-short step)
 --   graph_launch     the call replays a CUDA or HIP graph (cudaGraphLaunch,
 --                    cuGraphLaunch, hipGraphLaunch and their suffixed
 --                    forms): every kernel of the replay carries the one
@@ -58,6 +60,7 @@ select
     launch_call_ns,
     launch_delay_ns,
     launch_queue_ns,
-    step
+    step,
+    scoped
 from kernels
 where launch_queue_ns is not null

@@ -11,7 +11,10 @@
 --                 itself was slow (allocation, lazy module loading, a lock)
 -- Kernels replayed from a CUDA or HIP graph are left out of both
 -- (kernel_launches.graph_launch): one call launched them all, and each
--- waited for the graph's earlier kernels rather than for the CPU.
+-- waited for the graph's earlier kernels rather than for the CPU. Like every
+-- per-rank aggregate and HTA's defaults, only the kernels of the complete
+-- profiler steps count (kernel_launches.scoped: the last, cut-short step is
+-- left out), in the outliers and in the totals (launched_names).
 -- One row per (run, rank, name, outlier_kind) with outliers, ordered by
 -- name_rank within the kind (1 = most outliers):
 --   kernel_count           outliers of that name
@@ -34,6 +37,7 @@ with outlier_counts as (
     where (launch_delay_ns > getvariable('launch_delay_outlier_ns')
         or launch_call_ns > getvariable('launch_call_outlier_ns'))
         and not graph_launch
+        and scoped
     group by run, rank, name
 ),
 

@@ -1,5 +1,5 @@
 -- Per kernel name of a rank, its launched kernels (those with a launch
--- call): how many, their GPU time and their launch calls' time, counted at
+-- call, in the complete profiler steps: kernels.scoped): how many, their GPU time and their launch calls' time, counted at
 -- ingest (kernel_names) and added up over the rank's trace files. The
 -- totals short_kernels and launch_outliers take their shares of.
 -- requires: kernel_names

@@ -12,6 +12,10 @@
 --   idle_gap_count, idle_ns      the gaps between the union's islands
 --   idle_host_wait_ns    the gaps whose closing kernel was launched after
 --                        the gap began
+--   unlaunched_count     the kernels counted whose launch call the trace
+--                        lacks (no runtime call has their correlation id)
+--   unlaunched_busy_ns   the busy time only those cover: busy_ns minus the
+--                        union of the launched kernels
 select
     run,
     rank,
@@ -25,7 +29,9 @@ select
     sum(compute_comm_union_ns)::bigint as compute_comm_union_ns,
     sum(idle_gap_count)::bigint as idle_gap_count,
     sum(idle_ns)::bigint as idle_ns,
-    sum(idle_host_wait_ns)::bigint as idle_host_wait_ns
+    sum(idle_host_wait_ns)::bigint as idle_host_wait_ns,
+    sum(unlaunched_count)::bigint as unlaunched_count,
+    sum(unlaunched_busy_ns)::bigint as unlaunched_busy_ns
 from rank_summary
 where scoped_kernel_count > 0
 group by run, rank

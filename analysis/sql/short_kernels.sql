@@ -8,7 +8,11 @@
 -- short_kernel_max_call_ns (longer calls are launch-call outliers, see
 -- launch_outliers; HTA's runtime_cutoff). Kernels replayed from a CUDA or
 -- HIP graph have no launch call of their own (kernel_launches.graph_launch)
--- and are left out: they are launched together already. One row per
+-- and are left out: they are launched together already. Like every per-rank
+-- aggregate (time_breakdown, kernel_stats) and HTA's defaults, only the
+-- kernels of the complete profiler steps count (kernel_launches.scoped: the
+-- last, cut-short step is left out), in the short ones and in the totals
+-- their shares are of (launched_names). One row per
 -- (run, rank, name) with
 -- short kernels, ordered by name_rank (1 = most short kernels):
 --   kernel_count, gpu_ns, launch_call_total_ns   of that name's short kernels
@@ -29,6 +33,7 @@ with short_counts as (
     where dur_ns < launch_call_ns
         and launch_call_ns <= getvariable('short_kernel_max_call_ns')
         and not graph_launch
+        and scoped
     group by run, rank, name
 ),
 

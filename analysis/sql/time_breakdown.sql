@@ -4,8 +4,22 @@
 --
 -- Over the kernels of the complete profiler steps (scoped_kernels: the last,
 -- cut-short step is left out), all streams of the rank together, at full
--- nanosecond precision. The four parts partition the span, each instant
--- counted once, compute first:
+-- nanosecond precision.
+--
+-- Where this differs from HTA's temporal breakdown: a GPU activity whose
+-- launch call the trace lacks (its correlation id is on no runtime call:
+-- launched before the profiler started, while the GPU ran behind the CPU)
+-- counts here when it starts before the last step does; HTA keeps only
+-- activities whose launch call starts before the last step, so it drops
+-- them. That GPU time was spent, so gpulens counts it:
+--   unlaunched_count     those activities
+--   unlaunched_busy_ns   the busy time only they cover (busy_ns minus the
+--                        union of the launched activities); HTA's idle time
+--                        is idle_ns + unlaunched_busy_ns less the part of
+--                        it before HTA's first kernel (its span is shorter)
+--
+-- The four parts partition the span, each instant counted once, compute
+-- first:
 --   span_ns            first kernel start to last kernel end
 --   busy_ns            the union of all kernel intervals: some activity runs
 --   compute_ns         at least one compute kernel runs
@@ -40,7 +54,9 @@ with parts as (
         idle_gap_count,
         idle_host_wait_ns,
         idle_kernel_wait_ns,
-        idle_other_ns
+        idle_other_ns,
+        unlaunched_count,
+        unlaunched_busy_ns
     from breakdown_totals
 )
 
@@ -61,6 +77,8 @@ select
     idle_host_wait_ns,
     idle_kernel_wait_ns,
     idle_other_ns,
+    unlaunched_count,
+    unlaunched_busy_ns,
     busy_ns / nullif(span_ns, 0) as busy_share,
     idle_ns / nullif(span_ns, 0) as idle_share,
     compute_ns / nullif(span_ns, 0) as compute_share,

@@ -42,7 +42,13 @@ annotations, new column:
 
 rank_summary, a new table, one row per rank: from the same sweep, what
 the kernels add to the unions of those before them summed (busy time, and
-per category), the span and the idle gaps; the device most kernels ran on.
+per category), the span and the idle gaps; the device most kernels ran on;
+and the scoped activities whose launch call the trace lacks
+(`unlaunched_count`: their correlation id is on no runtime call, typically
+launched before the profiler started while the GPU ran behind the CPU)
+and `unlaunched_busy_ns`, the busy time only they cover (busy_ns minus
+the union of the launched ones): gpulens counts that GPU time, HTA drops
+those activities, so busy_ns - unlaunched_busy_ns is HTA's busy time.
 
 kernel_names, a new table, one row per kernel name of a rank: the
 count, total and spread of the scoped kernels' durations (kernel_stats),
@@ -318,7 +324,7 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, g
         "last_kernel_end_ns": int(ends.max()) if len(ends) else None,
         "scoped_kernel_count": 0, "span_start_ns": None, "span_end_ns": None, "busy_ns": 0,
         "compute_union_ns": 0, "comm_union_ns": 0, "memory_union_ns": 0, "compute_comm_union_ns": 0,
-        "idle_gap_count": 0, "idle_ns": 0, "idle_host_wait_ns": 0,
+        "idle_gap_count": 0, "idle_ns": 0, "idle_host_wait_ns": 0, "unlaunched_count": 0, "unlaunched_busy_ns": 0,
         "first_launch_call_start_ns": int(call_start[has_call].min()) if has_call.any() else None,
         **_main_device(rank),
     }
@@ -343,6 +349,9 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, g
     gap_ns = np.where(gap, start - np.where(has_before, gap_start, start), 0)
     host_wait = gap & has_call[order] & (call_start[order] > gap_start)
     target = rows[order]
+    busy_ns = int(np.maximum(end - from_ns, 0).sum())
+    launched = has_call[order]
+    unlaunched_busy_ns = busy_ns - _union_ns(start[launched], end[launched]) if not launched.all() else 0
     out.rank_gap[target] = gap_ns
     out.rank_gap_valid[target] = gap
     out.rank_gap_host_wait[target] = host_wait
@@ -350,7 +359,7 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, g
         "scoped_kernel_count": len(order),
         "span_start_ns": int(start.min()),
         "span_end_ns": int(end.max()),
-        "busy_ns": int(np.maximum(end - from_ns, 0).sum()),
+        "busy_ns": busy_ns,
         "compute_union_ns": int(category_added[code == COMPUTE].sum()),
         "comm_union_ns": int(category_added[code == COMMUNICATION].sum()),
         "memory_union_ns": int(category_added[code == MEMORY].sum()),
@@ -358,6 +367,8 @@ def _derive_rank(rank: _RankKernels, call_cols: _Columns, api_calls: pa.Table, g
         "idle_gap_count": int(gap.sum()),
         "idle_ns": int(gap_ns.sum()),
         "idle_host_wait_ns": int(gap_ns[host_wait].sum()),
+        "unlaunched_count": int(len(order) - launched.sum()),
+        "unlaunched_busy_ns": unlaunched_busy_ns,
     })
 
     # The stream sweep, the same order within each stream.
@@ -401,6 +412,12 @@ def _order_by(first: np.ndarray, then: np.ndarray) -> np.ndarray:
     nearly sorted columns traces hold (stable sorts of int64 are timsort)."""
     by_then = np.argsort(then, kind="stable")
     return by_then[np.argsort(first[by_then], kind="stable")]
+
+
+def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """The length of the union of intervals given in order of start."""
+    reach = _reach_before(ends)
+    return int(np.maximum(ends - np.maximum(starts, reach), 0).sum())
 
 
 def _reach_before(ends: np.ndarray) -> np.ndarray:

@@ -44,7 +44,8 @@ def _kernel_names(kernels: pa.Table) -> pa.Table:
     cols = _Columns(kernels, ("dur_ns", "launch_call_ns"))
     scoped = pc.fill_null(kernels.column("scoped"), False).to_numpy(zero_copy_only=False)
     counted = scoped & cols.valid["dur_ns"] & (cols["dur_ns"] >= 0)
-    launched = pc.is_valid(kernels.column("launch_queue_ns")).to_numpy(zero_copy_only=False)
+    # Launched: with a launch call, in the complete profiler steps (as every per-rank aggregate).
+    launched = scoped & pc.is_valid(kernels.column("launch_queue_ns")).to_numpy(zero_copy_only=False)
     dur_ns = cols["dur_ns"]
 
     kernel_count = np.bincount(group, weights=counted, minlength=groups).astype(np.int64)

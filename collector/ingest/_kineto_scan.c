@@ -5,14 +5,16 @@
  * event, column by column, as bytes the caller views with numpy: the
  * event's category code (its index in `cats`), its phase (the `ph`
  * character: `X` for a complete event, 0 where `ph` is absent or not one
- * character), its times, ids, name and launch dimensions, and where the
+ * character), its times (int64 nanoseconds, from the decimal text
+ * exactly: see `exact_ns`), ids, name and launch dimensions, and where the
  * event lies in `data` (so the few events the collectives need, and the
  * instants and metadata events, can be decoded in full by msgspec).
  *
  * It reads only what it can read exactly as the msgspec decoders do, and
  * returns None for anything else: a piece that is not valid JSON (a wrong
- * cut), a time written as text, an escaped key, a name that is not
- * UTF-8, a duplicated key. The caller then decodes that piece with msgspec,
+ * cut), a time written as text or one it cannot turn into int64
+ * nanoseconds exactly, an escaped key, a name that is not UTF-8, a
+ * duplicated key. The caller then decodes that piece with msgspec,
  * whose lenient fallbacks decide. So this file never has to agree with
  * them on odd input, only on the common case, and tests compare the two
  * paths' tables on every trace at hand.
@@ -56,6 +58,12 @@ typedef struct {
     int escaped;       /* a string with backslash escapes */
     int64_t i;         /* V_INT */
     double d;          /* V_INT, V_NUM */
+    /* V_INT, V_NUM: the decimal, as `mant` * 10**`power` (its first 19
+     * significant digits), `sticky` where nonzero digits after those were
+     * dropped, `whole_overflow` where digits before the point were. */
+    uint64_t mant;
+    long power;
+    int negative, sticky, whole_overflow;
 } value_t;
 
 /* Bits of the `instant_present` column: which allocator args an instant has. */
@@ -86,7 +94,7 @@ typedef struct {
     int8_t *cat;
     uint8_t *phase;
     uint16_t *present, *odd;
-    double *ts, *dur;
+    int64_t *ts, *dur; /* nanoseconds */
     int64_t *pid, *tid, *external, *correlation, *device, *stream, *bytes;
     int64_t *span_start, *span_end;
     int32_t *name_off, *grid_off, *block_off;
@@ -96,6 +104,14 @@ typedef struct {
     int64_t *i_row, *i_alloc, *i_total_allocated, *i_total_reserved, *i_addr, *i_device_id, *i_device_type;
     uint8_t *i_present, *i_odd;
 } columns_t;
+
+/* Powers of ten as integers, to 10**19 (the largest a uint64 holds). */
+static const uint64_t POW10_INT[20] = {
+    1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL, 100000000ULL,
+    1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL, 10000000000000ULL,
+    100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL,
+    1000000000000000000ULL, 10000000000000000000ULL,
+};
 
 static const double POW10[23] = {
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
@@ -201,7 +217,7 @@ static const char *scan_string(const char *p, const char *end, int *escaped) {
  * within int64, else V_NUM; v->d is its double, correctly rounded. */
 static const char *scan_number(const char *p, const char *end, value_t *v) {
     const char *start = p;
-    int negative = 0, integer = 1, overflow = 0, significant = 0;
+    int negative = 0, integer = 1, overflow = 0, significant = 0, sticky = 0, whole_overflow = 0;
     uint64_t mantissa = 0;
     int fraction_digits = 0;
     long exponent = 0;
@@ -213,7 +229,7 @@ static const char *scan_number(const char *p, const char *end, value_t *v) {
     } else if (*p >= '1' && *p <= '9') {
         while (p < end && *p >= '0' && *p <= '9') {
             if (significant < 19) mantissa = mantissa * 10 + (uint64_t)(*p - '0');
-            else overflow = 1;
+            else overflow = whole_overflow = 1;
             significant++;
             p++;
         }
@@ -227,7 +243,7 @@ static const char *scan_number(const char *p, const char *end, value_t *v) {
         while (p < end && *p >= '0' && *p <= '9') {
             if (mantissa == 0 && *p == '0') { fraction_digits++; p++; continue; } /* leading zeros */
             if (significant < 19) { mantissa = mantissa * 10 + (uint64_t)(*p - '0'); fraction_digits++; }
-            else overflow = 1;
+            else { overflow = 1; sticky |= *p != '0'; }
             significant++;
             p++;
         }
@@ -246,6 +262,11 @@ static const char *scan_number(const char *p, const char *end, value_t *v) {
     }
     v->start = start;
     v->len = p - start;
+    v->mant = mantissa;
+    v->power = exponent - fraction_digits;
+    v->negative = negative;
+    v->sticky = sticky;
+    v->whole_overflow = whole_overflow;
 
     /* The integer value, where it is one within int64. */
     v->kind = V_NUM;
@@ -556,10 +577,38 @@ static inline void int_field(const value_t *v, int64_t *out, uint16_t bit, uint1
     }
 }
 
-static inline int time_field(const value_t *v, double *out, uint16_t bit, uint16_t *present) {
+/* A number of microseconds as int64 nanoseconds, from its decimal text
+ * exactly: digits past the nanosecond are rounded half to even on the
+ * decimal itself (never through a double, whose step at today's epoch in
+ * microseconds is 0.25 us). -1 where that is not at hand: a value beyond
+ * int64 nanoseconds, or one whose dropped digits (past 19 significant
+ * ones) would count; msgspec's path then reads the piece. */
+static int exact_ns(const value_t *v, int64_t *out) {
+    if (v->whole_overflow) return -1;
+    uint64_t magnitude;
+    long power = v->power + 3; /* of ten, in nanoseconds */
+    if (v->mant == 0) {
+        magnitude = 0;
+    } else if (power >= 0) {
+        if (v->sticky || power > 18 || v->mant > (uint64_t)INT64_MAX / POW10_INT[power]) return -1;
+        magnitude = v->mant * POW10_INT[power];
+    } else if (power < -19) {
+        magnitude = 0; /* under 10**19 units of 10**-20 ns or less: below a tenth of a nanosecond */
+    } else {
+        uint64_t scale = POW10_INT[-power], half = scale / 2;
+        uint64_t rest = v->mant % scale;
+        magnitude = v->mant / scale;
+        if (rest > half || (rest == half && (v->sticky || (magnitude & 1)))) magnitude++;
+    }
+    if (magnitude > (uint64_t)INT64_MAX) return -1;
+    *out = v->negative ? -(int64_t)magnitude : (int64_t)magnitude;
+    return 0;
+}
+
+static inline int time_field(const value_t *v, int64_t *out, uint16_t bit, uint16_t *present) {
     if (v->kind == V_ABSENT || v->kind == V_NULL) { *out = 0; return 0; }
     if (v->kind != V_INT && v->kind != V_NUM) return ROW_REFUSE;
-    *out = v->d;
+    if (exact_ns(v, out)) return ROW_REFUSE;
     *present |= bit;
     return 0;
 }
@@ -878,7 +927,7 @@ static struct PyModuleDef module = {
 
 /* Raised with every change to what `scan` returns, so that a build left
  * from older sources is noticed (kineto_native.VERSION) and not used. */
-#define SCAN_VERSION 2
+#define SCAN_VERSION 3
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
     PyObject *m = PyModule_Create(&module);

@@ -3,16 +3,32 @@
 Microseconds to nanoseconds, exactly
 ------------------------------------
 Chrome-trace writers give `ts`/`dur` in microseconds as decimals with up to
-three fractional digits (Kineto: `"ts": 4458676388068.751`). A JSON decoder
-turns that into the nearest double, and `round(ts * 1000)` is then off by
-one nanosecond for about 0.3 % of such values: the product is rounded to a
-double before `round` sees it. `us_to_ns` instead splits the double into its
-integer part (exact) and its fraction (exact: Sterbenz), and scales only the
-fraction, so the result is the decimal the writer wrote, exactly, whenever
-the double can still tell nanoseconds apart: |ts| < 2**43 µs (about 101.8
-days). Kineto's `ts` relative to `baseTimeNanoseconds` stays far below that;
-integer microseconds (older Kineto writes epoch µs as integers) are exact up
-to 2**53 µs. Beyond 2**43 µs a fractional value is within 1 ns.
+three fractional digits (Kineto: `"ts": 4458676388068.751`, or on the Unix
+epoch `"ts": 1712195495502094.565`). The nanoseconds gpulens stores are
+that decimal's, exactly, however large it is:
+
+- the compiled scanner (`_kineto_scan.c`, `exact_ns`) reads the digits
+  into an integer and never forms a double;
+- msgspec's path decodes doubles, which are exact where `us_to_ns` can
+  make them so (below), and re-reads the times of a batch whose text
+  holds a fractional time beyond that as `decimal.Decimal`, from the
+  text itself (`kineto_stream.decode_events`); `times_to_ns` converts
+  those exactly.
+
+`us_to_ns` on a double: a JSON decoder gives the nearest double, and
+`round(ts * 1000)` is then off by one nanosecond for about 0.3 % of such
+values (the product is rounded to a double before `round` sees it).
+`us_to_ns` splits the double into its integer part (exact) and its
+fraction (exact: Sterbenz) and scales only the fraction, so the result is
+the decimal the writer wrote whenever the double can still tell
+nanoseconds apart: |ts| < 2**43 µs (about 101.8 days), and integers up to
+2**53 µs. Beyond 2**43 µs a double's step is coarser than a nanosecond
+(0.25 µs at 1.7e15 µs, today's epoch), so it cannot be exact there: the
+readers above never hand it such a value with a fraction.
+
+Digits past the nanosecond (four or more decimals) are rounded half to
+even: on the decimal in the scanner and in `times_to_ns`, on the double in
+`us_to_ns` (the two can differ there by one nanosecond on an exact tie).
 
 A time no int64 of nanoseconds holds (NaN or an infinity, which a time
 written as text can spell, or beyond ±2**63 ns, about 292 years) is NULL,
@@ -21,6 +37,8 @@ not an error that costs the file.
 
 from __future__ import annotations
 
+import decimal
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +49,10 @@ from gpulens.collector import arrow_compute as pc
 
 # Microseconds below this in magnitude are within int64 nanoseconds.
 _MAX_US = 2.0**63 / 1000
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_MAX_INT_US = (1 << 63) // 1000
+# Room for any decimal a trace writes: scaling by 1000 never rounds.
+_EXACT = decimal.Context(prec=80, Emax=10**6, Emin=-(10**6))
 
 
 def add_or_null(left: pa.Array, right: pa.Array | int) -> pa.Array:
@@ -64,6 +86,46 @@ def us_to_ns(values: Sequence[float | int | None] | pa.Array) -> pa.Array:
         whole[out_of_range] = 0  # NULL below: zero, so that the casts stay defined
         fraction_ns[out_of_range] = 0
     return pa.array(whole.astype(np.int64) * 1000 + fraction_ns.astype(np.int64), mask=out_of_range, type=pa.int64())
+
+
+def times_to_ns(values: list[Any]) -> pa.Array:
+    """int64 nanoseconds from microsecond times as msgspec decoded them:
+    floats and ints (`us_to_ns`; integers exactly, whatever their size) or,
+    in a batch read exactly, `decimal.Decimal` (exactly, digits past the
+    nanosecond rounded half to even). NULL as `us_to_ns`."""
+    try:  # the usual column: msgspec's floats (a Decimal, or an int beyond a double, refuses it)
+        return us_to_ns(pa.array(values, pa.float64()))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    try:
+        array = pa.array(values)  # inferred: an int, decimal or mixed column
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        array = None
+    if array is not None and pa.types.is_signed_integer(array.type):
+        micros = pc.fill_null(array, 0).to_numpy()
+        if ((micros > -_MAX_INT_US) & (micros < _MAX_INT_US)).all():  # else NULL, value by value below
+            nulls = pc.is_null(array).to_numpy(zero_copy_only=False) if array.null_count else None
+            return pa.array(micros.astype(np.int64) * 1000, mask=nulls, type=pa.int64())
+    return pa.array([_exact_ns(value) for value in values], pa.int64())
+
+
+def _exact_ns(value: Any) -> int | None:
+    """One time's nanoseconds (see `times_to_ns`)."""
+    if value is None:
+        return None
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return None
+        ns = round(value.scaleb(3, _EXACT))  # half to even
+    elif isinstance(value, int):
+        ns = value * 1000
+    else:
+        micros = float(value)
+        if not abs(micros) < _MAX_US:
+            return None
+        whole = math.trunc(micros)
+        ns = whole * 1000 + round((micros - whole) * 1000.0)  # as us_to_ns
+    return ns if _INT64[0] <= ns <= _INT64[1] else None
 
 
 def to_int(value: Any) -> int | None:

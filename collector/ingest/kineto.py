@@ -14,7 +14,9 @@ What the shared real traces showed (`../shared/traces/kineto`):
   = 2022-11-30). Those are on the epoch too (`epoch_offset_ns = 0`); only a
   trace with neither (`ts` below 10**15 µs, i.e. not after 2001) gets
   `time_base = 'trace'` and a NULL offset.
-- Times keep full nanosecond precision (see `arrays.us_to_ns`).
+- Times keep full nanosecond precision, read from the decimal text itself
+  at any size (see `arrays`: a double would lose up to 125 ns of an
+  epoch-microsecond `ts`).
 
 Which raw keys are read, and which event categories go to which table, is
 declared in `kineto_schema`; collectives are built in `kineto_collectives`.

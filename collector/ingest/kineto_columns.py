@@ -4,9 +4,9 @@
 (`kineto_schema.EVENT_TABLES`), turns each table's events into Arrow
 columns at once, and keeps only the few events the collectives need later
 (communication kernels, `record_param_comms` ops, `nccl:` ranges). Rows
-keep file order. Times stay the microseconds read, relative to the trace's
-`ts` origin, until `result()` turns each table's into nanoseconds at once
-and adds the epoch offset, known only once the whole trace is read.
+keep file order. Times become int64 nanoseconds as each batch is read
+(exactly: `arrays.times_to_ns`), relative to the trace's `ts` origin, until
+`result()` adds the epoch offset, known only once the whole trace is read.
 
 The work per event is done by C loops (`map` over attribute getters,
 `pa.array`, numpy for routing), never a Python loop over all events: one
@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpulens.collector import arrow_compute as pc
-from gpulens.collector.ingest.arrays import add_or_null, int_array, str_array, us_to_ns
+from gpulens.collector.ingest.arrays import add_or_null, int_array, str_array, times_to_ns
 from gpulens.collector.ingest import kineto_native
 from gpulens.collector.ingest.categories import COMMUNICATION, categorise
 from gpulens.collector.ingest.kineto_collectives import EventRows
@@ -114,7 +114,7 @@ class Accumulator:
             for index, event in kept.items():
                 self.kept[table][offset + index] = event
             self.parts[table].append(columns)
-            self.rows[table] += len(columns["ts_us"])
+            self.rows[table] += len(columns["ts_ns"])
 
     def compact(self) -> None:
         """Each table's columns as one array each, not one per batch."""
@@ -178,8 +178,8 @@ class Accumulator:
         if not parts:
             return EventRows({}, {})
         columns = {name: _concat([part[name] for part in parts]) for name in parts[0]}
-        start = _ns(columns.pop("ts_us"), offset_ns)
-        columns["dur_ns"] = us_to_ns(columns.pop("dur_us"))
+        start = _moved(columns.pop("ts_ns"), offset_ns)
+        columns["dur_ns"] = columns.pop("dur_ns")  # after the start, in the contract's order
         columns["start_ns"] = start
         columns["end_ns"] = add_or_null(start, columns["dur_ns"])
         return EventRows(columns, self.kept[table])
@@ -188,7 +188,7 @@ class Accumulator:
         """memory_events' columns (`kineto_marks`), times moved by `offset_ns`."""
         columns = self.marks.memory_columns()
         if columns:
-            columns["ts_ns"] = _ns(columns.pop("ts_us"), offset_ns)
+            columns["ts_ns"] = _moved(columns["ts_ns"], offset_ns)
         return columns
 
     def first_ts_ns(self) -> int | None:
@@ -196,15 +196,13 @@ class Accumulator:
         parts = self.parts["kernels"]
         if not parts:
             return None
-        return pc.min(us_to_ns(_concat([part["ts_us"] for part in parts]))).as_py()
+        return pc.min(_concat([part["ts_ns"] for part in parts])).as_py()
 
     # --- per-table column builders (the raw → contract mapping) ------------------
 
     def _times(self, events: list[KinetoEvent]) -> dict[str, pa.Array]:
-        # Microseconds as read; `result` converts a whole table at once
-        # (per batch, the conversion's calls would cost more than its work).
-        return {"ts_us": pa.array(list(map(_TS, events)), pa.float64()),
-                "dur_us": pa.array(list(map(_DUR, events)), pa.float64())}
+        # Nanoseconds from the trace's origin; `result` moves them by its offset.
+        return {"ts_ns": times_to_ns(list(map(_TS, events))), "dur_ns": times_to_ns(list(map(_DUR, events)))}
 
     def _kernels(self, events: list[KinetoEvent]) -> dict[str, pa.Array]:
         args = _args(events)
@@ -356,9 +354,8 @@ _RAW_ARGS = tuple(name for name, default in zip(KinetoArgs.__struct_fields__, Ki
                   if isinstance(default, msgspec.Raw))
 
 
-def _ns(micros: pa.Array, offset_ns: int) -> pa.Array:
-    """Trace microseconds as nanoseconds, moved by `offset_ns`."""
-    nanos = us_to_ns(micros)
+def _moved(nanos: pa.Array, offset_ns: int) -> pa.Array:
+    """Nanoseconds from the trace's origin, moved by `offset_ns`."""
     return add_or_null(nanos, offset_ns) if offset_ns else nanos
 
 

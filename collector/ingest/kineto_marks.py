@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from gpulens.collector import arrow_compute as pc
-from gpulens.collector.ingest.arrays import int_array, str_array
+from gpulens.collector.ingest.arrays import int_array, str_array, times_to_ns
 from gpulens.collector.ingest.base import INSTANT_KIND
 from gpulens.collector.ingest.kineto_schema import MarkArgs
 
@@ -109,12 +109,12 @@ class Marks:
             self.memory_parts = [{name: pa.concat_arrays([part[name] for part in parts]) for name in parts[0]}]
 
     def memory_columns(self) -> dict[str, pa.Array]:
-        """memory_events' columns, times still in microseconds (`ts_us`)."""
+        """memory_events' columns, times from the trace's origin (`ts_ns`)."""
         self.compact()
         return dict(self.memory_parts[0]) if self.memory_parts else {}
 
     def instant_columns(self) -> dict[str, pa.Array]:
-        """The other instants as annotations' columns (`ts_us`, `dur_us` 0)."""
+        """The other instants as annotations' columns (`ts_ns`, `dur_ns` 0)."""
         if not self.instants:
             return {}
         names, pids, tids, times = zip(*self.instants)
@@ -123,8 +123,8 @@ class Marks:
             "pid": int_array(list(pids)),
             "tid": int_array(list(tids)),
             "name": str_array(list(names)),
-            "ts_us": pa.array(times, pa.float64()),
-            "dur_us": pa.array([0.0] * n, pa.float64()),
+            "ts_ns": times_to_ns(list(times)),
+            "dur_ns": pa.array([0] * n, pa.int64()),
             "kind": pa.array([INSTANT_KIND] * n, pa.string()),
             "step": pa.nulls(n, pa.int64()),
         }
@@ -166,7 +166,7 @@ def _memory_columns(events: list[Any]) -> dict[str, pa.Array]:
         "pid": int_array(list(map(_PID, events))),
         "tid": int_array(list(map(_TID, events))),
         "name": str_array(list(map(_NAME, events))),
-        "ts_us": pa.array(list(map(_TS, events)), pa.float64()),
+        "ts_ns": times_to_ns(list(map(_TS, events))),
         "device_type": pa.array(list(map(device_type_name, int_array(device_type).to_pylist())), pa.string()),
         "device": device,
         "addr": int_array(addr),

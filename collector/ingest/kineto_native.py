@@ -5,7 +5,8 @@ is read by C into columns, one row per event (`ScannedPiece`), and
 `kineto_scanned` builds the tables from those with Arrow and numpy, never
 touching an event in Python. It reads what the msgspec decoders read and
 refuses the rest (`scan` returns None): a piece that is not valid JSON,
-a time written as text, a name that is not UTF-8, an escaped or
+a time written as text (or one it cannot turn into int64 nanoseconds
+exactly), a name that is not UTF-8, an escaped or
 duplicated key. That piece then takes the msgspec path, as does one where
 a table reads an id written as text, so both give the same tables (the
 tests compare them on every trace at hand) and odd input is decided in
@@ -28,7 +29,7 @@ from gpulens.collector.ingest.kineto_schema import BULK_SKIPPED, EVENT_TABLES
 
 
 # The scanner's output this module reads (`SCAN_VERSION` in the C file).
-VERSION = 2
+VERSION = 3
 
 
 # Kineto events ingested at once past which `gpulens ingest` says, where

@@ -137,10 +137,11 @@ class _PieceReader:
         return _masked(self._raw(key, np.int64)[rows], self._has(bit, rows), pa.int64())
 
     def _time(self, key: str, bit: int, rows: np.ndarray) -> pa.Array:
-        return _masked(self._raw(key, np.float64)[rows], self._has(bit, rows), pa.float64())
+        """Nanoseconds, which the scanner read from the decimal text exactly."""
+        return _masked(self._raw(key, np.int64)[rows], self._has(bit, rows), pa.int64())
 
     def _times(self, rows: np.ndarray) -> dict[str, pa.Array]:
-        return {"ts_us": self._time("ts", kineto_native.TS, rows), "dur_us": self._time("dur", kineto_native.DUR, rows)}
+        return {"ts_ns": self._time("ts", kineto_native.TS, rows), "dur_ns": self._time("dur", kineto_native.DUR, rows)}
 
     def _strings(self, key: str, bit: int) -> pa.Array:
         raw = self.piece.columns
@@ -291,7 +292,7 @@ class _PieceReader:
             "pid": self._ints("pid", kineto_native.PID, rows),
             "tid": self._ints("tid", kineto_native.TID, rows),
             "name": names,
-            "ts_us": self._time("ts", kineto_native.TS, rows),
+            "ts_ns": self._time("ts", kineto_native.TS, rows),
             "device_type": pc.take(labels, _masked(which.reshape(-1), has_type, pa.int64())),
             "device": _masked(device_id.astype(np.int32), has_device, pa.int32()),
             "addr": _masked(*arg("addr", _I_ADDR), pa.int64()),

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -81,6 +82,21 @@ _EVENTS = msgspec.json.Decoder(list[KinetoEvent])
 _TEXT_TIMES = (msgspec.json.Decoder(PHASED_EVENTS, strict=False), msgspec.json.Decoder(list[KinetoEvent], strict=False))
 _LOOSE_TIMES = msgspec.json.Decoder(list[LooseTimesEvent])
 
+
+class _ExactTimes(msgspec.Struct, gc=False):
+    """An event's times as the text wrote them: a number with a fraction as
+    `decimal.Decimal` (msgspec's `float_hook` gets the number's text)."""
+
+    ts: Any = None
+    dur: Any = None
+
+
+_EXACT_TIMES = msgspec.json.Decoder(list[_ExactTimes], float_hook=Decimal)
+# A `ts` number whose double cannot hold every nanosecond: at or beyond
+# 2**43 µs (8,796,093,022,208; matched from 8,796,000,000,000) with a
+# fraction. Kineto's times relative to `baseTimeNanoseconds` stay below.
+_FRACTIONAL_BEYOND_DOUBLE = re.compile(rb'"ts"\s*:\s*-?(?:[1-9]\d{13,}|9\d{12}|8[89]\d{11}|879[6-9]\d{9})\.')
+
 # How a skipped complete event whose `ts` or `dur` is not a number is counted
 # in the run's `skipped_events`: `kernel: ts or dur not a number`.
 TIMES_NOT_NUMBERS = "ts or dur not a number"
@@ -103,8 +119,27 @@ Batch = Events | kineto_native.ScannedPiece
 def decode_events(data: bytes | msgspec.Raw) -> Events:
     """A JSON array of events, by the first decoder of `kineto_schema`'s list
     that reads it (each tried only where the one before refused the batch),
-    and `decode_leniently`. Raises msgspec.DecodeError where none reads it."""
-    return decode_leniently(_typed_events, data)
+    and `decode_leniently`. Raises msgspec.DecodeError where none reads it.
+
+    Times are doubles, which `arrays.us_to_ns` turns into the nanoseconds
+    the text gives below 2**43 µs. Where the text holds a `ts` beyond that
+    with a fraction (`1712195495502094.565`: Unix-epoch microseconds, at
+    0.25 µs a double's step), the batch's times are read again from the
+    text, as `decimal.Decimal` (`_exact_times`)."""
+    events = decode_leniently(_typed_events, data)
+    if _FRACTIONAL_BEYOND_DOUBLE.search(data):
+        _exact_times(events, decode_leniently(_EXACT_TIMES.decode, data))
+    return events
+
+
+def _exact_times(events: Events, exact: list[_ExactTimes]) -> None:
+    """Each event's float `ts` and `dur` replaced by the Decimal the text
+    wrote (the same array, read by `_EXACT_TIMES`)."""
+    for event, times in zip(events, exact, strict=True):
+        if type(times.ts) is Decimal and type(getattr(event, "ts", None)) is float:
+            event.ts = times.ts  # type: ignore[union-attr]
+        if type(times.dur) is Decimal and type(getattr(event, "dur", None)) is float:
+            event.dur = times.dur  # type: ignore[union-attr]
 
 
 def event_array(raw: msgspec.Raw) -> Events | None:
