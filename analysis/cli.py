@@ -53,14 +53,19 @@ def query(dataset, sql, output_format, max_rows, max_width):
     and cuts long values to fit the terminal's width; into a file or a pipe
     it writes every row in full (held in memory to align them: use csv or
     json for big results).
+
+    The SQL reads the dataset and nothing else: files elsewhere, URLs,
+    extensions and settings (but threads and memory_limit) are refused, and
+    so are COPY, EXPORT and ATTACH (docs/reliability.md).
     """
-    from gpulens.analysis.dataset import open_dataset, stream_sql
+    from gpulens.analysis.dataset import open_dataset, sandbox, stream_sql
     from gpulens.analysis.registry import create_views_named_in, tables_named_in
     from gpulens.collector.errors import terminated_on_sigterm
     from gpulens.collector.no_pandas import refuse_pandas
 
     refuse_pandas()  # this process only writes rows as text: see collector.no_pandas
     con = open_dataset(dataset, analyses_on_demand=True, tables=tables_named_in(sql), footer_cache=True)
+    sandbox(con, dataset)  # the SQL is anyone's: it reads the dataset, and writes and fetches nothing
     # Closed here, not at exit (`gpulens query` ends without Python's
     # teardown), and on SIGTERM or Ctrl-C too, which interrupt the query
     # first: a query that spilled to disk leaves no temporary files.
