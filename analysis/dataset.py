@@ -76,6 +76,22 @@ def table_files(root: Path, table: str) -> list[Path]:
     return sorted(p for p in root.glob(TABLE_GLOBS[table]) if p.is_file())
 
 
+def unreadable_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[str]:
+    """"FILE: unreadable (DuckDB's reason)" for each Parquet file of the
+    dataset that cannot be read in full (flipped bytes behind an intact
+    footer open, then fail in a data page). Reads every file: for naming
+    the culprit once a query over the tables has failed."""
+    found = []
+    for table in TABLES:
+        for path in table_files(root, table):
+            try:
+                con.execute("select max(hash(columns(*))) from read_parquet(?)", [str(path)]).fetchall()
+            except _DUCKDB_ERRORS as error:
+                if not is_vanished_file_error(error):
+                    found.append(f"{path}: unreadable ({one_line(error)})")
+    return found
+
+
 def is_vanished_file_error(error: BaseException) -> bool:
     """Whether a DuckDB error says a file it was reading has gone."""
     return _VANISHED_FILE.search(str(error)) is not None

@@ -23,6 +23,10 @@ _ICONS = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
 
 def render_markdown(report: Report) -> str:
     lines = [f"# {report.title}", "", _made_from(report), ""]
+    if report.problems:  # first: the findings below leave out what failed
+        lines += [f"**Incomplete report:** {counted(len(report.problems), 'part')} failed; the findings and tables "
+                  "below leave out what they could not read.", ""]
+        lines += [f"- {_cell(p)}" for p in report.problems] + [""]
     lines += _findings(report)
     if report.comparison is not None:
         lines += _comparison(report)
@@ -35,8 +39,6 @@ def render_markdown(report: Report) -> str:
         lines += [f"## {section.title}", ""]
         for table in tables:
             lines += _table(table.spec.title, table.spec.name, table.frame, list(table.spec.columns))
-    if report.problems:
-        lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in report.problems] + [""]
     lines.append(f"<sub>gpulens {report.gpulens_version} · `gpulens report --format json` has every table in full.</sub>")
     return "\n".join(lines) + "\n"
 
