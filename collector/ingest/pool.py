@@ -29,6 +29,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from gpulens.collector.cpus import usable_cpus
 from gpulens.collector.errors import one_line
 from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
 from gpulens.collector.ingest import plan
@@ -80,7 +81,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool,
     from gpulens.collector.ingest.batch import ingest_task  # here: batch imports this module
 
     split = _SplitFiles(tasks)
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    workers = max(1, min(jobs or usable_cpus(), len(tasks)))
     sizes = plan._task_sizes(tasks, file_sizes) if workers > 1 else {}
     if workers > 1 and sum(sizes.values()) < plan.PARALLEL_MIN_CONTENT_BYTES:
         workers = 1  # too little work to pay for a worker: see plan.PARALLEL_MIN_CONTENT_BYTES
