@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from gpulens.dashboard.escape import markdown_code
 from gpulens.dashboard import data
 from gpulens.dashboard.pages.common import PAGES, dataset, warm_up
 
@@ -23,7 +24,7 @@ current = st.navigation(pages)
 
 with st.sidebar:
     ds = dataset()
-    st.caption(f"Dataset: `{ds.path}`")
+    st.caption(f"Dataset: {markdown_code(ds.path)}")
     if st.button("Reload data", icon=":material/refresh:", help="Drop cached results and read the dataset again"):
         data.reload(ds)  # and warm every page's first view again, just below
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from gpulens.dashboard.escape import markdown_code, markdown_text
 from gpulens.analysis import power, timeline
 from gpulens.collector.wording import counted
 from gpulens.dashboard import charts
@@ -131,7 +132,7 @@ if runs.height:
     unmatched = matched.filter(pl.col("unmatched_reason").is_not_null())
     if matched.height and unmatched.height == matched.height:
         reasons = sorted(set(unmatched["unmatched_reason"].to_list()))
-        st.info(f"`{run}` cannot be joined to the telemetry: " + "; ".join(reasons) + ".", icon=":material/info:")
+        st.info(f"{markdown_code(run)} cannot be joined to the telemetry: " + markdown_text("; ".join(reasons)) + ".", icon=":material/info:")
     else:
         steps = frame(ds, power.step_energy).filter(pl.col("run") == run)
         phases = frame(ds, power.phase_energy).filter(pl.col("run") == run)

@@ -282,8 +282,10 @@ def _charts(report: Report, section: Section, problems: list[str]) -> list[tuple
 
 
 def _chart(div_id: str, figure: Any) -> str:
+    from gpulens.dashboard.escape import escape_figure
+
     markup = pio.to_html(
-        figure, full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{HEIGHT_PX}px",
+        escape_figure(figure), full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{HEIGHT_PX}px",
         config={"displaylogo": False, "responsive": True},
     )
     return f'<div class="chart">{markup}</div>'
