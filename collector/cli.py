@@ -223,7 +223,10 @@ def display_width(text: str) -> int:
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one). A big Kineto file is read by several at once.")
 @click.option("--quiet", "-q", is_flag=True, help="No line per file ingested: only warnings, errors and the summary (for runs of thousands of ranks).")
 @click.option("--host", default=None, help="The host the traces were recorded on, for those that name none (rocprofv3 CSV outside its host folder, a Kineto trace without one): joins them to that host's telemetry.")
-def ingest(paths, out, run_name, jobs, quiet, host):
+@click.option("--max-trace-bytes", type=click.IntRange(min=1), default=None,
+              help="Most bytes a gzip trace may decompress to (default: 100 times its size, at least 256 MiB; "
+                   "more is refused as a likely gzip bomb).")
+def ingest(paths, out, run_name, jobs, quiet, host, max_trace_bytes):
     """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 database or CSV, NCCL logs).
 
     PATHS are files, folders or globs; the files of one call form one run,
@@ -234,6 +237,10 @@ def ingest(paths, out, run_name, jobs, quiet, host):
     # import; prepare_ingest_process can only change the pool of pyarrow's
     # Python calls. A user's own choice stands.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    if max_trace_bytes is not None:  # read by every worker (collector.ingest.buffer)
+        from gpulens.collector.ingest.buffer import MAX_TRACE_BYTES_VARIABLE
+
+        os.environ[MAX_TRACE_BYTES_VARIABLE] = str(max_trace_bytes)
     from gpulens.collector.errors import GpulensError, terminated_on_sigterm
     from gpulens.collector.ingest import ingest_paths
     from gpulens.collector.ingest.batch import prepare_ingest_process

@@ -6,7 +6,6 @@ The figures go to `results.json` beside this file (docs/reliability.md)."""
 
 from __future__ import annotations
 
-import json
 import resource
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from gpulens.collector.ingest.batch import ingest_paths
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from corpus import corpus  # noqa: E402
+from results import record  # noqa: E402
 
 # About a minute on two busy cores: CI runs it, a quick local run may not.
 pytestmark = pytest.mark.slow
@@ -32,10 +32,9 @@ def inputs(tmp_path_factory):
     cases, good = corpus(tmp_path_factory.mktemp("corpus"))
     yield {case.name: case for case in cases}, good
     if len(_TRIED) == len(cases):  # every case ran: the figures are whole
-        figures = {"inputs_tried": len(_TRIED), "accepted": sum(v == "accepted" for v in _TRIED.values()),
-                   "refused_with_one_line": sum(v == "refused" for v in _TRIED.values()),
-                   "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
-        (HERE / "results.json").write_text(json.dumps(figures, indent=2) + "\n")
+        record(malformed_inputs_tried=len(_TRIED), malformed_inputs_accepted=sum(v == "accepted" for v in _TRIED.values()),
+               malformed_inputs_refused_with_one_line=sum(v == "refused" for v in _TRIED.values()),
+               malformed_inputs_peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
 
 def _kernel_rows(out: Path) -> int:
