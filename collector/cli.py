@@ -88,17 +88,27 @@ def collect(out, interval_s, duration_s, flush_every_s, slow_every_s, host, watc
     if no_telemetry:
         if watch_dir is None:
             raise UsageError("--no-telemetry leaves nothing to do without --watch-traces DIR")
-        _watch_only(watch_dir, out, run_name, duration_s)
+        from gpulens.collector.ingest import watch_process
+
+        watch_process.settle_as_child()  # where the collector below started it
+        _watch_only(watch_dir, out, run_name, duration_s, host=host)
         return
     source = _open(backend, sim_gpus, sim_profile, seed)
     collector = Collector(source, options)
     collector.install_signal_handlers()
     # Traces in the node's own folder that name no host are this node's.
-    watcher_thread = _start_trace_watcher(watch_dir, out, run_name, host=options.host) if watch_dir else None
-    summary = collector.run()
-    if watcher_thread is not None:
-        watcher_thread.stop.set()
-        watcher_thread.join(timeout=30)
+    # Ingested by a process of its own, lower in priority and capped in
+    # memory, so that no trace delays a sample (collector.ingest.watch_process).
+    watcher = None
+    if watch_dir:
+        from gpulens.collector.ingest import watch_process
+
+        watcher = watch_process.start(watch_dir, out, run_name, host=options.host)
+    try:
+        summary = collector.run()
+    finally:
+        if watcher is not None:
+            watch_process.stop(watcher)
     click.echo(
         f"collected {summary.samples} samples over {summary.ticks} ticks "
         f"({summary.ticks_skipped} skipped) into {out}", err=True,
@@ -139,11 +149,12 @@ def _start_trace_watcher(directory: Path, out: Path, run: str | None, period_s: 
     return thread
 
 
-def _watch_only(directory: Path, out: Path, run: str | None, duration_s: float | None, period_s: float = 2.0) -> None:
+def _watch_only(directory: Path, out: Path, run: str | None, duration_s: float | None, period_s: float = 2.0,
+                host: str | None = None) -> None:
     """`collect --no-telemetry`: the trace watcher alone, until SIGTERM, Ctrl-C or --duration."""
     import signal
 
-    thread = _start_trace_watcher(directory, out, run, period_s)
+    thread = _start_trace_watcher(directory, out, run, period_s, host=host)
     previous = {signum: signal.signal(signum, lambda *_: thread.stop.set()) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         thread.stop.wait(duration_s)

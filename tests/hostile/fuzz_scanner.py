@@ -84,6 +84,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=47)
     parser.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()) / "gpulens-fuzz")
+    parser.add_argument("--record", action="store_true", help="add the counts to tests/hostile/results.json")
     args = parser.parse_args()
     if args.scanner is not None:
         _load_scanner(args.scanner)
@@ -120,6 +121,11 @@ def main() -> int:
             print(f"fuzz_scanner: {kept}: the scanner and msgspec disagree (seed {args.seed}, input {mutated})",
                   file=sys.stderr)
             return 1
+    if args.record:
+        from results import record
+
+        record(scanner_corpus_inputs=tried, scanner_fuzz_mutations=mutated, scanner_fuzz_seconds=args.seconds,
+               scanner_fuzz_seed=args.seed)
     print(f"fuzz_scanner: {tried} corpus inputs and {mutated} mutations of {len(seeds)} shared traces "
           f"(seed {args.seed}): the scanner ({kineto_native._SCANNER.__file__}) and msgspec agree on every one")
     return 0

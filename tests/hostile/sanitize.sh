@@ -23,4 +23,4 @@ cc -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-san
 LD_PRELOAD="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)" \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    "$python" tests/hostile/fuzz_scanner.py --scanner "$so" --seconds "$seconds" --seed "$seed"
+    "$python" tests/hostile/fuzz_scanner.py --scanner "$so" --seconds "$seconds" --seed "$seed" --record

@@ -6,6 +6,7 @@ extension; after each, every file of the dataset is as it was."""
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,13 @@ def test_query_sandbox_refuses_a_bypass_and_leaves_the_dataset_unchanged(name, d
     assert (code, "hunter2" in out, err.startswith("gpulens: error: SQL error: "), err.count("\n")) == (2, False, True, 1)
     assert _checksums(dataset) == before
     assert sorted(p.name for p in outside.iterdir()) == ["secret.csv"]
+
+
+def test_query_sandbox_figures_are_recorded():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from results import record
+
+    record(query_bypasses_tried=len(BYPASSES))
 
 
 def test_query_sandbox_still_reads_every_table_after_a_refused_bypass(dataset, capsys):
