@@ -163,6 +163,27 @@ def _array(values: Iterable[Any], type: pa.DataType, column: str, dropped: dict[
     return array
 
 
+# The columns that tell two events apart: events equal in all those a table
+# has are one event recorded twice.
+_EVENT_KEYS = ("name", "start_ns", "end_ns", "dur_ns", "pid", "tid", "device", "stream", "correlation_id", "external_id")
+
+
+def duplicate_events(tables: dict[str, pa.Table], names: Iterable[str] = ("kernels", "api_calls", "cpu_ops")) -> dict[str, int]:
+    """Per table of `names`, the rows that repeat an earlier row in every
+    column of _EVENT_KEYS it has (a trace written twice into one file, a
+    profiler's double flush). They are kept; the count is for a warning."""
+    found = {}
+    for name in names:
+        table = tables.get(name)
+        if table is None or table.num_rows < 2:
+            continue
+        keys = [key for key in _EVENT_KEYS if key in table.column_names]
+        distinct = table.select(keys).group_by(keys).aggregate([]).num_rows
+        if distinct < table.num_rows:
+            found[name] = table.num_rows - distinct
+    return found
+
+
 def open_maybe_gzip(path: Path):
     """A binary file object, decompressing `.gz` content (detected by magic),
     for readers that stop early (a format's sniff, nsys's SQLite copy); whole

@@ -35,7 +35,8 @@ from gpulens.collector import arrow_compute as pc
 from gpulens.collector.errors import TraceError
 from gpulens.collector.ingest import kineto_stream
 from gpulens.collector.ingest.arrays import constant, to_int
-from gpulens.collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, ingested_now, rank_from_filename
+from gpulens.collector.ingest.base import (NO_GPU_EVENTS, ParsedTrace, build_table, duplicate_events, ingested_now,
+                                           rank_from_filename)
 from gpulens.collector.ingest.buffer import read_buffer
 from gpulens.collector.ingest.kineto_collectives import build_collectives
 from gpulens.collector.ingest.kineto_columns import TABLES, Accumulator
@@ -145,6 +146,11 @@ def _parsed(path: Path, run: str, metadata: KinetoTrace, events: Accumulator,
     tables["runs"] = _runs_row(metadata, path, run, rank, rank_source, clock, rows, dict(sorted(events.skipped.items())),
                                events.marks, dropped)
     warnings = [f"{_skipped_for_times(sum(unreadable.values()))} ({_by_category(unreadable)})"] if unreadable else []
+    duplicates = duplicate_events(tables)
+    if duplicates:
+        warnings.append(f"{sum(duplicates.values()):,} duplicate event{'s' if sum(duplicates.values()) != 1 else ''} "
+                        f"kept, each the same as an earlier one in every field ({_by_category(duplicates)}): "
+                        "was the trace written twice?")
     dropped = {what: n for what, n in dropped.items() if n}
     if dropped:
         warnings.append(f"{sum(dropped.values()):,} odd value{'s' if sum(dropped.values()) != 1 else ''} dropped, "

@@ -90,3 +90,12 @@ def test_odd_value_nsys_start_at_int64_max_keeps_the_file(tmp_path, reader):
         (INT64_MAX, INT64_MAX, 0, 1, 7, 13, GLOBAL_PID, 1, 2, None, 16, 512, 1, 1, 128, 1, 1, 0, 0, 101)]})
     kernels = nsys.parse(path, "r").tables["kernels"].to_pylist()
     assert [row["start_ns"] for row in kernels if row["correlation_id"] == 13] == [None]
+
+
+def test_duplicate_events_are_kept_with_a_warning_counting_them(tmp_path):
+    trace = synthetic_trace()
+    trace["traceEvents"] += [item for item in trace["traceEvents"] if item.get("cat") == "kernel"][:2]
+    parsed = _parse(tmp_path, json.dumps(trace))
+    assert (parsed.tables["kernels"].num_rows, parsed.warnings) == (
+        8, ["2 duplicate events kept, each the same as an earlier one in every field (kernels 2): "
+            "was the trace written twice?"])
