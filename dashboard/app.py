@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpulens.dashboard.escape import markdown_code
 from gpulens.dashboard import data
+from gpulens.dashboard.escape import markdown_code
 from gpulens.dashboard.pages.common import PAGES, dataset, warm_up
 
 st.set_page_config(page_title="gpulens", page_icon=":material/insights:", layout="wide")

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from gpulens.collector.cpus import usable_cpus
 from gpulens.collector.errors import one_line
-from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
 from gpulens.collector.ingest import plan
+from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
 from gpulens.collector.ingest.results import Assembly, FileFailure, FileResult, PartOutcome, SkippedFile
 from gpulens.collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
 from gpulens.collector.no_pandas import refuse_pandas

@@ -57,8 +57,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from gpulens.collector.cpus import usable_cpus
 from gpulens.collector import parquet_io
+from gpulens.collector.cpus import usable_cpus
 from gpulens.collector.derive import CHANGED_TABLES, DERIVED_TABLES, derive_trace_tables
 from gpulens.collector.errors import DatasetError, even_if_interrupted
 from gpulens.collector.ingest.merge import (BATCH_SOURCES, drop_batches_within, holds_any, place_batch, run_lock,

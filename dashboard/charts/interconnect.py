@@ -7,12 +7,12 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import polars as pl
 
-from gpulens.dashboard.escape import plotly_text
 from gpulens.dashboard import theme
 from gpulens.dashboard.charts.base import (
     GB, _GPU_LINES_MAX, LINK_NAMES, TIME_AXIS, _BucketGrid, _categories, empty_figure, _extreme_names, gpu_label,
     _hosts, _layout, new_figure, _np, _scatter, _spread, _x_times,
 )
+from gpulens.dashboard.escape import plotly_text
 
 
 def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:

@@ -11,13 +11,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 import polars as pl
 
-from gpulens.dashboard.escape import plotly_text
 from gpulens.analysis.names import short_kernel_name, unique_short_names
 from gpulens.dashboard import theme
 from gpulens.dashboard.charts.base import (
     CUDA_LAUNCH_QUEUE_LIMIT, _DASHES, _STEP_TICKS_MAX, empty_figure, _layout, new_figure, _np,
     _step_ticks, time_unit,
 )
+from gpulens.dashboard.escape import plotly_text
 
 
 def tklqt_figure(steps: pl.DataFrame) -> go.Figure:

@@ -10,12 +10,12 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from gpulens.dashboard.escape import plotly_text
 from gpulens.dashboard import theme
 from gpulens.dashboard.charts.base import (
     _DASHES, _GPU_LINES_MAX, TIME_AXIS, _alpha, _categories, empty_figure, _extreme_names, _extremes, gpu_label, _hosts,
     _layout, new_figure, _np, _scatter, _spread, _x_times,
 )
+from gpulens.dashboard.escape import plotly_text
 
 
 def power_distribution_figure(histogram: pl.DataFrame) -> go.Figure:

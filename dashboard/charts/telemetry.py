@@ -13,12 +13,12 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from gpulens.dashboard.escape import plotly_text
 from gpulens.dashboard import theme
 from gpulens.dashboard.charts.base import (
     _DASHES, _GPU_LINES_MAX, TELEMETRY_METRICS, TIME_AXIS, _alpha, _BucketGrid, empty_figure, _extreme_names, gpu_label,
     _hosts, _layout, _naive, new_figure, _np, _scatter, _spread, _x_times,
 )
+from gpulens.dashboard.escape import plotly_text
 
 
 def throttle_periods(timeline: pl.DataFrame, bucket_s: float, max_periods: int = 150) -> list[tuple[Any, Any]]:

@@ -21,9 +21,9 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboard.escape import markdown_code, markdown_text
 from gpulens.collector.errors import GpulensError, one_line
 from gpulens.dashboard import data
+from gpulens.dashboard.escape import markdown_code, markdown_text
 
 # key -> (script relative to dashboard/, title, icon); the order of the menu.
 PAGES: dict[str, tuple[str, str, str]] = {

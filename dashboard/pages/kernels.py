@@ -8,10 +8,10 @@ from collections import Counter
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboard.escape import markdown_text
 from gpulens.analysis import launch, time_breakdown, timeline
 from gpulens.analysis.findings import format_duration_ns
 from gpulens.dashboard import charts
+from gpulens.dashboard.escape import markdown_text
 from gpulens.dashboard.pages.common import (
     NO_TRACES, caption_dataset, chart, fetch, fmt_share, frame, require_dataset, require_tables,
     TIMELINE_STEP_INDEX, run_picker, timeline_choices, with_kernels,

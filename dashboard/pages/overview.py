@@ -5,11 +5,11 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboard.escape import markdown_text
 from gpulens.analysis import findings as findings_module
 from gpulens.analysis import timeline
 from gpulens.collector.wording import noun_for
 from gpulens.dashboard import charts
+from gpulens.dashboard.escape import markdown_text
 from gpulens.dashboard.pages.common import (
     PAGES, caption_dataset, chart, counts, evidence_markdown, fetch, frame, page_key, require_dataset,
 )
