@@ -128,9 +128,16 @@ def test_evidence_markdown_writes_numbers_short_and_escapes_table_bars():
 
     assert evidence_markdown({"wait_caused_ns": 38208256, "score": 0.8857142857142858, "ranks": [0, 5],
                               "note": "a|b", "capped": True}) == (
-        "| evidence | value |\n|---|---|\n| wait_caused_ns | 38,208,256 |\n| score | 0.885714 |\n"
-        "| ranks | [0, 5] |\n| note | a\\|b |\n| capped | true |\n")
+        "| evidence | value |\n|---|---|\n| wait\\_caused\\_ns | 38,208,256 |\n| score | 0.885714 |\n"
+        "| ranks | \\[0, 5\\] |\n| note | a\\|b |\n| capped | true |\n")
     assert evidence_markdown({}) == "_No numbers recorded._"
+
+
+def test_evidence_markdown_shows_a_link_or_image_in_a_name_as_text():
+    from gpulens.dashboard.pages.common import evidence_markdown
+
+    assert evidence_markdown({"kernel": "![t](http://x/t.png)<b>k</b>"}).splitlines()[-1] == (
+        "| kernel | \\!\\[t\\]\\(http://x/t.png\\)&lt;b&gt;k&lt;/b&gt; |")
 
 
 def test_overview_lists_the_most_severe_findings_first(monkeypatch, sample):

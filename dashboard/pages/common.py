@@ -307,7 +307,7 @@ def evidence_markdown(evidence: dict[str, Any]) -> str:
             text = f"{value:.6g}"
         else:
             text = value if isinstance(value, str) else json.dumps(value, default=str)
-        return text.replace("|", "\\|").replace("\n", " ")
+        return markdown_text(text)  # a kernel's name shows as text: no link, image or tag
 
     rows = "".join(f"| {cell(key)} | {cell(value)} |\n" for key, value in evidence.items())
     return "| evidence | value |\n|---|---|\n" + rows if rows else "_No numbers recorded._"
