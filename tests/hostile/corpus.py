@@ -53,6 +53,9 @@ def _kineto_variants() -> dict[str, tuple[bytes, bool]]:
     }
     trace["distributedInfo"] = {"rank": 2**70, "world_size": 2**70}
     variants["rank_beyond_int64"] = (json.dumps(trace).encode(), True)
+    doubled = synthetic_trace()
+    doubled["traceEvents"] += doubled["traceEvents"]
+    variants["duplicate_events"] = (json.dumps(doubled).encode(), True)
     return variants
 
 

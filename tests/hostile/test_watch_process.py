@@ -29,6 +29,18 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _watcher_of(pid: int) -> list[int]:
+    """The collector's trace watcher: its child running `--no-telemetry`."""
+    found = []
+    for child in _children(pid):
+        try:
+            if b"--no-telemetry" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def _wait_for(condition, timeout_s: float = 30.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -48,7 +60,7 @@ def test_watch_process_ingests_apart_from_the_sampler(tmp_path):
                                   "--watch-traces", str(traces), "--run", "job"],
                                  cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
     try:
-        child = _wait_for(lambda: _children(collector.pid))
+        child = _wait_for(lambda: _watcher_of(collector.pid))
         assert child is not None
         watcher = child[0]
         assert (os.getpgid(watcher) == watcher, os.getpgid(watcher) != os.getpgid(collector.pid)) == (True, True)
@@ -66,4 +78,4 @@ def test_watch_process_ingests_apart_from_the_sampler(tmp_path):
         _, err = collector.communicate(timeout=60)
     assert collector.returncode == 0
     assert "bomb.json.gz: decompresses to more than" in err
-    assert _wait_for(lambda: not _children(collector.pid) or collector.poll() is not None)
+    assert _wait_for(lambda: not _watcher_of(collector.pid) or collector.poll() is not None)
