@@ -17,6 +17,8 @@ import click
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpulens.collector.wording import visible_controls
+
 # Rows a table shows on a terminal, the first half and the last (DuckDB's CLI shows 40).
 TERMINAL_MAX_ROWS = 40
 # The narrowest a column is cut to when a table is fitted to a width.
@@ -53,11 +55,16 @@ def query(dataset, sql, output_format, max_rows, max_width):
     and cuts long values to fit the terminal's width; into a file or a pipe
     it writes every row in full (held in memory to align them: use csv or
     json for big results).
+
+    The SQL reads the dataset and nothing else: files elsewhere, URLs,
+    extensions and settings (but threads and memory_limit) are refused, and
+    so are COPY, EXPORT and ATTACH (docs/reliability.md).
     """
-    from gpulens.analysis.dataset import open_dataset, stream_sql
+    from gpulens.analysis.dataset import open_dataset, sandbox, stream_sql
     from gpulens.analysis.registry import create_views_named_in, tables_named_in
     from gpulens.collector.errors import terminated_on_sigterm
     con = open_dataset(dataset, analyses_on_demand=True, tables=tables_named_in(sql), footer_cache=True)
+    sandbox(con, dataset)  # the SQL is anyone's: it reads the dataset, and writes and fetches nothing
     # Closed here, not at exit (`gpulens query` ends without Python's
     # teardown), and on SIGTERM or Ctrl-C too, which interrupt the query
     # first: a query that spilled to disk leaves no temporary files.
@@ -76,7 +83,7 @@ def query(dataset, sql, output_format, max_rows, max_width):
                 max_rows = TERMINAL_MAX_ROWS if terminal else 0
             if max_width is None:
                 max_width = shutil.get_terminal_size().columns if terminal else 0
-            write_table(reader, out, max_rows=max_rows, max_width=max_width)
+            write_table(reader, out, max_rows=max_rows, max_width=max_width, plan=_is_explain(sql))
 
 
 def write_json(reader: pa.RecordBatchReader, out: TextIO) -> None:
@@ -117,10 +124,25 @@ def write_csv(reader: pa.RecordBatchReader, out: TextIO) -> None:
     out.write(buffer.getvalue())
 
 
-def write_table(reader: pa.RecordBatchReader, out: TextIO, max_rows: int = 0, max_width: int = 0) -> None:
+def _is_explain(sql: str) -> bool:
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error:
+        return False
+    return bool(statements) and statements[-1].type.name == "EXPLAIN"
+
+
+def write_table(reader: pa.RecordBatchReader, out: TextIO, max_rows: int = 0, max_width: int = 0,
+                plan: bool = False) -> None:
     """Aligned text and a row count. With `max_rows`, the first and last
     rows (only those are kept) around a `…` line; with `max_width`, values
-    cut to fit lines of that many characters."""
+    cut to fit lines of that many characters.
+
+    Names and values are shown as text (`visible_controls`): an ANSI escape,
+    a BEL, a NUL or a newline in a value is written as `\\x1b`, `\\x07`,
+    `\\x00`, `\\n`. Only an EXPLAIN's plan (`plan`) keeps its lines."""
     head: list[tuple[str, ...]] = []
     tail: collections.deque[tuple[str, ...]] = collections.deque(maxlen=max_rows // 2)
     head_size = (max_rows + 1) // 2 if max_rows else None
@@ -133,12 +155,18 @@ def write_table(reader: pa.RecordBatchReader, out: TextIO, max_rows: int = 0, ma
         if rest and tail.maxlen:
             tail.extend(_rows(batch.slice(batch.num_rows - min(rest, tail.maxlen))))
     shown = len(head) + len(tail)
-    out.write(_format_table(reader.schema.names, head, list(tail), hidden=shown < total, max_width=max_width) + "\n")
+    head, rest = _visible(head, plan), _visible(list(tail), plan)
+    names = [visible_controls(name) for name in reader.schema.names]
+    out.write(_format_table(names, head, rest, hidden=shown < total, max_width=max_width) + "\n")
     plural = "s" if total != 1 else ""
     if shown < total:
         out.write(f"({total:,} row{plural}, {shown:,} shown; --format csv or json for all)\n")
     else:
         out.write(f"({total:,} row{plural})\n")
+
+
+def _visible(rows: list[tuple[str, ...]], plan: bool) -> list[tuple[str, ...]]:
+    return [tuple(visible_controls(cell, keep_newlines=plan) for cell in row) for row in rows]
 
 
 def _format_table(names: list[str], head: list[tuple[str, ...]], tail: list[tuple[str, ...]], hidden: bool,

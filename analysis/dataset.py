@@ -29,6 +29,22 @@ from gpulens.collector.derive import DERIVED_TABLES
 from gpulens.collector.errors import DatasetError, QueryError, one_line
 from gpulens.collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
 
+def unreadable_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[str]:
+    """"FILE: unreadable (DuckDB's reason)" for each Parquet file of the
+    dataset that cannot be read in full (flipped bytes behind an intact
+    footer open, then fail in a data page). Reads every file: for naming
+    the culprit once a query over the tables has failed."""
+    found = []
+    for table in TABLES:
+        for path in table_files(root, table):
+            try:
+                con.execute("select max(hash(columns(*))) from read_parquet(?)", [str(path)]).fetchall()
+            except DUCKDB_ERRORS as error:
+                if not is_vanished_file_error(error):
+                    found.append(f"{path}: unreadable ({one_line(error)})")
+    return found
+
+
 def open_dataset(
     path: str | Path,
     connection: duckdb.DuckDBPyConnection | None = None,
@@ -213,12 +229,42 @@ def _fetch_all(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
     return retry_vanished_files(lambda: con.execute(sql).fetchall())
 
 
-# Statements that write files or reach past the dataset: `gpulens query`
-# reads a dataset that a collector may be writing, and a `COPY ... TO` one of
-# its Parquet files would replace a table's rows.
-_REFUSED_STATEMENTS = {"COPY", "EXPORT", "ATTACH", "DETACH", "LOAD", "COPY_DATABASE"}
+# Statements that write files. `sandbox` lets DuckDB read only the
+# dataset's table folders, but DuckDB's allow-list cannot say "read, not
+# write": inside those folders a `COPY ... TO` one of its Parquet files would
+# replace a table's rows, `EXPORT DATABASE` or `ATTACH` would add files. These
+# three kinds, as DuckDB's own parser classifies each statement, are refused;
+# every other way to reach a file, the network or an extension (`SET
+# log_query_path`, `PRAGMA profiling_output`, `read_csv('https://...')`,
+# `INSTALL`, `LOAD`, `CREATE SECRET`) is shut by DuckDB's settings.
+_WRITING_STATEMENTS = {"COPY", "EXPORT", "ATTACH", "COPY_DATABASE"}
 # Statements that return rows; one query at a time, so none is dropped unseen.
 _QUERIES = {"SELECT", "EXPLAIN", "CALL"}
+# Settings a sandboxed connection may still change: they cost time or memory,
+# never reach a file (`set threads = 1; select ...`).
+SANDBOX_SETTINGS = ("threads", "memory_limit")
+
+
+def sandbox(con: duckdb.DuckDBPyConnection, root: str | Path) -> None:
+    """Let `con` read `root`'s tables and nothing else, for SQL written by
+    someone else (`gpulens query`). Call it after the views are made.
+
+    DuckDB's own controls: no file, URL or database outside the dataset's
+    table folders (`enable_external_access = false` with those folders as
+    `allowed_directories`; the views read their files through them), no
+    extension installed or loaded on demand, and the configuration locked
+    (`lock_configuration`), so that no later statement turns any of it back
+    on or points a log or profile at a file. Only SANDBOX_SETTINGS may still
+    change. Statements that would write inside the allowed folders are
+    refused by `run_sql` and `stream_sql` (_WRITING_STATEMENTS)."""
+    resolved = Path(root).resolve()
+    folders = [quote_literal(f"{resolved / folder}/") for folder in _DATASET_FOLDERS]
+    con.execute(f"set allowed_directories = [{', '.join(folders)}]")
+    con.execute("set enable_external_access = false")
+    con.execute("set autoinstall_known_extensions = false")
+    con.execute("set autoload_known_extensions = false")
+    con.execute(f"set allowed_configs = [{', '.join(map(quote_literal, SANDBOX_SETTINGS))}]")
+    con.execute("set lock_configuration = true")
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
@@ -309,7 +355,7 @@ def _check_statements(sql: str) -> None:
     kinds = [statement.type.name for statement in statements]
     if not statements:
         raise QueryError("SQL error: no statement given")
-    refused = sorted(set(kinds) & _REFUSED_STATEMENTS)
+    refused = sorted(set(kinds) & _WRITING_STATEMENTS)
     if refused:
         raise QueryError(f"SQL error: {', '.join(refused)} statements are not run: gpulens query only reads the "
                          "dataset (write results with --format csv or json)")

@@ -100,7 +100,10 @@ def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_ev
             raise UsageError("--no-telemetry leaves nothing to do without --watch-traces DIR")
         if metrics_address is not None:
             raise UsageError("--metrics-address serves telemetry, which --no-telemetry turns off")
-        _watch_only(watch_dir, out, run_name, duration_s)
+        from gpulens.collector.ingest import watch_process
+
+        watch_process.settle_as_child()  # where the collector below started it
+        _watch_only(watch_dir, out, run_name, duration_s, host=host)
         return
     endpoint = server = None
     if metrics_address is not None:
@@ -111,22 +114,27 @@ def collect(out, interval_s, duration_s, flush_every_s, max_buffered_mb, slow_ev
         server = MetricsServer(endpoint, metrics_address)  # before the backend opens: a taken port fails fast
         logging.getLogger("gpulens.collector").info("serving %s metrics at http://%s/metrics", metrics_names,
                                                     _http_host(server.host, server.port))
+    watcher = None
     try:
         source = _open(backend, sim_gpus, sim_profile, seed)
         collector = Collector(source, options, observer=endpoint)
         collector.install_signal_handlers()
         # Traces in the node's own folder that name no host are this node's.
-        watcher_thread = _start_trace_watcher(watch_dir, out, run_name, host=options.host) if watch_dir else None
+        # Ingested by a process of its own, lower in priority and capped in
+        # memory, so that no trace delays a sample (collector.ingest.watch_process).
+        if watch_dir:
+            from gpulens.collector.ingest import watch_process
+
+            watcher = watch_process.start(watch_dir, out, run_name, host=options.host)
         status = _status_line(collector) if sys.stderr.isatty() else None
         try:
             summary = collector.run()
         finally:
             if status is not None:
                 status.close()
-        if watcher_thread is not None:
-            watcher_thread.stop.set()
-            watcher_thread.join(timeout=30)
     finally:
+        if watcher is not None:
+            watch_process.stop(watcher)
         if server is not None:
             server.close()
     click.echo(
@@ -189,11 +197,12 @@ def _start_trace_watcher(directory: Path, out: Path, run: str | None, period_s: 
     return thread
 
 
-def _watch_only(directory: Path, out: Path, run: str | None, duration_s: float | None, period_s: float = 2.0) -> None:
+def _watch_only(directory: Path, out: Path, run: str | None, duration_s: float | None, period_s: float = 2.0,
+                host: str | None = None) -> None:
     """`collect --no-telemetry`: the trace watcher alone, until SIGTERM, Ctrl-C or --duration."""
     import signal
 
-    thread = _start_trace_watcher(directory, out, run, period_s)
+    thread = _start_trace_watcher(directory, out, run, period_s, host=host)
     previous = {signum: signal.signal(signum, lambda *_: thread.stop.set()) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         thread.stop.wait(duration_s)
@@ -274,7 +283,10 @@ def display_width(text: str) -> int:
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one). A big Kineto file is read by several at once.")
 @click.option("--quiet", "-q", is_flag=True, help="No line per file ingested: only warnings, errors and the summary (for runs of thousands of ranks).")
 @click.option("--host", default=None, help="The host the traces were recorded on, for those that name none (rocprofv3 CSV outside its host folder, a Kineto trace without one): joins them to that host's telemetry.")
-def ingest(paths, out, run_name, jobs, quiet, host):
+@click.option("--max-trace-bytes", type=click.IntRange(min=1), default=None,
+              help="Most bytes a gzip trace may decompress to (default: 100 times its size, at least 256 MiB; "
+                   "more is refused as a likely gzip bomb).")
+def ingest(paths, out, run_name, jobs, quiet, host, max_trace_bytes):
     """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 database or CSV, NCCL logs).
 
     PATHS are files, folders or globs; the files of one call form one run,
@@ -285,6 +297,10 @@ def ingest(paths, out, run_name, jobs, quiet, host):
     # import; prepare_ingest_process can only change the pool of pyarrow's
     # Python calls. A user's own choice stands.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    if max_trace_bytes is not None:  # read by every worker (collector.ingest.buffer)
+        from gpulens.collector.ingest.buffer import MAX_TRACE_BYTES_VARIABLE
+
+        os.environ[MAX_TRACE_BYTES_VARIABLE] = str(max_trace_bytes)
     from gpulens.collector.errors import GpulensError, terminated_on_sigterm
     from gpulens.collector.ingest import ingest_paths
     from gpulens.collector.ingest.batch import prepare_ingest_process

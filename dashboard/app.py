@@ -13,6 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 from gpulens.dashboard import data
+from gpulens.dashboard.escape import markdown_code
 from gpulens.dashboard.pages.common import PAGES, dataset, warm_up
 
 # The favicon from a file, sent inline: a `:material/...:` page icon is
@@ -28,7 +29,7 @@ current = st.navigation(pages)
 
 with st.sidebar:
     ds = dataset()
-    st.caption(f"Dataset: `{ds.path}`")
+    st.caption(f"Dataset: {markdown_code(ds.path)}")
     if st.button("Reload data", icon=":material/refresh:", help="Drop cached results and read the dataset again"):
         data.reload(ds)  # and warm every page's first view again, just below
 

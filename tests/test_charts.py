@@ -62,7 +62,7 @@ def test_kernel_timeline_hover_sums_up_a_merged_run() -> None:
         (7, "compute", "void at::native::vectorized_elementwise_kernel<4, Add>(int, Add)", 1_000_000, 1_040_000,
          25, 30_000, 4_000)]))
     assert list(fig.data[-1].text) == [
-        "25 kernels: 30.0 µs busy of 40.0 µs (75%)<br>longest void at::native::vectorized_elementwise_kernel<4, Add>"
+        "25 kernels: 30.0 µs busy of 40.0 µs (75%)<br>longest void at::native::vectorized_elementwise_kernel&lt;4, Add&gt;"
         "(int, Add) (4.0 µs)"
         "<br>compute, stream 7<br>start 1.000 ms"]
 

@@ -120,7 +120,7 @@ def test_overview_gives_each_findings_numbers_as_a_table_not_a_code_block(monkey
     assert not at.get("code")
     straggler = communication.stragglers(open_dataset(sample)).filter(
         (pl.col("run") == "training") & (pl.col("rank") == 5)).row(0, named=True)
-    assert f"| decisive_collectives | {straggler['decisive_instances']:,} |" in _text(at)
+    assert f"| decisive\\_collectives | {straggler['decisive_instances']:,} |" in _text(at)  # markdown_text
 
 
 def test_evidence_markdown_writes_numbers_short_and_escapes_table_bars():
@@ -128,9 +128,16 @@ def test_evidence_markdown_writes_numbers_short_and_escapes_table_bars():
 
     assert evidence_markdown({"wait_caused_ns": 38208256, "score": 0.8857142857142858, "ranks": [0, 5],
                               "note": "a|b", "capped": True}) == (
-        "| evidence | value |\n|---|---|\n| wait_caused_ns | 38,208,256 |\n| score | 0.885714 |\n"
-        "| ranks | [0, 5] |\n| note | a\\|b |\n| capped | true |\n")
+        "| evidence | value |\n|---|---|\n| wait\\_caused\\_ns | 38,208,256 |\n| score | 0.885714 |\n"
+        "| ranks | \\[0, 5\\] |\n| note | a\\|b |\n| capped | true |\n")
     assert evidence_markdown({}) == "_No numbers recorded._"
+
+
+def test_evidence_markdown_shows_a_link_or_image_in_a_name_as_text():
+    from gpulens.dashboard.pages.common import evidence_markdown
+
+    assert evidence_markdown({"kernel": "![t](http://x/t.png)<b>k</b>"}).splitlines()[-1] == (
+        "| kernel | \\!\\[t\\]\\(http://x/t.png\\)&lt;b&gt;k&lt;/b&gt; |")
 
 
 def test_overview_lists_the_most_severe_findings_first(monkeypatch, sample):
@@ -788,6 +795,8 @@ def test_compare_page_sets_the_two_runs_headline_metrics_side_by_side(monkeypatc
 
 
 def test_power_page_says_why_a_run_cannot_be_joined_to_the_telemetry(monkeypatch, three_nodes):
+    from gpulens.dashboard.escape import markdown_text
+
     # A rocprofv3 run kept on the boot clock beside node-a's telemetry.
     note = "ts on the boot clock (CLOCK_BOOTTIME): the trace names no host"
     write_trace_table(three_nodes, "amd", "runs", {"run": ["amd"], "rank": [0], "host": ["node-a"], "time_base": ["trace"],
@@ -796,8 +805,8 @@ def test_power_page_says_why_a_run_cannot_be_joined_to_the_telemetry(monkeypatch
         "run": ["amd"], "rank": [0], "device": [0], "stream": [1], "name": ["gemm"], "category": ["compute"],
         "start_ns": [5_000], "end_ns": [9_000], "dur_ns": [4_000]})
     at = _run(monkeypatch, three_nodes, "pages/power.py")
-    assert at.info[-1].value == (f"`amd` cannot be joined to the telemetry: trace times are not on the epoch "
-                                 f"(runs.time_base): {note}.")
+    assert at.info[-1].value == (f"`amd` cannot be joined to the telemetry: "
+                                 + markdown_text(f"trace times are not on the epoch (runs.time_base): {note}") + ".")
     assert "Energy per step" not in _titles(at)
 
 

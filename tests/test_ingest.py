@@ -733,7 +733,7 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> list:
     set_parallel_min(monkeypatch, 0)
     monkeypatch.setattr(plan, "SPLIT_MIN_PART_BYTES", 64 << 10)
     monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 16 << 10)
-    monkeypatch.setattr(plan, "_usable_cores", lambda: 64)  # --jobs decides, whatever runs the tests
+    monkeypatch.setattr(plan, "usable_cpus", lambda: 64)  # --jobs decides, whatever runs the tests
     plans: list = []
     real_split = batch._split_big_files
 
@@ -846,7 +846,7 @@ def test_split_plan_gives_no_more_parts_than_the_cores_can_take(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: list) -> None:
     from gpulens.collector.ingest import plan, sources
 
-    monkeypatch.setattr(plan, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(plan, "usable_cpus", lambda: 2)
     trace = write(tmp_path / "rank0.json", kineto_json(rank=0, kernels=8000))
     tasks = plan._split_big_files(sources.sources_of([(trace, True)], "r"), jobs=8)
     assert [t.part.count for t in tasks] == [4] * 4

@@ -285,13 +285,17 @@ def test_query_table_fits_a_terminal_by_default(tmp_path, monkeypatch):
                      *(f"{i:2}  {cut}" for i in range(80, 100)), "(100 rows, 40 shown; --format csv or json for all)"]
 
 
-def test_query_table_gives_a_value_of_several_lines_as_many_lines(tmp_path, capsys):
+def test_query_table_gives_an_explain_plan_as_many_lines(tmp_path, capsys):
+    out = _query(capsys, tmp_path, "explain select 42 as answer")[1]
+    assert ("\\n" in out, len(out.splitlines()) > 5, out.splitlines()[0].split()) == (False, True, ["explain_key", "explain_value"])
+
+
+def test_query_table_shows_a_newline_in_a_value_as_an_escape(tmp_path, capsys):
     sql = "select 'physical_plan' as key, 'Projection' || chr(10) || '  Dummy Scan' as plan, 1 as n"
     assert _query(capsys, tmp_path, sql)[1] == (
-        "key            plan          n\n"
-        "-------------  ------------  -\n"
-        "physical_plan  Projection    1\n"
-        "                 Dummy Scan\n"
+        "key            plan                      n\n"
+        "-------------  ------------------------  -\n"
+        "physical_plan  Projection\\n  Dummy Scan  1\n"
         "(1 row)\n")
 
 

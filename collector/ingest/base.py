@@ -108,11 +108,15 @@ def timing_warnings(tables: dict[str, pa.Table]) -> list[str]:
     return warnings
 
 
-def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | None = None) -> pa.Table:
+def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | None = None,
+                dropped: dict[str, int] | None = None) -> pa.Table:
     """An Arrow table with `table`'s schema from a dict of column lists.
 
     Columns not given are NULL; given columns are cast to the schema's
-    types. Extra keys are an error (a typo would otherwise vanish).
+    types. Extra keys are an error (a typo would otherwise vanish). An
+    integer beyond its column's type (a rank or a size past int64) is NULL,
+    counted in `dropped` under `table.column`: one odd value costs that
+    value, not the file.
     """
     schema = TRACE_SCHEMAS[table]
     unknown = set(columns) - set(schema.names)
@@ -123,7 +127,8 @@ def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | N
     for name in schema.names:
         if name in columns:
             values = columns[name]
-            array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, type=schema.field(name).type, from_pandas=True)
+            array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else _array(values, schema.field(name).type,
+                                                                                          f"{table}.{name}", dropped)
             if array.type != schema.field(name).type:
                 array = pc.cast(array, schema.field(name).type)
             length = len(array)
@@ -134,6 +139,43 @@ def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | N
         length = 0
     arrays = [a if a is not None else pa.nulls(length, type=schema.field(n).type) for a, n in zip(arrays, schema.names)]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _array(values: Iterable[Any], type: pa.DataType, column: str, dropped: dict[str, int] | None) -> pa.Array:
+    try:
+        return pa.array(values, type=type, from_pandas=True)
+    except OverflowError:
+        if not pa.types.is_integer(type):
+            raise
+    from gpulens.collector.ingest.arrays import int_array
+
+    values = list(values)
+    array = int_array(values, type)
+    if dropped is not None:
+        lost = array.null_count - sum(value is None for value in values)
+        dropped[column] = dropped.get(column, 0) + lost
+    return array
+
+
+# The columns that tell two events apart: events equal in all those a table
+# has are one event recorded twice.
+_EVENT_KEYS = ("name", "start_ns", "end_ns", "dur_ns", "pid", "tid", "device", "stream", "correlation_id", "external_id")
+
+
+def duplicate_events(tables: dict[str, pa.Table], names: Iterable[str] = ("kernels", "api_calls", "cpu_ops")) -> dict[str, int]:
+    """Per table of `names`, the rows that repeat an earlier row in every
+    column of _EVENT_KEYS it has (a trace written twice into one file, a
+    profiler's double flush). They are kept; the count is for a warning."""
+    found = {}
+    for name in names:
+        table = tables.get(name)
+        if table is None or table.num_rows < 2:
+            continue
+        keys = [key for key in _EVENT_KEYS if key in table.column_names]
+        distinct = table.select(keys).group_by(keys).aggregate([]).num_rows
+        if distinct < table.num_rows:
+            found[name] = table.num_rows - distinct
+    return found
 
 
 def open_maybe_gzip(path: Path):

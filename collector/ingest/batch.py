@@ -181,6 +181,9 @@ def _parse(path: str, run: str, explicit: bool, parts: tuple[str, ...], out: str
         return format_name, parsed
     except TraceError as error:
         return FileFailure(error.path if parts else path, error.problem)  # a process's part: the file itself
+    except MemoryError:  # past the worker's bound (pool.worker_memory_bytes)
+        return FileFailure(path, "out of memory: reading it needs more than this ingest process may use "
+                                 "(GPULENS_INGEST_WORKER_MEMORY_BYTES)")
     except Exception as error:  # a parser bug must not stop the other files
         return FileFailure(path, one_line(f"unexpected error: {type(error).__name__}: {error}"))
 

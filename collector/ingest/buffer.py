@@ -32,6 +32,27 @@ except ImportError:  # no wheel for this platform: the same API, slower
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 1 << 20
 
+# A gzip file may decompress to at most this many times its own size, and
+# always to MIN_LIMIT_BYTES: traces compress 10-25 times (JSON), a gzip bomb
+# of whitespace 1,000 times. `gpulens ingest --max-trace-bytes` (which sets
+# GPULENS_MAX_TRACE_BYTES, inherited by the workers) replaces the limit.
+MAX_RATIO = 100
+MIN_LIMIT_BYTES = 256 << 20
+MAX_TRACE_BYTES_VARIABLE = "GPULENS_MAX_TRACE_BYTES"
+
+
+def decompressed_limit_bytes(compressed_bytes: int) -> int:
+    """The most a gzip file of `compressed_bytes` may decompress to."""
+    override = os.environ.get(MAX_TRACE_BYTES_VARIABLE, "")
+    if override.isdigit() and int(override) > 0:
+        return int(override)
+    return max(MIN_LIMIT_BYTES, MAX_RATIO * compressed_bytes)
+
+
+def _too_big(path: Path, limit: int) -> TraceError:
+    return TraceError(str(path), f"decompresses to more than {limit:,} bytes (over {MAX_RATIO} times its size, or "
+                                 "--max-trace-bytes): a gzip bomb? raise the limit with --max-trace-bytes")
+
 
 def iter_chunks(path: Path, skip: int = 0) -> Iterator[bytes]:
     """The decompressed content, in chunks of at most about 1 MiB; from
@@ -52,8 +73,12 @@ def iter_chunks(path: Path, skip: int = 0) -> Iterator[bytes]:
             compressed = magic + handle.read()
     except OSError as error:
         raise TraceError(str(path), f"cannot read: {error.strerror or error}") from None
+    limit, total = decompressed_limit_bytes(len(compressed)), 0
     try:
         for chunk in _gunzip(compressed):
+            total += len(chunk)
+            if total > limit:
+                raise _too_big(path, limit)
             if skip >= len(chunk):
                 skip -= len(chunk)
                 continue
@@ -123,7 +148,8 @@ def read_buffer(path: Path) -> bytearray:
         # A truncated gzip file's last bytes are not ISIZE: cap the guess at
         # a generous JSON compression ratio; the buffer can grow, and is cut
         # to the content at the end.
-        size_hint = min(content_bytes(path), 64 * os.path.getsize(path))
+        compressed = os.path.getsize(path)
+        size_hint = min(content_bytes(path), 64 * compressed, decompressed_limit_bytes(compressed))
     except OSError as error:
         raise TraceError(str(path), f"cannot read: {error.strerror or error}") from None
     buffer = bytearray(size_hint)

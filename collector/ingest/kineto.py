@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -37,7 +37,8 @@ from gpulens.collector import arrow_compute as pc
 from gpulens.collector.errors import TraceError
 from gpulens.collector.ingest import kineto_stream
 from gpulens.collector.ingest.arrays import constant, to_int
-from gpulens.collector.ingest.base import NO_GPU_EVENTS, ParsedTrace, build_table, ingested_now, rank_from_filename
+from gpulens.collector.ingest.base import (NO_GPU_EVENTS, ParsedTrace, build_table, duplicate_events, ingested_now,
+                                           rank_from_filename)
 from gpulens.collector.ingest.buffer import read_buffer
 from gpulens.collector.ingest.kineto_collectives import build_collectives
 from gpulens.collector.ingest.kineto_columns import TABLES, Accumulator
@@ -72,8 +73,9 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 def parse(path: Path, run: str) -> ParsedTrace:
+    before = dict(kineto_stream.REPAIRED)
     metadata, events = _read(path)
-    return _parsed(path, run, metadata, events)
+    return _parsed(path, run, metadata, events, kineto_stream.repairs_since(before))
 
 
 @dataclass
@@ -86,6 +88,8 @@ class PartRead:
     # Content offsets where its events begin and end (None: the array's end).
     first_event_at: int | None
     end_at: int | None
+    # Values replaced while reading it (kineto_stream.REPAIRED), by kind.
+    repaired: dict[str, int] = field(default_factory=dict)
 
 
 def read_part(path: Path, start: int, end: int | None) -> PartRead:
@@ -93,12 +97,14 @@ def read_part(path: Path, start: int, end: int | None) -> PartRead:
     the first event boundary at or past content offset `start` to the first
     at or past `end` (see `TraceStream`). Raises NotStreamable where the part
     cannot be read on its own; the file is then read whole."""
+    before = dict(kineto_stream.REPAIRED)
     events = Accumulator()
     stream = TraceStream(path, kineto_stream.BATCH_BYTES, start=start, end=end)
     for batch in stream.batches():
         events.add(batch)
     events.compact()  # one array per column: cheap to send between processes
-    return PartRead(start, stream.metadata, events, stream.first_event_at, stream.end_at)
+    return PartRead(start, stream.metadata, events, stream.first_event_at, stream.end_at,
+                    kineto_stream.repairs_since(before))
 
 
 def parse_parts(path: Path, run: str, parts: list[PartRead]) -> ParsedTrace:
@@ -110,31 +116,56 @@ def parse_parts(path: Path, run: str, parts: list[PartRead]) -> ParsedTrace:
     if not parts or parts[0].start != 0 or parts[-1].end_at is not None or not meets:
         raise NotStreamable
     metadata, events = parts[0].metadata, parts[0].events
+    repaired = dict(parts[0].repaired)
     for part in parts[1:]:
         events.merge(part.events)
         kineto_stream.fill_missing(metadata, part.metadata)  # the trailer, from the part that read the end
-    return _parsed(path, run, metadata, events)
+        for kind, n in part.repaired.items():
+            repaired[kind] = repaired.get(kind, 0) + n
+    return _parsed(path, run, metadata, events, repaired)
 
 
-def _parsed(path: Path, run: str, metadata: KinetoTrace, events: Accumulator) -> ParsedTrace:
+def _parsed(path: Path, run: str, metadata: KinetoTrace, events: Accumulator,
+            repaired: dict[str, int] | None = None) -> ParsedTrace:
     unreadable = _unreadable_times(events.skipped)
     if not events.rows["kernels"]:
         gpu = sum(n for cat, n in unreadable.items() if EVENT_TABLES.get(cat, ("",))[0] == "kernels")
         raise TraceError(str(path), NO_GPU_EVENTS + (f": {_skipped_for_times(gpu)}" if gpu else ""))
     clock = _clock(metadata, events.first_ts_ns())
-    rank, rank_source = _rank(metadata, path)
+    dropped = dict(repaired or {})
+    rank, rank_source = _rank(metadata, path, dropped)
     rows = {table: events.result(table, clock.offset_ns) for table in TABLES}
-    tables = {table: _table(table, r.columns, run, rank) for table, r in rows.items() if r.columns}
+    tables = {table: _table(table, r.columns, run, rank, dropped) for table, r in rows.items() if r.columns}
     memory = events.memory_events(clock.offset_ns)
     if memory:
-        tables["memory_events"] = _table("memory_events", memory, run, rank)
+        tables["memory_events"] = _table("memory_events", memory, run, rank, dropped)
     collectives = build_collectives(rows["kernels"], rows["cpu_ops"], rows["api_calls"], rows["annotations"])
     if collectives is not None:
-        tables["collectives"] = _table("collectives", collectives, run, rank)
+        tables["collectives"] = _table("collectives", collectives, run, rank, dropped)
+    steps_lost = _steps_beyond_int64(tables.get("annotations"))
+    if steps_lost:
+        dropped["annotations.step"] = dropped.get("annotations.step", 0) + steps_lost
     tables["runs"] = _runs_row(metadata, path, run, rank, rank_source, clock, rows, dict(sorted(events.skipped.items())),
-                               events.marks)
+                               events.marks, dropped)
     warnings = [f"{_skipped_for_times(sum(unreadable.values()))} ({_by_category(unreadable)})"] if unreadable else []
+    duplicates = duplicate_events(tables)
+    if duplicates:
+        warnings.append(f"{sum(duplicates.values()):,} duplicate event{'s' if sum(duplicates.values()) != 1 else ''} "
+                        f"kept, each the same as an earlier one in every field ({_by_category(duplicates)}): "
+                        "was the trace written twice?")
+    dropped = {what: n for what, n in dropped.items() if n}
+    if dropped:
+        warnings.append(f"{sum(dropped.values()):,} odd value{'s' if sum(dropped.values()) != 1 else ''} dropped, "
+                        f"the rest kept ({_by_category(dropped)})")
     return ParsedTrace(format=FORMAT, tables=tables, events=events.events, warnings=warnings)
+
+
+def _steps_beyond_int64(annotations: pa.Table | None) -> int:
+    """Profiler steps whose number did not fit the step column (kineto_schema.annotation_kind)."""
+    if annotations is None:
+        return 0
+    steps = pc.and_(pc.equal(annotations["kind"], "profiler_step"), pc.is_null(annotations["step"]))
+    return pc.sum(steps.cast(pa.int64())).as_py() or 0
 
 
 def _unreadable_times(skipped: dict[str, int]) -> dict[str, int]:
@@ -211,14 +242,22 @@ def _clock(trace: KinetoTrace, first_ts_ns: int | None) -> _Clock:
     return _Clock(0, "trace", None, "ts from the trace's own origin")
 
 
-def _table(table: str, columns: dict[str, Any], run: str, rank: int) -> pa.Table:
+def _table(table: str, columns: dict[str, Any], run: str, rank: int, dropped: dict[str, int]) -> pa.Table:
     length = len(next(iter(columns.values())))
-    return build_table(table, {"run": constant(run, length, pa.string()), "rank": constant(rank, length, pa.int32()), **columns})
+    return build_table(table, {"run": constant(run, length, pa.string()), "rank": constant(rank, length, pa.int32()), **columns},
+                       dropped=dropped)
 
 
-def _rank(trace: KinetoTrace, path: Path) -> tuple[int, str]:
+# The rank column's range (int32).
+_RANK_RANGE = range(-(1 << 31), 1 << 31)
+
+
+def _rank(trace: KinetoTrace, path: Path, dropped: dict[str, int]) -> tuple[int, str]:
     info = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
     rank = to_int(info.get("rank"))
+    if rank is not None and rank not in _RANK_RANGE:
+        dropped["distributedInfo.rank"] = 1  # as if the trace did not say
+        rank = None
     if rank is not None:
         return rank, "distributedInfo"
     rank = rank_from_filename(path)
@@ -228,7 +267,7 @@ def _rank(trace: KinetoTrace, path: Path) -> tuple[int, str]:
 
 
 def _runs_row(trace: KinetoTrace, path: Path, run: str, rank: int, rank_source: str, clock: _Clock,
-              rows: dict[str, Any], skipped: dict[str, int], marks: Marks) -> pa.Table:
+              rows: dict[str, Any], skipped: dict[str, int], marks: Marks, dropped: dict[str, int]) -> pa.Table:
     info = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
     properties = trace.deviceProperties if isinstance(trace.deviceProperties, list) else []
     counts = pc.value_counts(rows["kernels"].columns["device"]).to_pylist()
@@ -249,6 +288,7 @@ def _runs_row(trace: KinetoTrace, path: Path, run: str, rank: int, rank_source: 
         "pg_count": info.get("pg_count"),
         "pg_config": info.get("pg_config"),
         "skipped_events": skipped,
+        **({"dropped_values": {what: n for what, n in sorted(dropped.items()) if n}} if any(dropped.values()) else {}),
         **marks.names(pid),
     }
     row = {
@@ -267,7 +307,7 @@ def _runs_row(trace: KinetoTrace, path: Path, run: str, rank: int, rank_source: 
         "ingested_at": ingested_now(),
         "metadata_json": [msgspec.json.encode(metadata).decode()],
     }
-    return build_table("runs", row)
+    return build_table("runs", row, dropped=dropped)
 
 
 def _first_pid(rows: dict[str, Any]) -> int | None:

@@ -225,7 +225,8 @@ def annotation_kind(kind: str | None, name: Any) -> tuple[str | None, int | None
     if kind == "user" and isinstance(name, str):
         match = PROFILER_STEP.match(name)
         if match:
-            return "profiler_step", int(match.group(1))
+            step = int(match.group(1))
+            return "profiler_step", step if step < 1 << 63 else None  # beyond the column: that value lost
     return kind, None
 
 

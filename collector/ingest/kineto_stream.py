@@ -36,8 +36,10 @@ decodes the whole file instead, which also gives the exact JSON error.
 
 One odd value costs its value or its event, not the trace
 (`decode_leniently`, `decode_events`): bytes that are not UTF-8, `NaN` and
-`Infinity` tokens, and times written as text are each read by a fallback
-that runs only on the piece the fast decoders refused.
+`Infinity` tokens, times written as text, a lone UTF-16 surrogate escape
+and a value nested deeper than MAX_NESTING are each read by a fallback
+that runs only on the piece the fast decoders refused. The last two are
+counted in REPAIRED (the file's warning says how many).
 """
 
 from __future__ import annotations
@@ -183,6 +185,23 @@ def _number(value: Any) -> float | int | None:
     raise ValueError(value)
 
 
+# Nesting past which a value is replaced by null (Kineto writes 4 or 5
+# levels): msgspec's decoder recurses once a level, and 100,000 levels of
+# `[` exhaust Python's stack.
+MAX_NESTING = 200
+# Values replaced since the process started, by kind: a reader takes the
+# difference over its own reads (`repairs_since`).
+REPAIRED: dict[str, int] = {"lone UTF-16 surrogates": 0, "values nested too deep": 0}
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def repairs_since(before: dict[str, int]) -> dict[str, int]:
+    """The values replaced since `before` (a copy of REPAIRED), by kind."""
+    return {kind: n - before.get(kind, 0) for kind, n in REPAIRED.items() if n > before.get(kind, 0)}
+
+
 def decode_leniently(decode: Callable[[Any], Decoded], data: bytes | bytearray | msgspec.Raw) -> Decoded:
     """`decode(data)`, reading two things strict JSON refuses but writers write.
 
@@ -199,13 +218,69 @@ def decode_leniently(decode: Callable[[Any], Decoded], data: bytes | bytearray |
         return decode(data)
     except UnicodeDecodeError:
         return decode_leniently(decode, bytes(data).decode("utf-8", errors="replace").encode("utf-8"))
+    except RecursionError:
+        repaired = _deep_values_as_null(bytes(data))
+        if repaired is None:
+            raise msgspec.DecodeError(f"JSON nested deeper than {MAX_NESTING:,} levels") from None
+        return decode_leniently(decode, repaired)
     except msgspec.DecodeError as error:
+        repaired = _lone_surrogates_replaced(data, error)
+        if repaired is not None:
+            return decode_leniently(decode, repaired)
         repaired = _non_finite_as_null(data, error)
         if repaired is None:
             raise
         # Again: a text may hold both kinds of value (each repair removes
         # every value of its kind, so this ends).
         return decode_leniently(decode, repaired)
+
+
+def _lone_surrogates_replaced(data: bytes | bytearray | msgspec.Raw, error: msgspec.DecodeError) -> bytes | None:
+    """The text with each `\\uD800`-`\\uDFFF` escape that is not half of a
+    pair written `\\uFFFD` (what a decoder writes for a character it cannot
+    read), where `error` is about an escape; else None."""
+    if "escape" not in str(error) and "surrogate" not in str(error):
+        return None
+    repaired, n = _LONE_SURROGATE.subn(rb"\\ufffd", bytes(data))
+    if not n:
+        return None
+    REPAIRED["lone UTF-16 surrogates"] += n
+    return repaired
+
+
+def _deep_values_as_null(data: bytes) -> bytes | None:
+    """The text with each array or object that opens deeper than
+    MAX_NESTING written `null` (that value is lost, its event kept); None
+    where none does. A walk of the text in Python: only where a decoder ran
+    out of stack."""
+    out: list[bytes] = []
+    copied = depth = 0
+    inside = escaped = False
+    skipping_from = -1
+    for at, byte in enumerate(data):
+        if inside:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                inside = False
+        elif byte == 0x22:
+            inside = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth == MAX_NESTING and skipping_from < 0:
+                skipping_from = at
+        elif byte in (0x5D, 0x7D):  # ] }
+            if depth == MAX_NESTING and skipping_from >= 0:
+                out += (data[copied:skipping_from], b"null")
+                copied, skipping_from = at + 1, -1
+                REPAIRED["values nested too deep"] += 1
+            depth -= 1
+    if not out:
+        return None
+    out.append(data[copied:])
+    return b"".join(out)
 
 
 def _non_finite_as_null(data: bytes | bytearray | msgspec.Raw, error: msgspec.DecodeError) -> bytes | None:

@@ -91,13 +91,22 @@ def _times(alias: str) -> str:
     """The start_ns, end_ns and dur_ns items of a row on the epoch. SQLite
     reads text as 0 in arithmetic, so a time that is not a number is passed
     through as it is, for `query_columns` to name, instead of becoming the
-    session start."""
+    session start. A time that the session start would push past int64
+    (`start` = INT64_MAX) is NULL: SQLite would make it a float, and one
+    odd value must cost that value, not the file (such events are kept,
+    and counted as having no start or end)."""
     start, end = f"{alias}.start", f'{alias}."end"'
     return ",\n    ".join([
-        f"case when typeof({start}) in ('integer', 'real') then {start} + :epoch_ns else {start} end as start_ns",
-        f"case when typeof({end}) in ('integer', 'real') then {end} + :epoch_ns else {end} end as end_ns",
-        f"{end} - {start} as dur_ns",
+        f"{_on_epoch(start)} as start_ns",
+        f"{_on_epoch(end)} as end_ns",
+        f"case when typeof({start}) = 'integer' and typeof({end}) = 'integer' and typeof({end} - {start}) <> 'integer' "
+        f"then null else {end} - {start} end as dur_ns",
     ])
+
+
+def _on_epoch(time: str) -> str:
+    return (f"case when typeof({time}) in ('integer', 'real') then "
+            f"case when typeof({time} + :epoch_ns) = 'integer' then {time} + :epoch_ns end else {time} end")
 
 
 # --- the mapping: one query per source table, aliased to contract columns ---

@@ -7,10 +7,10 @@ runs the tasks (`pool`) and the code that parses and writes them (`batch`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
+from gpulens.collector.cpus import usable_cpus
 from gpulens.collector.errors import TraceError
 from gpulens.collector.ingest.buffer import content_bytes, is_gzip
 from gpulens.collector.ingest.formats import detect_format
@@ -86,7 +86,7 @@ def _split_big_files(tasks: list[Source], jobs: int | None, file_sizes: dict[str
     # More parts than the cores can take only add work (a gzip file's parts
     # each decompress what comes before them): --jobs 4 on two cores read a
     # 620,000-event .json.gz in 2.8-3.1 s in eight parts, 2.3 s in four.
-    cores = min(jobs or os.cpu_count() or 1, _usable_cores())
+    cores = min(jobs, usable_cpus()) if jobs else usable_cpus()
     if cores < 2:
         return tasks
     sizes = _task_sizes(tasks, file_sizes)
@@ -125,7 +125,7 @@ def group_small_sources(tasks: list[Source], jobs: int | None,
     small = sorted((task for task, size in sizes.items() if size <= GROUP_SOURCE_MAX_BYTES), key=lambda t: t.path)
     if len(small) < GROUP_MIN_SOURCES:
         return tasks
-    cores = min(jobs or os.cpu_count() or 1, _usable_cores())
+    cores = min(jobs, usable_cpus()) if jobs else usable_cpus()
     per_group = min(GROUP_MAX_SOURCES, len(small) // (4 * cores))
     if per_group < 2:
         return tasks
@@ -140,14 +140,6 @@ def group_small_sources(tasks: list[Source], jobs: int | None,
     grouped = set(small)
     return [task for task in tasks if task not in grouped] + [
         replace(group[0], group=tuple(group)) if len(group) > 1 else group[0] for group in groups]
-
-
-def _usable_cores() -> int:
-    """The cores this process may run on (a container's or taskset's share)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _is_kineto(path: str) -> bool:

@@ -29,9 +29,10 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from gpulens.collector.cpus import usable_cpus
 from gpulens.collector.errors import one_line
-from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
 from gpulens.collector.ingest import plan
+from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
 from gpulens.collector.ingest.results import FileFailure, FileResult, SkippedFile
 from gpulens.collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
 from gpulens.collector.progress import StderrProgress
@@ -131,7 +132,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool, inges
     cut), this process joining the eight one after another.
     """
     split = _SplitFiles(tasks)
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    workers = max(1, min(jobs or usable_cpus(), len(tasks)))
     sizes = plan._task_sizes(tasks, file_sizes) if workers > 1 else {}
     if workers > 1 and sum(sizes.values()) < plan.PARALLEL_MIN_CONTENT_BYTES:
         workers = 1  # too little work to pay for a worker: see plan.PARALLEL_MIN_CONTENT_BYTES
@@ -164,7 +165,7 @@ def _run(tasks: list[Source], out: Path, jobs: int | None, progress: bool, inges
             context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
             started = set(multiprocessing.active_children())
             pool = ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_start,
-                                       initargs=(os.getpid(), str(spill_dir)))
+                                       initargs=(os.getpid(), str(spill_dir), worker_memory_bytes(workers)))
             stopped = False
             try:
                 # This process takes the largest file: it lives to the end anyway,
@@ -394,8 +395,42 @@ def _failed(task: Source | Assembly, problem: str) -> list[FileFailure | PartOut
     return [FileFailure(member.path, problem) for member in task.members]
 
 
-def _worker_start(parent: int, spill_dir: str) -> None:
-    """Set up a worker process, which only ingests, for the process `parent`.
+# The address space each ingest worker may use: GPULENS_INGEST_WORKER_MEMORY_BYTES,
+# else three quarters of the machine's memory shared among the workers, and
+# at least WORKER_MIN_MEMORY_BYTES. A file that needs more fails alone
+# ("out of memory"); the other files, and the machine, go on.
+WORKER_MEMORY_VARIABLE = "GPULENS_INGEST_WORKER_MEMORY_BYTES"
+WORKER_MIN_MEMORY_BYTES = 2 << 30
+
+
+def worker_memory_bytes(workers: int) -> int | None:
+    """The bound of each of `workers` workers (None: the machine's size is unknown)."""
+    override = os.environ.get(WORKER_MEMORY_VARIABLE, "")
+    if override.isdigit() and int(override) > 0:
+        return int(override)
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return max(WORKER_MIN_MEMORY_BYTES, physical * 3 // 4 // max(1, workers))
+
+
+def _limit_memory(memory_bytes: int | None) -> None:
+    """Cap this process's address space (RLIMIT_AS): past it an allocation
+    fails with MemoryError, which costs the file being read, not the machine."""
+    if memory_bytes is None:
+        return
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        memory_bytes = min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, hard))
+
+
+def _worker_start(parent: int, spill_dir: str, memory_bytes: int | None = None) -> None:
+    """Set up a worker process, which only ingests, for the process `parent`;
+    its address space capped at `memory_bytes` (`worker_memory_bytes`).
 
     SIGTERM ends it at once (not the handler `gpulens ingest` installs, which
     it inherits): its parent stops it so on SIGTERM or Ctrl-C, then removes
@@ -407,6 +442,7 @@ def _worker_start(parent: int, spill_dir: str) -> None:
     _SPILL_DIR = spill_dir
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _end_with_parent(parent)
+    _limit_memory(memory_bytes)
     prepare_ingest_process()
 
 

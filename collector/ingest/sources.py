@@ -12,6 +12,7 @@ import glob
 import os
 import re
 import sqlite3
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,8 +105,28 @@ def _expand(arguments: list[str | Path], out: Path, run: str | None,
                 failures.append(FileFailure(str(argument), "no files match"))
         else:
             failures.append(FileFailure(str(argument), "no such file or directory"))
+    found, special = _regular_files(found)
+    failures += special
     name = sanitise_run(run if run is not None else default_run_name(arguments, [file for file, _ in found]))
     return sources_of(found, name, host), failures
+
+
+def _regular_files(found: list[tuple[Path, bool]]) -> tuple[list[tuple[Path, bool]], list[FileFailure]]:
+    """The regular files of `found`, and a failure for each other kind: a
+    FIFO would block the first read forever, a device never end."""
+    regular, failures = [], []
+    for path, explicit in found:
+        try:
+            mode = path.stat().st_mode
+        except OSError as error:
+            failures.append(FileFailure(str(path), error.strerror or str(error)))
+            continue
+        if stat.S_ISREG(mode):
+            regular.append((path, explicit))
+        else:
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
+            failures.append(FileFailure(str(path), f"not a regular file ({kind}): not read"))
+    return regular, failures
 
 
 def sources_of(found: list[tuple[Path, bool]], run: str, host: str | None = None) -> list[Source]:

@@ -59,6 +59,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from gpulens.collector import parquet_io
+from gpulens.collector.cpus import usable_cpus
 from gpulens.collector.parquet_io import trace_parquet_options
 from gpulens.collector.derive import CHANGED_TABLES, DERIVED_TABLES, derive_trace_tables
 from gpulens.collector.errors import DatasetError, even_if_interrupted
@@ -350,7 +351,7 @@ class _StagedWriter:
     def __init__(self, staging: Path, threads: int) -> None:
         self.staging = staging
         self.staged: dict[str, Path] = {}
-        threads = min(threads, os.cpu_count() or 1)
+        threads = min(threads, usable_cpus())
         self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
         self._pending: list[Future] = []
 

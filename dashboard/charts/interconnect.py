@@ -12,6 +12,7 @@ from gpulens.dashboard.charts.base import (
     GB, _GPU_LINES_MAX, LINK_NAMES, TIME_AXIS, _BucketGrid, _categories, empty_figure, _extreme_names, gpu_label,
     _hosts, _layout, new_figure, _np, patterned_bars, _scatter, _spread, _x_times,
 )
+from gpulens.dashboard.escape import plotly_text
 
 
 def interconnect_usage_figure(usage: pl.DataFrame, link: str) -> go.Figure:
@@ -100,7 +101,7 @@ def interconnect_timeline_figure(timeline: pl.DataFrame, link: str, bucket_s: fl
         fig.add_trace(_scatter(len(xy["y"]))(
             **xy, mode="lines", name=label,
             line={"color": theme.gpu_colour(gpu), "dash": "solid" if direction != "rx" else "dot", "width": 1.5},
-            hovertemplate=f"{label}<br>%{{x}}<br>%{{y:.1f}} GB/s<extra></extra>",
+            hovertemplate=f"{plotly_text(label)}<br>%{{x}}<br>%{{y:.1f}} GB/s<extra></extra>",
         ))
     peak = frame["peak_bytes_per_s"].max()
     if peak is not None:

@@ -16,6 +16,7 @@ from gpulens.dashboard import theme
 from gpulens.dashboard.charts.base import (
     CUDA_LAUNCH_QUEUE_LIMIT, _DASHES, empty_figure, _layout, new_figure, _np, step_axis, time_unit,
 )
+from gpulens.dashboard.escape import plotly_text
 
 
 def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
@@ -45,7 +46,7 @@ def tklqt_figure(steps: pl.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(
             x=group["step"].to_list(), y=(group["tklqt_ns"] / per_unit).to_list(), mode=mode, name=name,
             line={"color": theme.gpu_colour(i if len(key) == 2 else rank)}, customdata=list(zip(group["verdict"].to_list(), (group["gpu_idle_share"] * 100).to_list())),
-            hovertemplate=f"{name}, step %{{x}}<br>TKLQT %{{y:.2f}} {unit}<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
+            hovertemplate=f"{plotly_text(name)}, step %{{x}}<br>TKLQT %{{y:.2f}} {unit}<br>%{{customdata[0]}}, GPU idle %{{customdata[1]:.0f}}%<extra></extra>",
         ))
     step_axis(fig, frame["step"].to_list())
     return _layout(fig, title, "Profiler step", f"TKLQT ({unit})", legend_title="rank")
@@ -261,12 +262,12 @@ _QUEUE_PANEL_HEIGHT = 260
 def _kernel_run_text(name: str, category: str, stream: int, kernel_count: int, busy_ns: int, longest_ns: int,
                      offset_ns: int, end_offset_ns: int) -> str:
     """A timeline hover: one kernel's name and times, or a merged run's summary."""
-    where = f"{category}, stream {stream}<br>start {offset_ns / 1e6:.3f} ms"
+    where = f"{plotly_text(category)}, stream {stream}<br>start {offset_ns / 1e6:.3f} ms"
     if kernel_count == 1:
-        return f"{short_kernel_name(name, 90)}<br>{where}, {busy_ns / 1e3:.1f} µs"
+        return f"{plotly_text(short_kernel_name(name, 90))}<br>{where}, {busy_ns / 1e3:.1f} µs"
     span_ns = max(end_offset_ns - offset_ns, 1)
     return (f"{kernel_count:,} kernels: {busy_ns / 1e3:.1f} µs busy of {span_ns / 1e3:.1f} µs "
-            f"({busy_ns / span_ns:.0%})<br>longest {short_kernel_name(name, 80)} ({longest_ns / 1e3:.1f} µs)<br>{where}")
+            f"({busy_ns / span_ns:.0%})<br>longest {plotly_text(short_kernel_name(name, 80))} ({longest_ns / 1e3:.1f} µs)<br>{where}")
 
 
 # Half a stream's row: the rectangles' height, with a gap between rows.

@@ -15,6 +15,7 @@ from gpulens.dashboard.charts.base import (
     _DASHES, _GPU_LINES_MAX, TIME_AXIS, _alpha, _categories, empty_figure, _extreme_names, _extremes, gpu_label, _hosts,
     _layout, new_figure, _np, _scatter, _spread, _x_times,
 )
+from gpulens.dashboard.escape import plotly_text
 
 
 def power_distribution_figure(histogram: pl.DataFrame) -> go.Figure:
@@ -45,7 +46,7 @@ def power_distribution_figure(histogram: pl.DataFrame) -> go.Figure:
         x, y = _bins_outline(group, group["share"])
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": theme.gpu_colour(gpu), "width": 1.5,
                                                               "dash": _DASHES[hosts.index(host) % len(_DASHES)]},
-                                 name=label, hovertemplate=f"{label}<br>%{{x:.0f}} W: %{{y:.1f}}% of samples<extra></extra>"))
+                                 name=label, hovertemplate=f"{plotly_text(label)}<br>%{{x:.0f}} W: %{{y:.1f}}% of samples<extra></extra>"))
     for limit in sorted({v for v in histogram["limit_w"].to_list() if v is not None}):
         fig.add_vline(x=limit, line={"color": theme.LIMIT_LINE_COLOUR, "dash": "dash", "width": 2})
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"limit {limit:.0f} W",

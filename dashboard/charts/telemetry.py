@@ -18,6 +18,7 @@ from gpulens.dashboard.charts.base import (
     _DASHES, _GPU_LINES_MAX, TELEMETRY_METRICS, TIME_AXIS, _alpha, _BucketGrid, empty_figure, _extreme_names, gpu_label,
     _hosts, _layout, _naive, new_figure, _np, _scatter, _spread, _x_times,
 )
+from gpulens.dashboard.escape import plotly_text
 
 
 def throttle_periods(timeline: pl.DataFrame, bucket_s: float, max_periods: int = 150) -> list[tuple[Any, Any]]:
@@ -108,7 +109,7 @@ def telemetry_figure(
             **grid.x, y=grid.place(group[f"{metric}_mean"], scale), mode="lines", name=label, legendgroup=label,
             line={"color": colour, "width": 1.5, "dash": dash},
             customdata=np.column_stack([low, high]),
-            hovertemplate=f"{label}<br>%{{x}}<br>mean %{{y:.4g}}<br>min %{{customdata[0]:.4g}} max %{{customdata[1]:.4g}}<extra></extra>",
+            hovertemplate=f"{plotly_text(label)}<br>%{{x}}<br>mean %{{y:.4g}}<br>min %{{customdata[0]:.4g}} max %{{customdata[1]:.4g}}<extra></extra>",
         ))
     if metric == "power_w" and "power_limit_w" in timeline.columns:
         limit = timeline.group_by("bucket_start").agg(pl.col("power_limit_w").max()).sort("bucket_start")

@@ -23,6 +23,7 @@ import streamlit as st
 
 from gpulens.collector.errors import GpulensError, one_line
 from gpulens.dashboard import data
+from gpulens.dashboard.escape import markdown_code, markdown_text
 
 # key -> (script relative to dashboard/, title, icon); the order of the menu.
 PAGES: dict[str, tuple[str, str, str]] = {
@@ -104,7 +105,7 @@ def fetch(ds: data.Dataset, func: Callable[..., Any], *args: Any, **kwargs: Any)
     try:
         return data.cached(ds, func, *args, **kwargs)
     except (GpulensError, duckdb.Error, ImportError, OSError) as error:
-        st.warning(f"{func.__name__} could not be computed: {_one_line(error)}", icon=":material/warning:")
+        st.warning(f"{func.__name__} could not be computed: {markdown_text(_one_line(error))}", icon=":material/warning:")
         return None
 
 
@@ -288,7 +289,11 @@ NO_TRACES = "Ingest kernel traces into it with `gpulens ingest TRACES --out DATA
 
 
 def chart(fig: go.Figure, key: str | None = None) -> None:
-    st.plotly_chart(fig, width="stretch", theme=None, config=PLOTLY_CONFIG, key=key)
+    """Draw `fig`, its names escaped (dashboard.escape): a kernel named
+    `<a href=…>` shows as that text, not as a link."""
+    from gpulens.dashboard.escape import escape_figure
+
+    st.plotly_chart(escape_figure(fig), width="stretch", theme=None, config=PLOTLY_CONFIG, key=key)
 
 
 def evidence_markdown(evidence: dict[str, Any]) -> str:
@@ -302,7 +307,7 @@ def evidence_markdown(evidence: dict[str, Any]) -> str:
             text = f"{value:.6g}"
         else:
             text = value if isinstance(value, str) else json.dumps(value, default=str)
-        return text.replace("|", "\\|").replace("\n", " ")
+        return markdown_text(text)  # a kernel's name shows as text: no link, image or tag
 
     rows = "".join(f"| {cell(key)} | {cell(value)} |\n" for key, value in evidence.items())
     return "| evidence | value |\n|---|---|\n" + rows if rows else "_No numbers recorded._"
@@ -339,4 +344,4 @@ def run_picker(runs: pl.DataFrame, label: str = "Run", key: str = "run", index: 
 
 
 def caption_dataset(ds: data.Dataset) -> None:
-    st.caption(f"Dataset: `{ds.path}`")
+    st.caption(f"Dataset: {markdown_code(ds.path)}")

@@ -11,6 +11,7 @@ import streamlit as st
 from gpulens.analysis import launch, time_breakdown, timeline
 from gpulens.analysis.findings import format_duration_ns
 from gpulens.dashboard import charts, data
+from gpulens.dashboard.escape import markdown_text
 from gpulens.dashboard.pages.common import (
     NO_TRACES, TIMELINE_STEP_INDEX, caption_dataset, chart, fetch, fmt_share, frame, require_dataset, require_tables,
     run_picker, table, timeline_choices, with_kernels,
@@ -62,7 +63,7 @@ run_findings = [f for f in fetch(ds, launch.launch_findings) or [] if f.subject.
 if run_findings:
     with st.expander(f"Launch findings for this run ({len(run_findings)})", expanded=len(run_findings) <= 2):
         for finding in run_findings:
-            st.markdown(f":{SEVERITY_BADGES[finding.severity]}-badge[{finding.severity}] {finding.title}")
+            st.markdown(f":{SEVERITY_BADGES[finding.severity]}-badge[{finding.severity}] {markdown_text(finding.title)}")
 
 breakdown = _of_run(frame(ds, time_breakdown.time_breakdown))
 chart(charts.time_breakdown_figure(breakdown), key="kernels_breakdown")
@@ -211,4 +212,4 @@ if rank_list and step_numbers:
                    "launch (CPU-bound); deep, the CPU runs ahead (GPU-bound); at "
                    f"{charts.CUDA_LAUNCH_QUEUE_LIMIT:,} CUDA blocks the next launch call until the GPU catches up.")
 else:
-    st.caption(f"Run {run} has no profiler steps: no step to draw.")
+    st.caption(f"Run {markdown_text(run)} has no profiler steps: no step to draw.")

@@ -10,6 +10,7 @@ from gpulens.analysis.all_findings import all_findings
 from gpulens.analysis import timeline
 from gpulens.collector.wording import noun_for
 from gpulens.dashboard import charts
+from gpulens.dashboard.escape import markdown_text
 from gpulens.dashboard.pages.common import (
     PAGES, caption_dataset, chart, counts, evidence_markdown, fetch, frame, page_key, require_dataset, table,
 )
@@ -70,13 +71,13 @@ def _show(finding) -> None:
     with st.container(border=True):
         st.markdown(
             f":{BADGE_COLOURS[finding.severity]}-badge[{SEVERITY_ICONS[finding.severity]} {finding.severity}] "
-            f"**{finding.title}**"
+            f"**{markdown_text(finding.title)}**"
         )
         subject = ", ".join(f"{k} {v}" for k, v in finding.subject.items())
         if subject:
-            st.caption(f"{finding.id} · {subject}")
+            st.caption(f"{finding.id} · {markdown_text(subject)}")
         with st.expander("What it means and the numbers behind it"):
-            st.write(finding.detail)
+            st.markdown(markdown_text(finding.detail))
             # A Markdown table: a code block would load and run Streamlit's syntax
             # highlighter, 0.6 s of the overview's first load in a fresh tab.
             st.markdown(evidence_markdown(finding.evidence))
@@ -96,7 +97,7 @@ for (severity, finding_id), members in groups.items():
         with st.expander(f"{more} more {finding_id.replace('_', ' ')} {noun_for(more, 'finding')} ({severity})"):
             for finding in members[1:]:
                 subject = ", ".join(f"{k} {v}" for k, v in finding.subject.items())
-                st.markdown(f"- {finding.title}" + (f" · _{subject}_" if subject else ""))
+                st.markdown(f"- {markdown_text(finding.title)}" + (f" · _{markdown_text(subject)}_" if subject else ""))
 
 st.header("What the dataset covers")
 if coverage.height or runs.height:

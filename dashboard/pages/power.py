@@ -10,6 +10,7 @@ import streamlit as st
 from gpulens.analysis import jobs, power, timeline
 from gpulens.collector.wording import counted
 from gpulens.dashboard import charts
+from gpulens.dashboard.escape import markdown_code, markdown_text
 from gpulens.dashboard.pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, fmt_share, frame,
     host_scope, hosts_of, naive, require_dataset, require_tables, run_picker, table, with_kernels,
@@ -149,7 +150,7 @@ if runs.height:
     unmatched = matched.filter(pl.col("unmatched_reason").is_not_null())
     if matched.height and unmatched.height == matched.height:
         reasons = sorted(set(unmatched["unmatched_reason"].to_list()))
-        st.info(f"`{run}` cannot be joined to the telemetry: " + "; ".join(reasons) + ".", icon=":material/info:")
+        st.info(f"{markdown_code(run)} cannot be joined to the telemetry: " + markdown_text("; ".join(reasons)) + ".", icon=":material/info:")
     else:
         steps = frame(ds, power.step_energy).filter(pl.col("run") == run)
         phases = frame(ds, power.phase_energy).filter(pl.col("run") == run)

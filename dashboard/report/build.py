@@ -27,7 +27,20 @@ from gpulens.analysis.findings import Finding, sort_findings
 from gpulens.analysis.dataset import run_sql
 from gpulens.analysis.registry import load_analyses, run_analysis
 from gpulens.collector.errors import DatasetError, GpulensError, one_line
+from gpulens.collector.wording import counted
 from gpulens.dashboard.report.sections import SECTIONS, SectionSpec, TableSpec
+
+
+class IncompleteReport(GpulensError):
+    """The report was written, but part of it failed (a file that could not
+    be read, an analysis that raised): `report.problems` says which."""
+
+    exit_code = 4
+
+
+def incomplete_message(output: str, problems: list[str]) -> str:
+    """One line for stderr: how many parts failed, and the first."""
+    return f"{output}: report written, but incomplete: {counted(len(problems), 'part')} failed (first: {problems[0]})"
 
 # Chart series are downsampled to about this many time buckets.
 TIMELINE_BUCKETS = 600
@@ -173,6 +186,10 @@ def build_report(
             sections.append(_build_section(con, spec, source, mine, problems))
         step("charts")
         series = _series(con, source, problems)
+        if problems:  # name the files that could not be read, first
+            from gpulens.analysis.dataset import unreadable_files
+
+            problems[:0] = unreadable_files(con, Path(dataset))
         whole = {t.name: t.frame for s in sections for t in s.tables if t.spec.where is None and not s.empty_reason}
         metrics = metrics_of.compute_metrics(con, whole)
         metrics_by_run = metrics_of.compute_run_metrics(con, [r["run"] for r in source.runs], whole)

@@ -3,7 +3,10 @@
 Exit codes: 0 written; 1 bad input (missing, empty or corrupt file, a
 dataset that cannot be read or holds nothing) or a --fail-on metric that
 cannot be computed; 2 a bad flag; 3 a metric regressed past its --fail-on
-threshold (the report is still written). Errors are raised as
+threshold (the report is still written); 4 the report is written but part
+of it failed, such as a Parquet file that could not be read (stderr and the
+report say which; 4 wins over 3, a comparison of part of the data is no
+verdict). Errors are raised as
 `GpulensError`; `dashboard.cli.main` prints them as one line.
 """
 
@@ -57,8 +60,13 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         gpulens report gpulens-data -o report.html
         gpulens report traces/job42/ --format md > findings.md
         gpulens report new-data --compare baseline.json --fail-on step_time:5 --fail-on busbw:10 -o report.json
+
+    \b
+    Exit codes: 0 written; 1 bad input; 2 a bad flag; 3 a --fail-on
+    metric regressed; 4 written but incomplete: part of the data could not
+    be read (stderr and the report's top say which).
     """
-    from gpulens.dashboard.report.build import build_report
+    from gpulens.dashboard.report.build import IncompleteReport, build_report, incomplete_message
     from gpulens.dashboard.report.compare import RegressionFound, parse_fail_on
     from gpulens.dashboard.report.inputs import refuse_output_among_inputs, resolve_inputs
 
@@ -93,6 +101,8 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
     if output != Path("-"):
         click.echo(f"{output}: {output_format} report written; findings: {summary}", err=True)
+    if built.problems:  # render_html adds the charts that failed
+        raise IncompleteReport(incomplete_message(str(output), built.problems))
     comparison = built.comparison
     if comparison is not None and comparison.regressions:
         raise RegressionFound(comparison.failure_message())

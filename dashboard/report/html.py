@@ -82,14 +82,16 @@ footer { color: var(--muted); font-size: 12px; padding: 32px 24px; }
 
 
 def render_html(report: Report) -> str:
-    """The whole report as one HTML document (a str)."""
+    """The whole report as one HTML document (a str). A chart that fails is
+    added to `report.problems`, as the analyses that failed are."""
     chart_problems: list[str] = []
     figures = {section.id: _charts(report, section, chart_problems) for section in report.sections}
+    report.problems.extend(chart_problems)
     has_charts = any(figures.values())
     body = [
         _header(report),
         "<main>",
-        _findings(report, report.problems + chart_problems),
+        _findings(report, report.problems),
         _comparison(report) if report.comparison is not None else _metrics(report),
         *(_section(section, figures[section.id]) for section in report.sections),
         _data(report),
@@ -186,6 +188,9 @@ def _findings(report: Report, problems: list[str]) -> str:
     )
     cards = _finding_cards(report.findings) or '<p class="empty">No findings: nothing stood out.</p>'
     failed = "".join(f'<p class="problem">This part failed: {_e(p)}</p>' for p in problems)
+    if problems:
+        failed = (f'<p class="problem"><strong>Incomplete report:</strong> {counted(len(problems), "part")} '
+                  "failed; the findings and tables below leave out what they could not read.</p>" + failed)
     return f'<section id="findings"><h2>Findings</h2><p class="counts">{summary}</p>{failed}{cards}</section>'
 
 
@@ -277,8 +282,10 @@ def _charts(report: Report, section: Section, problems: list[str]) -> list[tuple
 
 
 def _chart(div_id: str, figure: Any) -> str:
+    from gpulens.dashboard.escape import escape_figure
+
     markup = pio.to_html(
-        figure, full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{HEIGHT_PX}px",
+        escape_figure(figure), full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{HEIGHT_PX}px",
         config={"displaylogo": False, "responsive": True},
     )
     return f'<div class="chart">{markup}</div>'

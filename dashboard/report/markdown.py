@@ -12,6 +12,7 @@ from typing import Any
 
 from gpulens.collector.errors import one_line
 from gpulens.collector.wording import counted
+from gpulens.dashboard.escape import markdown_code, markdown_text
 from gpulens.dashboard.report.build import Report
 from gpulens.dashboard.report.format import format_subject, format_subjects, format_value
 
@@ -22,7 +23,11 @@ _ICONS = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
 
 
 def render_markdown(report: Report) -> str:
-    lines = [f"# {report.title}", "", _made_from(report), ""]
+    lines = [f"# {markdown_text(report.title)}", "", _made_from(report), ""]
+    if report.problems:  # first: the findings below leave out what failed
+        lines += [f"**Incomplete report:** {counted(len(report.problems), 'part')} failed; the findings and tables "
+                  "below leave out what they could not read.", ""]
+        lines += [f"- {_cell(p)}" for p in report.problems] + [""]
     lines += _findings(report)
     if report.comparison is not None:
         lines += _comparison(report)
@@ -35,8 +40,6 @@ def render_markdown(report: Report) -> str:
         lines += [f"## {section.title}", ""]
         for table in tables:
             lines += _table(table.spec.title, table.spec.name, table.frame, list(table.spec.columns))
-    if report.problems:
-        lines += ["## Problems", ""] + [f"- {_cell(p)}" for p in report.problems] + [""]
     lines.append(f"<sub>gpulens {report.gpulens_version} · `gpulens report --format json` has every table in full.</sub>")
     return "\n".join(lines) + "\n"
 
@@ -45,10 +48,10 @@ def _made_from(report: Report) -> str:
     source = report.source
     parts = []
     if source.hosts:
-        parts.append(f"{counted(sum(h['gpus'] for h in source.hosts), 'GPU')} on {', '.join(str(h['host']) for h in source.hosts)}")
+        parts.append(f"{counted(sum(h['gpus'] for h in source.hosts), 'GPU')} on {', '.join(markdown_text(h['host']) for h in source.hosts)}")
     for run in source.runs:
-        parts.append(f"run `{run['run']}` ({counted(run['ranks'], 'rank')})")
-    inputs = ", ".join(f"`{i}`" for i in source.inputs)
+        parts.append(f"run {markdown_code(run['run'])} ({counted(run['ranks'], 'rank')})")
+    inputs = ", ".join(markdown_code(i) for i in source.inputs)
     return f"Made from {inputs}: " + ("; ".join(parts) or "no data") + "."
 
 
@@ -140,7 +143,7 @@ def _table(title: str, name: str, frame: Any, columns: list[str]) -> list[str]:
         return lines + [f"`{name}`: no rows.", ""]
     columns = [c for c in columns if c in frame.columns] or list(frame.columns)
     numeric = {c for c in columns if frame.schema[c].is_numeric()}
-    lines.append("| " + " | ".join(columns) + " |")
+    lines.append("| " + " | ".join(map(_cell, columns)) + " |")
     lines.append("|" + "|".join("---:" if c in numeric else "---" for c in columns) + "|")
     for row in frame.head(MAX_MD_ROWS).iter_rows(named=True):
         lines.append("| " + " | ".join(_cell(format_value(c, row[c])) for c in columns) + " |")
@@ -150,5 +153,6 @@ def _table(title: str, name: str, frame: Any, columns: list[str]) -> list[str]:
 
 
 def _cell(text: Any) -> str:
-    """Text safe inside a table cell or a list item: one line, pipes escaped."""
-    return one_line(text).replace("|", "\\|")
+    """Text safe inside a table cell or a list item: one line, shown as
+    text (dashboard.escape: no link, image or tag; pipes escaped)."""
+    return markdown_text(one_line(text))
