@@ -122,7 +122,7 @@ def main() -> int:
                   file=sys.stderr)
             return 1
     if args.record:
-        from results import record
+        from hostile_figures import record
 
         record(scanner_corpus_inputs=tried, scanner_fuzz_mutations=mutated, scanner_fuzz_seconds=args.seconds,
                scanner_fuzz_seed=args.seed)

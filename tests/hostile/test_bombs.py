@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from results import record  # noqa: E402
+from hostile_figures import record  # noqa: E402
 from test_ingest_kineto import synthetic_trace  # noqa: E402
 
 # Each builds and ingests hundreds of MB: CI runs them, a quick local run may not.

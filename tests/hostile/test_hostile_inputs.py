@@ -19,7 +19,7 @@ from gpulens.collector.ingest.batch import ingest_paths
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from corpus import corpus  # noqa: E402
-from results import record  # noqa: E402
+from hostile_figures import record  # noqa: E402
 
 # About a minute on two busy cores: CI runs it, a quick local run may not.
 pytestmark = pytest.mark.slow

@@ -82,7 +82,7 @@ def test_query_sandbox_refuses_a_bypass_and_leaves_the_dataset_unchanged(name, d
 
 def test_query_sandbox_figures_are_recorded():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from results import record
+    from hostile_figures import record
 
     record(query_bypasses_tried=len(BYPASSES))
 
