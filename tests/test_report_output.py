@@ -174,8 +174,8 @@ def test_report_compare_with_json_that_is_no_report_says_it_is_neither(tmp_path:
     assert code == 1
     assert _one_line_error(err) == (
         f"gpulens: error: {baseline}: neither a gpulens JSON report nor a trace gpulens can read (expected a JSON "
-        "report from `gpulens report --format json`, Kineto JSON, Nsight Systems SQLite, a rocprofv3 database or "
-        "CSV, or an NCCL log)")
+        "report from `gpulens report --format json`, Kineto JSON, Nsight Systems SQLite, a rocprofv3 database, "
+        "CSV or JSON, or an NCCL log)")
 
 
 # --- stopped by SIGTERM -----------------------------------------------------------------

@@ -159,7 +159,7 @@ with st.expander(f"Launch queue per stream, whole trace ({queue.height} streams)
                f"time the queue held CUDA's {charts.CUDA_LAUNCH_QUEUE_LIMIT:,} pending launches, when the next launch "
                "call blocks the CPU. Kernels replayed from CUDA graphs are not counted.")
     if queue.height:
-        st.dataframe(queue.select(
+        table(queue.select(
             "rank", "stream", "change_count", pl.col("mean_queue_length").round(2), pl.col("std_queue_length").round(2),
             "min_queue_length", "p25_queue_length", "p50_queue_length", "p75_queue_length", "max_queue_length",
             pl.col("time_mean_queue_length").round(2), (pl.col("full_queue_ns") / 1e6).round(3).alias("full_queue_ms"),
@@ -207,7 +207,7 @@ if rank_list and step_numbers:
     chart(charts.kernel_timeline_figure(kernel_runs, queue), key="kernels_timeline")
     if queue.height:
         st.caption("Below the kernels, each stream's launch queue: the kernels, copies and sets whose launch call "
-                   "has started and that have not yet started on the GPU (graph replays aside). Near 0 the GPU "
+                   "has started and that have not yet started on the GPU (kernels a CUDA graph launched not counted). Near 0 the GPU "
                    "waits for the CPU to "
                    "launch (CPU-bound); deep, the CPU runs ahead (GPU-bound); at "
                    f"{charts.CUDA_LAUNCH_QUEUE_LIMIT:,} CUDA blocks the next launch call until the GPU catches up.")

@@ -128,16 +128,16 @@ if job_energy.height:
     names = job_energy["job"].unique().sort().to_list()
     job = st.selectbox("Job", names, key="power_job",
                        help="The Slurm job or Kubernetes pod of the processes the collector saw on the GPUs.")
-    st.dataframe(
+    table(
         job_energy.filter(pl.col("job") == job).select(
             "step", "job_user", "hosts", "gpus", pl.col("gpu_hours").round(3), (pl.col("energy_j") / 3.6e6).round(4)
             .alias("energy_kwh"), pl.col("mean_power_w").round(1), pl.col("p99_power_w").round(1), "throttled_s"),
         hide_index=True, width="stretch")
     held = frame(ds, jobs.job_gpus).filter(pl.col("job") == job)
     with st.expander(f"The GPUs {job} held"):
-        st.dataframe(held.select("host", "gpu_index", "hold_no", "held_s", pl.col("mean_util_pct").round(1), "idle_s",
-                                 "longest_idle_s"),
-                     hide_index=True, width="stretch")
+        table(held.select("host", "gpu_index", "hold_no", "held_s", pl.col("mean_util_pct").round(1), "idle_s",
+                          "longest_idle_s"),
+              hide_index=True, width="stretch")
 
 # --- the traces' steps and phases, priced in energy ------------------------------------------
 # Telemetry joined to kernel traces: what each profiler step and each phase
