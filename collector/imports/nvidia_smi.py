@@ -197,7 +197,18 @@ class NvidiaSmiReader:
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
 
     def tables(self) -> Iterator[pa.Table]:
-        """The log's rows, a block of about `block_bytes` at a time.
+        """The log's rows as telemetry tables, a block of about
+        `block_bytes` at a time."""
+        polls = _Polls()
+        for table in self.parsed_blocks():
+            converted = self._convert(table, polls)
+            self._rows_before += table.num_rows
+            if converted.num_rows:
+                yield converted
+
+    def parsed_blocks(self) -> Iterator[pa.Table]:
+        """The log's wanted fields as text, a block at a time (the stage
+        before conversion; the benchmark times it alone).
 
         The blocks are read here and cut at their last newline, each parsed
         by pyarrow's CSV reader (on several threads): its own streaming
@@ -218,7 +229,6 @@ class NvidiaSmiReader:
             return "error"
 
         parse_options = csv.ParseOptions(invalid_row_handler=on_invalid)
-        polls = _Polls()
         with open(self.path, "rb") as handle:
             for _ in range(plan.header_lines):
                 handle.readline()
@@ -231,10 +241,7 @@ class NvidiaSmiReader:
                         continue
                     raise self._parse_error(error, invalid) from error
                 if table.num_rows:
-                    converted = self._convert(table, polls)
-                    self._rows_before += table.num_rows
-                    if converted.num_rows:
-                        yield converted
+                    yield table
 
     # --- conversion --------------------------------------------------------
 
