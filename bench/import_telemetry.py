@@ -146,6 +146,75 @@ def import_in_child(log: Path, out: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+VARIANTS_CODE = """
+import json, sys, time
+from pathlib import Path
+import duckdb
+import pyarrow as pa, pyarrow.parquet as pq
+from pyarrow import csv
+from gpulens.collector.imports.nvidia_smi import NvidiaSmiReader
+from gpulens.collector.parquet_io import parquet_options
+from gpulens.collector.schema import TELEMETRY_SCHEMA
+log, scratch = Path(sys.argv[1]), Path(sys.argv[2])
+pa.scalar("x")  # what a process pays once, paid before timing
+def cpu(run):
+    best = None
+    for _ in range(3):
+        start = time.process_time()
+        run()
+        spent = time.process_time() - start
+        best = spent if best is None else min(best, spent)
+    return best
+reader = NvidiaSmiReader(log, "bench")
+tables = list(reader.tables())
+rows = sum(t.num_rows for t in tables)
+names = [f"f{i}" for i in range(len(reader.plan.names))]
+text = {n: pa.string() for n in names}
+def arrow_csv(check_utf8, threads):
+    options = csv.ConvertOptions(column_types=text, strings_can_be_null=False, check_utf8=check_utf8)
+    csv.read_csv(log, read_options=csv.ReadOptions(column_names=names, skip_rows=1, use_threads=threads),
+                 convert_options=options)
+def duckdb_count():
+    con = duckdb.connect()
+    con.execute("SET threads=1")
+    columns = "{" + ", ".join(f"'{n}': 'VARCHAR'" for n in names) + "}"
+    con.sql(f"select count(*) from read_csv('{log}', header=true, columns={columns}, delim=',', quote='', "
+            "escape='', auto_detect=false)").fetchall()
+def write(**changes):
+    options = dict(parquet_options(TELEMETRY_SCHEMA), **changes)
+    row_group = options.pop("row_group_rows", 1 << 16)
+    with pq.ParquetWriter(scratch / "variant.parquet", TELEMETRY_SCHEMA, **options) as writer:
+        for table in tables:
+            writer.write_table(table, row_group_size=row_group)
+one_table = pa.concat_tables(tables)
+def write_one():
+    options = parquet_options(TELEMETRY_SCHEMA)
+    with pq.ParquetWriter(scratch / "variant.parquet", TELEMETRY_SCHEMA, **options) as writer:
+        writer.write_table(one_table, row_group_size=1 << 20)
+variants = {
+    "parse: pyarrow read_csv to text, 1 thread, UTF-8 checked": lambda: arrow_csv(True, False),
+    "parse: pyarrow read_csv to text, 1 thread, UTF-8 not checked": lambda: arrow_csv(False, False),
+    "parse: DuckDB read_csv, threads=1, count only": duckdb_count,
+    "write: the collector's encodings, row groups of 65,536": lambda: write(),
+    "write: the same, row groups of 1,048,576": write_one,
+    "write: zstd level 1 (not the collector's)": lambda: write(compression_level=1),
+    "write: no BYTE_STREAM_SPLIT (not the collector's)": lambda: write(use_byte_stream_split=False),
+    "write: no dictionaries (not the collector's)": lambda: write(use_dictionary=False),
+    "write: no statistics (not the collector's)": lambda: write(write_statistics=False),
+    "write: no compression (not the collector's)": lambda: write(compression="none", compression_level=None),
+}
+print(json.dumps({name: round(cpu(run) / rows * 1e6, 3) for name, run in variants.items()}))
+"""
+
+
+def variants_in_child(log: Path, scratch: Path) -> dict[str, float]:
+    """CPU microseconds per row of the alternatives tried for parsing and
+    writing (best of 3 each), on `log` held in memory once converted."""
+    done = subprocess.run([sys.executable, "-c", VARIANTS_CODE, str(log), str(scratch)], capture_output=True,
+                          text=True, check=True, cwd=REPO)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def baseline_in_child() -> float:
     """Peak RSS of a Python that only imports the importer (MiB)."""
     code = ("import resource, gpulens.collector.imports, gpulens.collector.imports.nvidia_smi\n"
@@ -180,6 +249,8 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep the logs and datasets in")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time, on the shorter log, the alternatives tried for parsing and writing")
     args = parser.parse_args()
     measured_commit = commit()  # the code measured: read before the run, which takes minutes
     print(f"machine: {machine_line()} (shared with other work: wall times are noisy)")
@@ -214,6 +285,10 @@ def main() -> int:
                 "convert_us_per_row": round((measured["parse_convert_cpu_s"] - measured["parse_cpu_s"]) / n * 1e6, 3),
                 "write_us_per_row": round((measured["again_cpu_s"] - measured["parse_convert_cpu_s"]) / n * 1e6, 3),
             }
+            if args.variants and days == lengths[0]:
+                row["variants_us_per_row"] = variants = variants_in_child(log, scratch)
+                for name, us in variants.items():
+                    print(f"  {name}: {us:.2f} us per row (CPU)")
             rows.append(row)
             print(f"{days:g} days x {args.gpus} GPUs: {n:,} rows, {row['log_bytes'] / 2**20:,.0f} MiB of log "
                   f"(made in {made_s:.1f} s); import {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s CPU: "
