@@ -13,12 +13,21 @@ apart; then imports it in a fresh process and prints
     several), both over the import alone, its modules already loaded:
     "per core";
   - the process's peak resident memory (ru_maxrss);
+  - the same for the same import run again in the same process, without
+    what a process pays once (pyarrow loads pandas at its first conversion
+    of a Python value);
+  - the CPU time per row of each stage, each run again alone in the same
+    process: parsing (pyarrow's CSV reader, to text), converting (Arrow
+    compute), and writing (the second import's CPU time less the other two);
+  - the 1-minute load average (the machine may be shared: wall times
+    depend on it, CPU times much less);
 and does the same for a log a quarter as long (at least 2 hours), to
 compare the two peaks: the import streams, so its memory should not grow
 with the log. Target: at least 1 M rows per CPU-second.
 
 Writes bench/results/import_telemetry-<UTC time>.json:
-{"bench", "date", "commit", "machine", "rows": [one per log length]}.
+{"bench", "date", "commit", "machine", "target_met", "memory_flat",
+"rows": [one per log length, with the figures above]}.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ FIELDS = ("timestamp, index, uuid, power.draw [W], enforced.power.limit [W], uti
           "clocks.current.sm [MHz], clocks.current.memory [MHz], clocks_event_reasons.active")
 START = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
 CHUNK_S = 3600
+TARGET_ROWS_PER_CPU_S = 1_000_000
 
 
 def synthesise(path: Path, days: float, gpus: int, seed: int) -> int:
@@ -96,23 +106,112 @@ def _cell(values: np.ndarray, unit: str | None = None) -> pa.Array:
 
 
 def import_in_child(log: Path, out: Path) -> dict:
-    """Import `log` in a fresh Python; its wall time, CPU time and peak RSS."""
+    """Import `log` in a fresh Python; its wall time, CPU time and peak RSS,
+    then the CPU time of its stages run alone, and the highest 1-minute
+    load average seen (the machine may be shared: wall times depend on it)."""
     code = (
-        "import json, resource, sys, time\n"
+        "import json, os, resource, sys, time\n"
         "from pathlib import Path\n"
         "from gpulens.collector.imports import import_source\n"
-        "import pyarrow.compute, pyarrow.csv, pyarrow.parquet, gpulens.collector.imports.nvidia_smi\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "from gpulens.collector.imports.nvidia_smi import NvidiaSmiReader\n"
+        "import pyarrow.compute, pyarrow.csv, pyarrow.parquet\n"
+        "def cpu_s():\n"
+        "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "    return usage.ru_utime + usage.ru_stime\n"
+        "load = os.getloadavg()[0]\n"
+        "before = cpu_s()\n"
         "start = time.perf_counter()\n"
         "result = import_source(sys.argv[1], Path(sys.argv[2]), host='bench')\n"
         "wall = time.perf_counter() - start\n"
-        "usage = resource.getrusage(resource.RUSAGE_SELF)\n"
-        "cpu = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime\n"
-        "print(json.dumps({'rows': result.rows, 'wall_s': wall, 'cpu_s': cpu,\n"
-        "                  'peak_rss_mib': usage.ru_maxrss / 1024}))\n"
+        "cpu = cpu_s() - before\n"
+        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "load = max(load, os.getloadavg()[0])\n"
+        "# Again into another folder: what the first paid once (pyarrow imports\n"
+        "# pandas at its first conversion of a Python value) is paid now.\n"
+        "before = cpu_s()\n"
+        "import_source(sys.argv[1], Path(sys.argv[2] + '-again'), host='bench')\n"
+        "again = cpu_s() - before\n"
+        "# The stages again, alone: parsing; parsing and converting (no writing).\n"
+        "before = cpu_s()\n"
+        "for table in NvidiaSmiReader(Path(sys.argv[1]), 'bench').parsed_blocks(): pass\n"
+        "parse = cpu_s() - before\n"
+        "before = cpu_s()\n"
+        "for table in NvidiaSmiReader(Path(sys.argv[1]), 'bench').tables(): pass\n"
+        "parse_convert = cpu_s() - before\n"
+        "print(json.dumps({'rows': result.rows, 'wall_s': wall, 'cpu_s': cpu, 'peak_rss_mib': peak, 'again_cpu_s': again,\n"
+        "                  'parse_cpu_s': parse, 'parse_convert_cpu_s': parse_convert, 'loadavg_1m': load}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(log), str(out)], capture_output=True, text=True,
                           check=True, cwd=REPO)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+VARIANTS_CODE = """
+import json, sys, time
+from pathlib import Path
+import duckdb
+import pyarrow as pa, pyarrow.parquet as pq
+from pyarrow import csv
+from gpulens.collector.imports.nvidia_smi import NvidiaSmiReader
+from gpulens.collector.parquet_io import parquet_options
+from gpulens.collector.schema import TELEMETRY_SCHEMA
+log, scratch = Path(sys.argv[1]), Path(sys.argv[2])
+pa.scalar("x")  # what a process pays once, paid before timing
+def cpu(run):
+    best = None
+    for _ in range(3):
+        start = time.process_time()
+        run()
+        spent = time.process_time() - start
+        best = spent if best is None else min(best, spent)
+    return best
+reader = NvidiaSmiReader(log, "bench")
+tables = list(reader.tables())
+rows = sum(t.num_rows for t in tables)
+names = [f"f{i}" for i in range(len(reader.plan.names))]
+text = {n: pa.string() for n in names}
+def arrow_csv(check_utf8, threads):
+    options = csv.ConvertOptions(column_types=text, strings_can_be_null=False, check_utf8=check_utf8)
+    csv.read_csv(log, read_options=csv.ReadOptions(column_names=names, skip_rows=1, use_threads=threads),
+                 convert_options=options)
+def duckdb_count():
+    con = duckdb.connect()
+    con.execute("SET threads=1")
+    columns = "{" + ", ".join(f"'{n}': 'VARCHAR'" for n in names) + "}"
+    con.sql(f"select count(*) from read_csv('{log}', header=true, columns={columns}, delim=',', quote='', "
+            "escape='', auto_detect=false)").fetchall()
+def write(**changes):
+    options = dict(parquet_options(TELEMETRY_SCHEMA), **changes)
+    row_group = options.pop("row_group_rows", 1 << 16)
+    with pq.ParquetWriter(scratch / "variant.parquet", TELEMETRY_SCHEMA, **options) as writer:
+        for table in tables:
+            writer.write_table(table, row_group_size=row_group)
+one_table = pa.concat_tables(tables)
+def write_one():
+    options = parquet_options(TELEMETRY_SCHEMA)
+    with pq.ParquetWriter(scratch / "variant.parquet", TELEMETRY_SCHEMA, **options) as writer:
+        writer.write_table(one_table, row_group_size=1 << 20)
+variants = {
+    "parse: pyarrow read_csv to text, 1 thread, UTF-8 checked": lambda: arrow_csv(True, False),
+    "parse: pyarrow read_csv to text, 1 thread, UTF-8 not checked": lambda: arrow_csv(False, False),
+    "parse: DuckDB read_csv, threads=1, count only": duckdb_count,
+    "write: the collector's encodings, row groups of 65,536": lambda: write(),
+    "write: the same, row groups of 1,048,576": write_one,
+    "write: zstd level 1 (not the collector's)": lambda: write(compression_level=1),
+    "write: no BYTE_STREAM_SPLIT (not the collector's)": lambda: write(use_byte_stream_split=False),
+    "write: no dictionaries (not the collector's)": lambda: write(use_dictionary=False),
+    "write: no statistics (not the collector's)": lambda: write(write_statistics=False),
+    "write: no compression (not the collector's)": lambda: write(compression="none", compression_level=None),
+}
+print(json.dumps({name: round(cpu(run) / rows * 1e6, 3) for name, run in variants.items()}))
+"""
+
+
+def variants_in_child(log: Path, scratch: Path) -> dict[str, float]:
+    """CPU microseconds per row of the alternatives tried for parsing and
+    writing (best of 3 each), on `log` held in memory once converted."""
+    done = subprocess.run([sys.executable, "-c", VARIANTS_CODE, str(log), str(scratch)], capture_output=True,
+                          text=True, check=True, cwd=REPO)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -150,6 +249,8 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep the logs and datasets in")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time, on the shorter log, the alternatives tried for parsing and writing")
     args = parser.parse_args()
     measured_commit = commit()  # the code measured: read before the run, which takes minutes
     print(f"machine: {machine_line()} (shared with other work: wall times are noisy)")
@@ -171,12 +272,33 @@ def main() -> int:
                 "wall_s": round(measured["wall_s"], 3), "cpu_s": round(measured["cpu_s"], 3),
                 "rows_per_s": round(n / measured["wall_s"]), "rows_per_cpu_s": round(n / measured["cpu_s"]),
                 "peak_rss_mib": round(measured["peak_rss_mib"], 1),
+                "loadavg_1m": round(measured["loadavg_1m"], 2),
+                # The same import again in the same process: without what a
+                # process pays once (pandas, loaded by pyarrow: startup_cpu_s).
+                "again_cpu_s": round(measured["again_cpu_s"], 3),
+                "again_rows_per_cpu_s": round(n / measured["again_cpu_s"]),
+                "startup_cpu_s": round(measured["cpu_s"] - measured["again_cpu_s"], 3),
+                # CPU microseconds per row of each stage, run again: parsing
+                # (pyarrow's CSV reader, to text), converting (Arrow compute),
+                # writing (the rest of the import: staging, Parquet, renames).
+                "parse_us_per_row": round(measured["parse_cpu_s"] / n * 1e6, 3),
+                "convert_us_per_row": round((measured["parse_convert_cpu_s"] - measured["parse_cpu_s"]) / n * 1e6, 3),
+                "write_us_per_row": round((measured["again_cpu_s"] - measured["parse_convert_cpu_s"]) / n * 1e6, 3),
             }
+            if args.variants and days == lengths[0]:
+                row["variants_us_per_row"] = variants = variants_in_child(log, scratch)
+                for name, us in variants.items():
+                    print(f"  {name}: {us:.2f} us per row (CPU)")
             rows.append(row)
             print(f"{days:g} days x {args.gpus} GPUs: {n:,} rows, {row['log_bytes'] / 2**20:,.0f} MiB of log "
                   f"(made in {made_s:.1f} s); import {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s CPU: "
                   f"{row['rows_per_s'] / 1e6:.2f} M rows/s, {row['rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-second; "
-                  f"peak RSS {row['peak_rss_mib']:.0f} MiB")
+                  f"peak RSS {row['peak_rss_mib']:.0f} MiB; load average {row['loadavg_1m']:.1f}")
+            print(f"  again in the same process: {row['again_cpu_s']:.2f} s CPU, "
+                  f"{row['again_rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-second (the first paid "
+                  f"{row['startup_cpu_s']:.2f} s once)")
+            print(f"  CPU per row: parse {row['parse_us_per_row']:.2f} us, convert {row['convert_us_per_row']:.2f} us, "
+                  f"write {row['write_us_per_row']:.2f} us (the target: 1.00 us in all)")
             if args.keep is None:
                 log.unlink()
     finally:
@@ -189,14 +311,17 @@ def main() -> int:
     print(f"peak RSS {short['peak_rss_mib']:.0f} MiB at {short['rows']:,} rows, {long['peak_rss_mib']:.0f} MiB at "
           f"{long['rows']:,} rows ({long['rows'] / short['rows']:.1f}x the rows): "
           f"{'flat' if growth <= 0.25 * short['peak_rss_mib'] else 'GROWS'} ({growth:+.0f} MiB)")
-    target = all(r["rows_per_cpu_s"] >= 1_000_000 for r in rows)
-    print(f"target >= 1 M rows per CPU-second: {'met' if target else 'NOT met'}")
+    target = all(r["rows_per_cpu_s"] >= TARGET_ROWS_PER_CPU_S for r in rows)
+    print(f"target >= 1 M rows per CPU-second: {'met' if target else 'NOT met'} "
+          f"({min(r['rows_per_cpu_s'] for r in rows) / 1e6:.2f} M at the slower length)")
     RESULTS.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc)
     result_path = RESULTS / f"import_telemetry-{now:%Y%m%dT%H%M%SZ}.json"
     result_path.write_text(json.dumps({
         "bench": "import_telemetry", "date": now.isoformat(timespec="seconds"), "commit": measured_commit,
-        "machine": machine_line(), "baseline_rss_mib": round(baseline, 1), "rows": rows,
+        "machine": machine_line(), "baseline_rss_mib": round(baseline, 1),
+        "target_rows_per_cpu_s": TARGET_ROWS_PER_CPU_S, "target_met": target,
+        "rss_growth_mib": round(growth, 1), "memory_flat": growth <= 0.25 * short["peak_rss_mib"], "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {result_path.relative_to(REPO)}")
     return 0

@@ -179,6 +179,26 @@ def test_import_nvidia_smi_bad_value_names_file_and_line(tmp_path):
     assert list((out / ".staging").iterdir()) == []
 
 
+def test_import_nvidia_smi_text_not_utf8_names_file_and_line(tmp_path):
+    log = tmp_path / "latin1.csv"
+    lines = (DATA / "nvidia-smi-2gpu.csv").read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"node7", b"n\xf6de7")  # Latin-1, not UTF-8
+    log.write_bytes(b"".join(lines))
+    out = tmp_path / "out"
+    with pytest.raises(ImportSourceError, match=r"latin1.csv:4: ' n\ufffdde7' is not UTF-8 text \(host\)"):
+        import_source(str(log), out)
+    assert _files(out) == []
+
+
+def test_import_nvidia_smi_bad_throttle_mask_names_file_and_line(tmp_path):
+    log = tmp_path / "mask.csv"
+    lines = (DATA / "nvidia-smi-2gpu.csv").read_text().splitlines(keepends=True)
+    lines[4] = lines[4].replace("0x0000000000000024", "0xZZ")
+    log.write_text("".join(lines))
+    with pytest.raises(ImportSourceError, match=r"mask.csv:5: '0xZZ' is not a number \(throttle_reasons_mask\)"):
+        import_source(str(log), tmp_path / "out")
+
+
 def test_import_nvidia_smi_short_line_names_file_and_line(tmp_path):
     log = tmp_path / "short.csv"
     lines = (DATA / "nvidia-smi-2gpu.csv").read_text().splitlines(keepends=True)

@@ -197,7 +197,18 @@ class NvidiaSmiReader:
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
 
     def tables(self) -> Iterator[pa.Table]:
-        """The log's rows, a block of about `block_bytes` at a time.
+        """The log's rows as telemetry tables, a block of about
+        `block_bytes` at a time."""
+        polls = _Polls()
+        for table in self.parsed_blocks():
+            converted = self._convert(table, polls)
+            self._rows_before += table.num_rows
+            if converted.num_rows:
+                yield converted
+
+    def parsed_blocks(self) -> Iterator[pa.Table]:
+        """The log's wanted fields as text, a block at a time (the stage
+        before conversion; the benchmark times it alone).
 
         The blocks are read here and cut at their last newline, each parsed
         by pyarrow's CSV reader (on several threads): its own streaming
@@ -206,8 +217,11 @@ class NvidiaSmiReader:
         plan = self.plan
         wanted = sorted(set(plan.telemetry.values()) | set(plan.devices.values()))
         read_options = csv.ReadOptions(column_names=plan.names)
+        # UTF-8 is not checked here (it cost as much as the parsing): a
+        # number or time with bytes that are not fails its cast, and the
+        # text columns' distinct values are checked in `_values`.
         convert_options = csv.ConvertOptions(include_columns=wanted, column_types={n: pa.string() for n in wanted},
-                                             strings_can_be_null=False)
+                                             strings_can_be_null=False, check_utf8=False)
         invalid: list[Any] = []
 
         def on_invalid(row: Any) -> str:
@@ -215,7 +229,6 @@ class NvidiaSmiReader:
             return "error"
 
         parse_options = csv.ParseOptions(invalid_row_handler=on_invalid)
-        polls = _Polls()
         with open(self.path, "rb") as handle:
             for _ in range(plan.header_lines):
                 handle.readline()
@@ -228,10 +241,7 @@ class NvidiaSmiReader:
                         continue
                     raise self._parse_error(error, invalid) from error
                 if table.num_rows:
-                    converted = self._convert(table, polls)
-                    self._rows_before += table.num_rows
-                    if converted.num_rows:
-                        yield converted
+                    yield table
 
     # --- conversion --------------------------------------------------------
 
@@ -254,7 +264,10 @@ class NvidiaSmiReader:
             if column == "ts":
                 continue
             spec = TELEMETRY_FIELDS[name]
-            columns[column] = self._values(batch.column(name), spec, _TYPES[column], offsets)
+            if spec.kind == "hex":
+                columns[column], columns["throttle_reasons"] = self._masks(batch.column(name), spec, offsets)
+            else:
+                columns[column] = self._values(batch.column(name), spec, _TYPES[column], offsets)
         ts = self._timestamps(raw_ts, offsets)
         if "gpu_index" not in columns:
             columns["gpu_index"] = self._index_from_uuid(columns["gpu_uuid"])
@@ -265,9 +278,6 @@ class NvidiaSmiReader:
         ts_us = ts.cast(pa.int64()).to_numpy()
         aligned = polls.align(ts_us, index.to_numpy())
         host = self._hosts(columns.pop("host", None), n, offsets)
-        mask = columns.get("throttle_reasons_mask")
-        if mask is not None:
-            columns["throttle_reasons"] = _decode_reasons(mask)
         arrays = []
         for f in TELEMETRY_SCHEMA:
             if f.name == "ts":
@@ -287,22 +297,24 @@ class NvidiaSmiReader:
     def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None) -> pa.Array:
         if spec.kind == "text":
             # A UUID, host or model takes few values: cleaned once each.
-            encoded = pc.dictionary_encode(raw).combine_chunks() if isinstance(raw, pa.ChunkedArray) else \
-                pc.dictionary_encode(raw)
+            encoded = _dictionary(raw)
+            try:
+                encoded.dictionary.validate(full=True)
+            except pa.ArrowInvalid as error:
+                row = _first_row_of(encoded, _first_invalid_utf8(encoded.dictionary))
+                raise self._row_error(row, offsets, f"{_cell(raw, row)!r} is not UTF-8 text ({spec.column})") from error
             text = pc.utf8_trim_whitespace(encoded.dictionary)
             cleaned = pc.if_else(_missing(text), pa.scalar(None, pa.string()), text)
             return pc.take(cleaned, encoded.indices)
-        trimmed = pc.ascii_trim(raw, " " if spec.kind == "hex" else _NUMBER_TRIM)
-        if spec.kind != "hex" and spec.scale == 1:
+        trimmed = pc.ascii_trim(raw, _NUMBER_TRIM)
+        if spec.scale == 1:
             try:  # the usual column, all numbers: no pass to find NULL markers
                 return pc.cast(trimmed, dtype)
             except pa.ArrowInvalid:
                 pass
         cleaned = pc.if_else(_missing(trimmed), pa.scalar(None, pa.string()), trimmed)
         try:
-            if spec.kind == "hex":
-                values = _parse_hex(cleaned)
-            elif spec.kind == "int" and spec.scale == 1:
+            if spec.kind == "int" and spec.scale == 1:
                 values = pc.cast(cleaned, dtype)
             else:
                 values = pc.cast(cleaned, pa.float64())
@@ -314,9 +326,29 @@ class NvidiaSmiReader:
                     values = pc.cast(values, dtype)
         except (pa.ArrowInvalid, ValueError) as error:
             row = _first_unparsable(cleaned, spec.kind)
-            raise self._row_error(row, offsets, f"{raw[row].as_py().strip()!r} is not a number "
+            raise self._row_error(row, offsets, f"{_cell(raw, row).strip()!r} is not a number "
                                                 f"({spec.column})") from error
         return values
+
+    def _masks(self, raw: pa.Array | pa.ChunkedArray, spec: Field, offsets: np.ndarray | None) -> tuple[pa.Array, pa.Array]:
+        """`0x00000000000001FF` → the mask 511 (int64) and its reasons'
+        names. No Arrow kernel parses hex: the few distinct masks of a block
+        are parsed once each, and taken for every row."""
+        encoded = _dictionary(raw)
+        masks: list[int | None] = []
+        for value in encoded.dictionary.cast(pa.binary()).to_pylist():
+            text = value.decode("utf-8", "replace").strip()
+            if _is_missing(text):
+                masks.append(None)
+                continue
+            try:
+                masks.append(int(text, 16))
+            except ValueError:
+                row = _first_row_of(encoded, len(masks))
+                raise self._row_error(row, offsets, f"{text!r} is not a number ({spec.column})") from None
+        reasons = pa.array([None if m is None else decode_clock_event_reasons(m) for m in masks],
+                           type=pa.list_(pa.string()))
+        return pc.take(pa.array(masks, type=pa.int64()), encoded.indices), pc.take(reasons, encoded.indices)
 
     def _timestamps(self, raw: pa.Array, offsets: np.ndarray | None) -> pa.Array:
         iso = pc.replace_substring(raw, "/", "-")
@@ -324,7 +356,7 @@ class NvidiaSmiReader:
             naive = pc.cast(iso, pa.timestamp("us"))
         except pa.ArrowInvalid as error:
             row = _first_unparsable(iso, "timestamp")
-            raise self._row_error(row, offsets, f"{raw[row].as_py()!r} is not a timestamp") from error
+            raise self._row_error(row, offsets, f"{_cell(raw, row)!r} is not a timestamp") from error
         if naive.null_count:
             row = int(np.flatnonzero(np.asarray(naive.is_null()))[0])
             raise self._row_error(row, offsets, "no timestamp")
@@ -420,30 +452,44 @@ def _missing(text: pa.Array) -> pa.Array:
     return pc.or_(pc.starts_with(text, "["), pc.is_in(text, value_set=pa.array(["", "N/A"])))
 
 
-def _parse_hex(text: pa.Array) -> pa.Array:
-    """`0x00000000000001FF` → 511 (int64); no Arrow kernel parses hex, so
-    the few distinct masks of a block are parsed once each."""
-    distinct = pc.unique(text)
-    parsed = pa.array([None if v is None else int(v, 16) for v in distinct.to_pylist()], type=pa.int64())
-    return pc.take(parsed, pc.index_in(text, value_set=distinct))
+def _is_missing(text: str) -> bool:
+    """`_missing` of one value."""
+    return text.startswith("[") or text in ("", "N/A")
 
 
-def _decode_reasons(mask: pa.Array) -> pa.Array:
-    distinct = pc.unique(mask)
-    names = pa.array([None if m is None else decode_clock_event_reasons(m) for m in distinct.to_pylist()],
-                     type=pa.list_(pa.string()))
-    return pc.take(names, pc.index_in(mask, value_set=distinct))
+def _dictionary(raw: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    encoded = pc.dictionary_encode(raw)
+    return encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
+
+
+def _first_row_of(encoded: pa.DictionaryArray, entry: int) -> int:
+    """The first row whose value is the dictionary's `entry` (error path)."""
+    return int(np.flatnonzero(encoded.indices.to_numpy(zero_copy_only=False) == entry)[0])
+
+
+def _first_invalid_utf8(values: pa.Array) -> int:
+    for entry, value in enumerate(values.cast(pa.binary()).to_pylist()):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return entry
+    return 0
+
+
+def _cell(raw: pa.Array | pa.ChunkedArray, row: int) -> str:
+    """One cell as text for an error message, whatever its bytes."""
+    value = raw[row].cast(pa.binary()).as_py()
+    return "" if value is None else value.decode("utf-8", "replace")
 
 
 def _first_unparsable(values: pa.Array, kind: str) -> int:
     """The first row of `values` that does not parse (the error path only)."""
-    for row, value in enumerate(values.to_pylist()):
-        if value is None:
+    for row, raw in enumerate(values.cast(pa.binary()).to_pylist()):  # bytes: UTF-8 is not checked on reading
+        if raw is None:
             continue
+        value = raw.decode("utf-8", "replace")
         try:
-            if kind == "hex":
-                int(value, 16)
-            elif kind == "timestamp":
+            if kind == "timestamp":
                 pc.cast(pa.array([value]), pa.timestamp("us"))
             else:
                 float(value)
