@@ -25,9 +25,8 @@ and does the same for a log a quarter as long (at least 2 hours), to
 compare the two peaks: the import streams, so its memory should not grow
 with the log. Target: at least 1 M rows per CPU-second.
 
-Writes bench/results/import_telemetry-<UTC time>.json:
-{"bench", "date", "commit", "machine", "target_met", "memory_flat",
-"rows": [one per log length, with the figures above]}.
+Records the figures in bench/results/ (bench/results.py): a row per log
+length, and the verdicts (target_met, memory_flat) among the params.
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -49,7 +46,9 @@ import pyarrow.compute as pc
 from pyarrow import csv
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO / "bench"))
+
+import results  # noqa: E402
 FIELDS = ("timestamp, index, uuid, power.draw [W], enforced.power.limit [W], utilization.gpu [%], "
           "utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, "
           "clocks.current.sm [MHz], clocks.current.memory [MHz], clocks_event_reasons.active")
@@ -223,26 +222,6 @@ def baseline_in_child() -> float:
     return float(done.stdout.strip())
 
 
-def machine_line() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--days", type=float, default=7.0, help="length of the longer log (default 7)")
@@ -252,8 +231,10 @@ def main() -> int:
     parser.add_argument("--variants", action="store_true",
                         help="also time, on the shorter log, the alternatives tried for parsing and writing")
     args = parser.parse_args()
-    measured_commit = commit()  # the code measured: read before the run, which takes minutes
-    print(f"machine: {machine_line()} (shared with other work: wall times are noisy)")
+    # The commit and load are read now, before the run, which takes minutes.
+    record = results.start("import_telemetry", {"days": args.days, "gpus": args.gpus, "seed": args.seed,
+                                                "target_rows_per_cpu_s": TARGET_ROWS_PER_CPU_S})
+    print(f"machine: {record.machine} (wall times depend on the load; CPU times much less)")
     lengths = [max(args.days / 4, 2 / 24), args.days]
     scratch = Path(tempfile.mkdtemp(prefix="gpulens-bench-import-", dir=args.keep))
     baseline = baseline_in_child()
@@ -314,16 +295,11 @@ def main() -> int:
     target = all(r["rows_per_cpu_s"] >= TARGET_ROWS_PER_CPU_S for r in rows)
     print(f"target >= 1 M rows per CPU-second: {'met' if target else 'NOT met'} "
           f"({min(r['rows_per_cpu_s'] for r in rows) / 1e6:.2f} M at the slower length)")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc)
-    result_path = RESULTS / f"import_telemetry-{now:%Y%m%dT%H%M%SZ}.json"
-    result_path.write_text(json.dumps({
-        "bench": "import_telemetry", "date": now.isoformat(timespec="seconds"), "commit": measured_commit,
-        "machine": machine_line(), "baseline_rss_mib": round(baseline, 1),
-        "target_rows_per_cpu_s": TARGET_ROWS_PER_CPU_S, "target_met": target,
-        "rss_growth_mib": round(growth, 1), "memory_flat": growth <= 0.25 * short["peak_rss_mib"], "rows": rows,
-    }, indent=2) + "\n")
-    print(f"wrote {result_path.relative_to(REPO)}")
+    record.params.update(baseline_rss_mib=round(baseline, 1), target_met=target, rss_growth_mib=round(growth, 1),
+                         memory_flat=growth <= 0.25 * short["peak_rss_mib"])
+    for row in rows:
+        record.add(row)
+    print(f"recorded in {record.write()}")
     return 0
 
 

@@ -175,6 +175,20 @@ def collector_overhead_jobs(result: dict[str, Any]) -> str:
     return provenance(result) + params + _table(["measure", "result", "target", "verdict"], rows)
 
 
+def import_telemetry(result: dict[str, Any]) -> str:
+    rows = [[f"{row['days']:g} days × {row['gpus']} GPUs", f"{row['rows']:,}", f"{_number(row['wall_s'])} s",
+             f"{_number(row['cpu_s'])} s", f"{row['rows_per_cpu_s'] / 1e6:.2f} M", f"{row['again_rows_per_cpu_s'] / 1e6:.2f} M",
+             f"{_number(row['parse_us_per_row'])} / {_number(row['convert_us_per_row'])} / "
+             f"{_number(row['write_us_per_row'])}", _mib(row["peak_rss_mib"] * 2**20)]
+            for row in result["rows"]]
+    params = result["params"]
+    verdicts = (f"Target ≥ 1 M rows per CPU-second: {_verdict(params.get('target_met'))}; memory flat in the "
+                f"log's length: {_verdict(params.get('memory_flat'))} ({params.get('rss_growth_mib', 0):+.0f} MiB).\n\n")
+    return provenance(result) + verdicts + _table(
+        ["log", "rows", "wall", "CPU", "rows per CPU-s", "again, same process", "µs CPU a row: parse / convert / write",
+         "peak memory"], rows)
+
+
 REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "ingest_vs_hta": ("ingest_vs_hta", ingest_vs_hta),
     "ingest_vs_hta_verdicts": ("ingest_vs_hta", ingest_vs_hta_verdicts),
@@ -186,6 +200,7 @@ REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "record_real_trace": ("record_real_trace", record_real_trace),
     "metrics_scrape": ("metrics_scrape", metrics_scrape),
     "collector_overhead_jobs": ("collector_overhead_jobs", collector_overhead_jobs),
+    "import_telemetry": ("import_telemetry", import_telemetry),
 }
 
 
