@@ -55,7 +55,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import results  # noqa: E402
-from gpulens.dashboard.pages.common import PAGES  # noqa: E402
+from gpulens.dashboard.app_pages.common import PAGES  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]

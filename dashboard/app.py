@@ -2,8 +2,11 @@
 
 The dataset is named by the `GPULENS_DATASET` environment variable
 (`gpulens dashboard DATASET` sets it); without it the built-in sample is
-shown. One file per page under `dashboard/pages/`, wired here with
+shown. One file per page under `dashboard/app_pages/`, wired here with
 `st.navigation`; pages call `analysis` only (through `dashboard.data`).
+The folder is not named `pages/`: Streamlit would take that for an
+old-style multipage folder and run a page's file without app.py on a
+first visit to its address.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import streamlit as st
 
 from gpulens.dashboard import data
 from gpulens.dashboard.escape import markdown_code
-from gpulens.dashboard.pages.common import PAGES, dataset, warm_up
+from gpulens.dashboard.app_pages.common import PAGES, dataset, warm_up
 
 # The favicon from a file, sent inline: a `:material/...:` page icon is
 # fetched from Google's font CDN, which an offline machine cannot reach.

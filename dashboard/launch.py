@@ -1,18 +1,14 @@
 """The dashboard server's entry point: Streamlit's own command line, after
 the process is made ready for its first visitor.
 
-`gpulens dashboard` runs `python -m dashboard.launch run dashboard/app.py
-...`, which is `streamlit run` with three things done first:
+`gpulens dashboard` runs `python -m gpulens.dashboard.launch run
+dashboard/app.py ...`, which is `streamlit run` with two things done first:
 
 - the modules the pages use are imported now (Streamlit imports them at
   the first visit otherwise: about a second, pandas included, which
   pyarrow loads on its first conversion);
-- Streamlit is told that app.py's `st.navigation` names the pages, so a
-  first visit to a page's own address runs app.py (without it, Streamlit
-  runs the page file alone and lists every file of `dashboard/pages/` in
-  the sidebar: `pages.common.run_through_app`);
 - what every page shows first starts computing in a background thread
-  (`pages.common.warm_up`: the overview's results first, then each page's
+  (`app_pages.common.warm_up`: the overview's results first, then each page's
   in menu order), into the same cache the pages read. A visitor who
   arrives before a result is ready waits for that computation instead of
   starting another, and the warm-up pauses while a page asks for anything.
@@ -37,10 +33,9 @@ def prepare() -> threading.Thread | None:
 
     from gpulens.analysis import communication, findings, launch, power, time_breakdown, timeline  # noqa: F401
     from gpulens.dashboard import charts, data  # noqa: F401
-    from gpulens.dashboard.pages import common
+    from gpulens.dashboard.app_pages import common
 
     pa.array([0])  # pyarrow imports pandas on its first conversion
-    common.use_app_navigation()  # a first visit to a page's own address runs app.py too
 
     path = os.environ.get(data.DATASET_ENV)
     if not path:

@@ -26,28 +26,28 @@ from gpulens.analysis import communication, power, timeline
 from gpulens.analysis.dataset import open_dataset
 from conftest import write_data_loader_trace, write_graph_replay_trace, write_sync_loop_trace, write_telemetry, write_trace_table
 from gpulens.dashboard import charts, data
-from gpulens.dashboard.pages.common import default_hosts
+from gpulens.dashboard.app_pages.common import default_hosts
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 
 # Page script -> the chart titles (prefixes) it draws on the sample.
 PAGE_CHARTS: dict[str, list[str]] = {
-    "pages/overview.py": ["What the dataset covers, in time"],
-    "pages/telemetry.py": ["Board power per GPU", "GPU utilisation per GPU", "SM clock per GPU", "GPU temperature per GPU",
+    "app_pages/overview.py": ["What the dataset covers, in time"],
+    "app_pages/telemetry.py": ["Board power per GPU", "GPU utilisation per GPU", "SM clock per GPU", "GPU temperature per GPU",
                            "Memory used per GPU", "Throttling: share of samples"],
-    "pages/power.py": ["Power percentiles per GPU", "Power distribution per GPU", "Node coincident power",
+    "app_pages/power.py": ["Power percentiles per GPU", "Power distribution per GPU", "Node coincident power",
                        "Power-cap what-if", "Energy per step", "Energy by phase per rank"],
-    "pages/interconnect.py": ["NVLink throughput per GPU", "NVLink throughput over time", "PCIe throughput per GPU",
+    "app_pages/interconnect.py": ["NVLink throughput per GPU", "NVLink throughput over time", "PCIe throughput per GPU",
                               "PCIe throughput over time"],
-    "pages/kernels.py": ["GPU time breakdown per rank", "Kernel launch and queuing time (TKLQT) per step",
+    "app_pages/kernels.py": ["GPU time breakdown per rank", "Kernel launch and queuing time (TKLQT) per step",
                          "Launch delay (call return to kernel start)", "Launch call CPU time", "Short kernels: top 15",
                          "Top 15 kernels by GPU time",
                          "Kernels per stream: balanced, rank 0, step 3"],
-    "pages/communication.py": ["Collective time by op and message size", "Bus bandwidth by message size",
+    "app_pages/communication.py": ["Collective time by op and message size", "Bus bandwidth by message size",
                                "Communication overlapped with compute", "Arrival skew", "Straggler ranking"],
-    "pages/compare.py": ["Kernel time per rank-step: training minus balanced", "Bus bandwidth: balanced vs training"],
-    "pages/live.py": ["Board power, last 5 min", "GPU utilisation, last 5 min", "SM clock, last 5 min",
+    "app_pages/compare.py": ["Kernel time per rank-step: training minus balanced", "Bus bandwidth: balanced vs training"],
+    "app_pages/live.py": ["Board power, last 5 min", "GPU utilisation, last 5 min", "SM clock, last 5 min",
                       "GPU temperature, last 5 min"],
 }
 ALL_PAGES = list(PAGE_CHARTS)
@@ -61,7 +61,7 @@ def sample(tmp_path_factory) -> Path:
     )
 
 
-def _run(monkeypatch, dataset: Path | str, page: str = "pages/overview.py") -> AppTest:
+def _run(monkeypatch, dataset: Path | str, page: str = "app_pages/overview.py") -> AppTest:
     monkeypatch.setenv(data.DATASET_ENV, str(dataset))
     monkeypatch.setenv("GPULENS_WARM_UP", "0")  # no background queries competing with the page's
     at = AppTest.from_file(APP, default_timeout=120)
@@ -124,7 +124,7 @@ def test_overview_gives_each_findings_numbers_as_a_table_not_a_code_block(monkey
 
 
 def test_evidence_markdown_writes_numbers_short_and_escapes_table_bars():
-    from gpulens.dashboard.pages.common import evidence_markdown
+    from gpulens.dashboard.app_pages.common import evidence_markdown
 
     assert evidence_markdown({"wait_caused_ns": 38208256, "score": 0.8857142857142858, "ranks": [0, 5],
                               "note": "a|b", "capped": True}) == (
@@ -134,7 +134,7 @@ def test_evidence_markdown_writes_numbers_short_and_escapes_table_bars():
 
 
 def test_evidence_markdown_shows_a_link_or_image_in_a_name_as_text():
-    from gpulens.dashboard.pages.common import evidence_markdown
+    from gpulens.dashboard.app_pages.common import evidence_markdown
 
     assert evidence_markdown({"kernel": "![t](http://x/t.png)<b>k</b>"}).splitlines()[-1] == (
         "| kernel | \\!\\[t\\]\\(http://x/t.png\\)&lt;b&gt;k&lt;/b&gt; |")
@@ -166,7 +166,7 @@ def test_page_draws_its_charts_on_the_sample(monkeypatch, sample, page):
 
 
 def test_telemetry_charts_ship_at_most_5000_points_per_series(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/telemetry.py")
+    at = _run(monkeypatch, sample, "app_pages/telemetry.py")
     lengths = [len(trace.get("x") or []) for spec in _charts(at) for trace in spec["data"]]
     assert max(lengths) <= 5000
     power_chart = _charts(at)[0]
@@ -176,7 +176,7 @@ def test_telemetry_charts_ship_at_most_5000_points_per_series(monkeypatch, sampl
 
 
 def test_telemetry_for_one_gpu_draws_its_min_max_band(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/telemetry.py")
+    at = _run(monkeypatch, sample, "app_pages/telemetry.py")
     at.multiselect(key="telemetry_gpus").set_value(["GPU 7"]).run()
     power_chart = _charts(at)[0]
     assert [t.get("name") for t in power_chart["data"]][:3] == ["GPU 7 max", "GPU 7 min", "GPU 7"]
@@ -206,7 +206,7 @@ def test_pages_with_a_line_per_gpu_start_with_the_first_hosts_of_16_gpus_or_fewe
 
 
 def test_telemetry_of_24_gpus_draws_the_first_two_hosts_and_says_so(monkeypatch, three_nodes):
-    at = _run(monkeypatch, three_nodes, "pages/telemetry.py")
+    at = _run(monkeypatch, three_nodes, "app_pages/telemetry.py")
     assert at.multiselect(key="telemetry_hosts").value == ["node-a", "node-b"]
     power_chart = _charts(at)[0]
     assert len([t for t in power_chart["data"] if str(t.get("name", "")).startswith(("node-a", "node-b"))]) == 16
@@ -215,10 +215,10 @@ def test_telemetry_of_24_gpus_draws_the_first_two_hosts_and_says_so(monkeypatch,
 
 
 def test_telemetry_of_24_gpus_asks_for_the_series_of_the_two_hosts_shown_alone(monkeypatch, three_nodes):
-    from gpulens.dashboard.pages import common
+    from gpulens.dashboard.app_pages import common
 
     data.RESULTS.clear()
-    _run(monkeypatch, three_nodes, "pages/telemetry.py")
+    _run(monkeypatch, three_nodes, "app_pages/telemetry.py")
     ds = data.current(three_nodes)
     window = common.default_telemetry_window(ds)
     assert data.cache_key(ds, timeline.telemetry_timeline, window, {"hosts": ("node-a", "node-b")}) in data.RESULTS
@@ -226,14 +226,14 @@ def test_telemetry_of_24_gpus_asks_for_the_series_of_the_two_hosts_shown_alone(m
 
 
 def test_live_view_of_24_gpus_shows_the_first_two_hosts_until_more_are_picked(monkeypatch, three_nodes):
-    at = _run(monkeypatch, three_nodes, "pages/live.py")
+    at = _run(monkeypatch, three_nodes, "app_pages/live.py")
     assert len(_metrics(at)) == 16
     at.multiselect(key="live_hosts").set_value(["node-a", "node-b", "node-c"]).run()
     assert len(_metrics(at)) == 24 and _metrics(at)["node-c GPU 7"] == "307 W"
 
 
 def test_power_of_24_gpus_opens_on_the_first_two_hosts_and_counts_the_fleet_of_three(monkeypatch, three_nodes):
-    at = _run(monkeypatch, three_nodes, "pages/power.py")
+    at = _run(monkeypatch, three_nodes, "app_pages/power.py")
     assert at.multiselect(key="power_hosts").value == ["node-a", "node-b"]
     per_gpu = at.dataframe[0].value
     assert len(per_gpu) == 16 and set(per_gpu["host"]) == {"node-a", "node-b"}
@@ -242,7 +242,7 @@ def test_power_of_24_gpus_opens_on_the_first_two_hosts_and_counts_the_fleet_of_t
 
 
 def test_power_shows_every_host_once_picked(monkeypatch, three_nodes):
-    at = _run(monkeypatch, three_nodes, "pages/power.py")
+    at = _run(monkeypatch, three_nodes, "app_pages/power.py")
     at.multiselect(key="power_hosts").set_value(["node-a", "node-b", "node-c"]).run()
     assert not at.exception
     assert len(at.dataframe[0].value) == 24
@@ -257,19 +257,19 @@ def test_power_of_hosts_without_power_readings_asks_for_others(monkeypatch, tmp_
              **({"power_w": 300.0} if host == "node-c" else {})}
             for i in range(10) for g in range(8)
         ])
-    at = _run(monkeypatch, tmp_path, "pages/power.py")
+    at = _run(monkeypatch, tmp_path, "app_pages/power.py")
     assert [i.value for i in at.info] == ["The hosts picked have no power readings: pick others under Hosts."]
     at.multiselect(key="power_hosts").set_value(["node-c"]).run()
     assert not at.info and len(at.dataframe[0].value) == 8
 
 
 def test_power_of_one_host_offers_no_host_picker(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/power.py")
+    at = _run(monkeypatch, sample, "app_pages/power.py")
     assert not [m for m in at.multiselect if m.key == "power_hosts"]
 
 
 def test_power_whatif_slider_recomputes_the_capped_figures(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/power.py")
+    at = _run(monkeypatch, sample, "app_pages/power.py")
     before = _metrics(at)
     assert before["Extra nodes at p99, uncapped"] == before["Extra nodes at p99, capped at 700 W"]
     at.slider(key="power_cap_w").set_value(400).run()
@@ -280,13 +280,13 @@ def test_power_whatif_slider_recomputes_the_capped_figures(monkeypatch, sample):
 
 
 def test_communication_names_the_planted_straggler(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/communication.py")
+    at = _run(monkeypatch, sample, "app_pages/communication.py")
     at.selectbox(key="communication_run").set_value("training").run()
     assert _metrics(at)["Most likely straggler"] == "rank 5"
 
 
 def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at = _run(monkeypatch, sample, "app_pages/kernels.py")
     assert _metrics(at)["Verdict"] in {"CPU-bound", "GPU-bound", "balanced", "undecided"}
     at.selectbox(key="kernels_rank").set_value(5).run()
     at.selectbox(key="kernels_step").set_value(4).run()
@@ -294,7 +294,7 @@ def test_kernels_page_gives_a_verdict_and_draws_a_chosen_step(monkeypatch, sampl
 
 
 def test_kernels_page_shows_each_streams_launch_queue_over_the_whole_trace(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at = _run(monkeypatch, sample, "app_pages/kernels.py")
     labels = [expander.label for expander in at.expander]
     assert any(label.startswith("Launch queue per stream, whole trace (") for label in labels), labels
     tables = [table.value for table in at.dataframe if "max_queue_length" in table.value.columns]
@@ -305,7 +305,7 @@ def test_kernels_page_says_how_many_kernels_graph_replays_ran(monkeypatch, tmp_p
     from gpulens.collector.ingest import ingest_paths
 
     ingest_paths([write_graph_replay_trace(tmp_path / "graph.json", kernels=40)], tmp_path / "data", run="graph")
-    at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
+    at = _run(monkeypatch, tmp_path / "data", "app_pages/kernels.py")
     assert "40 GPU activities (100% of those launched) ran from 1 CUDA or HIP graph replays" in _captions(at)
 
 
@@ -313,7 +313,7 @@ def test_kernels_page_shows_a_data_starved_runs_loading_per_step(monkeypatch, tm
     from gpulens.collector.ingest import ingest_paths
 
     ingest_paths([write_data_loader_trace(tmp_path / "rank0.json", 0, 4_000.0)], tmp_path / "data", run="loop")
-    at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
+    at = _run(monkeypatch, tmp_path / "data", "app_pages/kernels.py")
     [expander] = [e for e in at.expander if e.label.startswith("Data loading")]
     assert expander.label == "Data loading: the GPU idle 40% of step time while batches loaded"
 
@@ -322,17 +322,17 @@ def test_kernels_page_shows_the_idle_gpu_that_item_calls_leave(monkeypatch, tmp_
     from gpulens.collector.ingest import ingest_paths
 
     ingest_paths([write_sync_loop_trace(tmp_path / "rank0.json", 0)], tmp_path / "data", run="loop")
-    at = _run(monkeypatch, tmp_path / "data", "pages/kernels.py")
+    at = _run(monkeypatch, tmp_path / "data", "app_pages/kernels.py")
     [expander] = [e for e in at.expander if e.label.startswith("Synchronising calls")]
     assert expander.label == "Synchronising calls: the GPU idle 50% of step time after they drained it"
 
 
 def test_kernels_page_of_a_job_without_graphs_says_nothing_of_them(monkeypatch, sample):
-    assert "graph replays" not in _captions(_run(monkeypatch, sample, "pages/kernels.py"))
+    assert "graph replays" not in _captions(_run(monkeypatch, sample, "app_pages/kernels.py"))
 
 
 def test_kernels_page_draws_the_steps_launch_queue_under_its_kernels(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at = _run(monkeypatch, sample, "app_pages/kernels.py")
     at.selectbox(key="kernels_rank").set_value(5).run()
     at.selectbox(key="kernels_step").set_value(4).run()
     queue = timeline.step_queue_length(open_dataset(sample), "balanced", 5, 4)
@@ -346,7 +346,7 @@ def test_kernels_page_draws_the_steps_launch_queue_under_its_kernels(monkeypatch
 
 
 def test_kernels_timeline_draws_every_kernel_and_a_narrow_window_separates_merged_ones(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at = _run(monkeypatch, sample, "app_pages/kernels.py")
     at.selectbox(key="kernels_rank").set_value(5).run()
     at.selectbox(key="kernels_step").set_value(4).run()
     whole = timeline.step_kernel_runs(open_dataset(sample), "balanced", 5, 4)
@@ -366,7 +366,7 @@ def test_kernels_timeline_draws_every_kernel_and_a_narrow_window_separates_merge
 
 
 def test_compare_puts_two_runs_side_by_side(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/compare.py")
+    at = _run(monkeypatch, sample, "app_pages/compare.py")
     metrics = _metrics(at)
     compared = timeline.compare_kernels(open_dataset(sample), "balanced", "training")
     assert metrics["Kernel time per rank-step, B"] == f"{compared['per_step_ns_b'].sum() / 1e6:.3f} ms"
@@ -380,7 +380,7 @@ def test_compare_with_one_run_says_it_needs_two(monkeypatch, tmp_path, sample):
     import shutil
 
     shutil.copytree(sample / "traces" / "run=training", one / "traces" / "run=training")
-    at = _run(monkeypatch, one, "pages/compare.py")
+    at = _run(monkeypatch, one, "app_pages/compare.py")
     assert any("comparing needs two" in i.value for i in at.info)
 
 
@@ -395,7 +395,7 @@ def test_page_on_an_empty_dataset_says_so_without_a_stack_trace(monkeypatch, tmp
     assert not _charts(at)
 
 
-@pytest.mark.parametrize("page", ["pages/overview.py", "pages/telemetry.py", "pages/kernels.py"])
+@pytest.mark.parametrize("page", ["app_pages/overview.py", "app_pages/telemetry.py", "app_pages/kernels.py"])
 def test_page_on_a_missing_path_names_it(monkeypatch, tmp_path, page):
     missing = tmp_path / "nowhere"
     at = _run(monkeypatch, missing, page)
@@ -404,15 +404,15 @@ def test_page_on_a_missing_path_names_it(monkeypatch, tmp_path, page):
 
 def test_trace_pages_on_a_telemetry_only_dataset_ask_for_traces(monkeypatch, tmp_path):
     write_telemetry(tmp_path, "node-a", [{"ts": T0_US + i * 1_000_000, "gpu_index": 0, "power_w": 300.0} for i in range(5)])
-    for page in ("pages/kernels.py", "pages/communication.py", "pages/compare.py"):
+    for page in ("app_pages/kernels.py", "app_pages/communication.py", "app_pages/compare.py"):
         at = _run(monkeypatch, tmp_path, page)
         assert any("has no kernel traces" in i.value for i in at.info), page
-    at = _run(monkeypatch, tmp_path, "pages/interconnect.py")
+    at = _run(monkeypatch, tmp_path, "app_pages/interconnect.py")
     assert any("no NVLink, XGMI or PCIe throughput" in i.value for i in at.info)
 
 
 def test_live_view_waits_for_a_collector_and_then_shows_its_data(monkeypatch, tmp_path):
-    at = _run(monkeypatch, tmp_path, "pages/live.py")
+    at = _run(monkeypatch, tmp_path, "app_pages/live.py")
     assert any("Waiting for data" in i.value for i in at.info)
     write_telemetry(tmp_path, "node-a", [
         {"ts": T0_US + i * 1_000_000, "gpu_index": g, "power_w": 100.0 + g, "gpu_util_pct": 50.0}
@@ -429,7 +429,7 @@ def _live_with_last_sample_ago(monkeypatch, root: Path, seconds: float) -> AppTe
     write_telemetry(root, "node-a", [
         {"ts": now_us - int(seconds * 1e6) - i * 1_000_000, "gpu_index": 0, "power_w": 300.0} for i in range(10)
     ])
-    return _run(monkeypatch, root, "pages/live.py")
+    return _run(monkeypatch, root, "app_pages/live.py")
 
 
 def _captions(at: AppTest) -> str:
@@ -614,7 +614,7 @@ def test_reload_drops_the_results_and_warms_the_dataset_again(sample, tmp_path):
 
 
 def test_page_warm_up_draws_the_kernels_timeline_the_page_shows_first(sample, tmp_path):
-    from gpulens.dashboard.pages import common
+    from gpulens.dashboard.app_pages import common
 
     copy = tmp_path / "sample"
     shutil.copytree(sample, copy)
@@ -718,7 +718,7 @@ def test_dashboard_on_a_port_another_server_holds_is_one_error_line_and_starts_n
 def test_the_launcher_warms_every_pages_first_view_into_the_pages_cache(monkeypatch, sample, tmp_path):
     from gpulens.analysis.all_findings import all_findings
     from gpulens.dashboard import launch
-    from gpulens.dashboard.pages import common
+    from gpulens.dashboard.app_pages import common
 
     copy = tmp_path / "sample"  # its own dataset key, warmed by no other test
     shutil.copytree(sample, copy)
@@ -743,7 +743,7 @@ def test_the_launcher_warms_nothing_with_warm_up_off(monkeypatch, sample):
 
 
 def test_warm_up_computes_the_power_views_of_the_first_hosts_the_page_opens_on(monkeypatch, three_nodes):
-    from gpulens.dashboard.pages import common
+    from gpulens.dashboard.app_pages import common
 
     monkeypatch.delenv("GPULENS_WARM_UP", raising=False)
     ds = data.current(three_nodes)
@@ -757,10 +757,10 @@ def test_warm_up_computes_the_power_views_of_the_first_hosts_the_page_opens_on(m
 
 
 def test_page_warm_up_computes_the_telemetry_view_the_page_shows_first(monkeypatch, sample):
-    from gpulens.dashboard.pages import common
+    from gpulens.dashboard.app_pages import common
 
     data.RESULTS.clear()
-    _run(monkeypatch, sample, "pages/telemetry.py")
+    _run(monkeypatch, sample, "app_pages/telemetry.py")
     window = common.default_telemetry_window(data.current(sample))
     assert window is not None and window[0] == 1.0  # 5 min sampled at 1 s: 1 s buckets
     assert data.cache_key(data.current(sample), timeline.telemetry_timeline, window, {"hosts": None}) in data.RESULTS
@@ -773,20 +773,20 @@ H100_SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "h100-trai
 
 def test_kernels_page_offers_only_runs_with_kernels(monkeypatch):
     # The real-H100 sample's first run by name, h100-nccl, is an NCCL log: no kernels.
-    at = _run(monkeypatch, H100_SAMPLE, "pages/kernels.py")
+    at = _run(monkeypatch, H100_SAMPLE, "app_pages/kernels.py")
     picker = at.selectbox(key="kernels_run")
     assert (picker.value, picker.options) == ("h100-small-batch", ["h100-small-batch", "h100-train"])
 
 
 def test_compare_page_opens_on_the_first_two_runs_with_kernels(monkeypatch):
-    at = _run(monkeypatch, H100_SAMPLE, "pages/compare.py")
+    at = _run(monkeypatch, H100_SAMPLE, "app_pages/compare.py")
     assert (at.selectbox(key="compare_a").value, at.selectbox(key="compare_b").value) == ("h100-small-batch", "h100-train")
 
 
 def test_compare_page_sets_the_two_runs_headline_metrics_side_by_side(monkeypatch):
     from gpulens.analysis.metrics import compute_run_metrics
 
-    at = _run(monkeypatch, H100_SAMPLE, "pages/compare.py")
+    at = _run(monkeypatch, H100_SAMPLE, "app_pages/compare.py")
     [table] = [df.value for df in at.dataframe if "verdict" in df.value.columns]
     idle = table[table["metric"] == "idle_share"].iloc[0]
     expected = compute_run_metrics(open_dataset(H100_SAMPLE), ["h100-small-batch", "h100-train"])
@@ -804,14 +804,14 @@ def test_power_page_says_why_a_run_cannot_be_joined_to_the_telemetry(monkeypatch
     write_trace_table(three_nodes, "amd", "kernels", {
         "run": ["amd"], "rank": [0], "device": [0], "stream": [1], "name": ["gemm"], "category": ["compute"],
         "start_ns": [5_000], "end_ns": [9_000], "dur_ns": [4_000]})
-    at = _run(monkeypatch, three_nodes, "pages/power.py")
+    at = _run(monkeypatch, three_nodes, "app_pages/power.py")
     assert at.info[-1].value == (f"`amd` cannot be joined to the telemetry: "
                                  + markdown_text(f"trace times are not on the epoch (runs.time_base): {note}") + ".")
     assert "Energy per step" not in _titles(at)
 
 
 def test_power_page_prices_each_step_and_phase_of_a_run_under_the_telemetry(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/power.py")
+    at = _run(monkeypatch, sample, "app_pages/power.py")
     steps = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"] == "Energy per step")
     phases = next(spec for spec in _charts(at) if spec["layout"]["title"]["text"] == "Energy by phase per rank")
     assert steps["data"] and all(trace["mode"] == "lines+markers" for trace in steps["data"])
@@ -843,18 +843,18 @@ def test_communication_opens_on_a_run_with_collectives_on_the_gpu_not_an_nccl_lo
     write_trace_table(dataset, "aaa-nccl-log", "runs", {"run": ["aaa-nccl-log"], "rank": [0], "source_format": ["nccl_log"]})
     write_trace_table(dataset, "aaa-nccl-log", "collectives", {
         "run": ["aaa-nccl-log"], "rank": [0], "op": ["all_reduce"], "bytes": [1 << 20], "seq": [0]})
-    at = _run(monkeypatch, dataset, "pages/communication.py")
+    at = _run(monkeypatch, dataset, "app_pages/communication.py")
     assert at.selectbox(key="communication_run").options[0] == "aaa-nccl-log"
     assert at.selectbox(key="communication_run").value == "balanced"
 
 
 def test_dashboard_tables_show_a_missing_value_as_the_report_does(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at = _run(monkeypatch, sample, "app_pages/kernels.py")
     assert at.dataframe and {frame.proto.placeholder for frame in at.dataframe} == {"–"}
 
 
 def test_kernels_page_offers_the_chosen_step_as_a_perfetto_trace(monkeypatch, sample):
-    at = _run(monkeypatch, sample, "pages/kernels.py")
+    at = _run(monkeypatch, sample, "app_pages/kernels.py")
     at.selectbox(key="kernels_step").set_value(3).run()
     [button] = [b for b in at.get("download_button") if b.proto.label.startswith("Download step")]
     assert button.proto.label == "Download step 3 as a Perfetto trace"

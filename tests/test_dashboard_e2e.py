@@ -173,7 +173,7 @@ def _screenshot(page, path: Path) -> None:
 
 
 def test_a_first_visit_to_a_pages_own_address_under_streamlit_run_gets_the_apps_menu(browser, sample_dataset, tmp_path):
-    # Streamlit runs a page file alone, and lists every file of dashboard/pages/ (common.py too) in the
+    # Streamlit runs a page file alone, and lists every file of dashboard/app_pages/ (common.py too) in the
     # sidebar, when a server's first visitor opens a page's address, until something calls st.navigation.
     port = _free_port()
     command = [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.port", str(port),

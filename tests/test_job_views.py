@@ -211,7 +211,7 @@ def test_power_page_picks_a_job_and_shows_its_energy(shuffled: Path, monkeypatch
     monkeypatch.setenv(data.DATASET_ENV, str(shuffled))
     monkeypatch.setenv("GPULENS_WARM_UP", "0")
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py"), default_timeout=120)
-    at.switch_page("pages/power.py")
+    at.switch_page("app_pages/power.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     picker = next(box for box in at.selectbox if box.label == "Job")

@@ -54,7 +54,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert tops == {"gpulens"}
     assert "gpulens/analysis/sql/time_breakdown.sql" in names
     assert "gpulens/dashboard/report/schema/report.schema.json" in names
-    assert "gpulens/dashboard/pages/overview.py" in names
+    assert "gpulens/dashboard/app_pages/overview.py" in names
 
 
 @pytest.mark.parametrize("name", ["collector", "analysis", "dashboard"])

@@ -11,7 +11,7 @@ from gpulens.analysis import timeline
 from gpulens.collector.wording import noun_for
 from gpulens.dashboard import charts
 from gpulens.dashboard.escape import markdown_text
-from gpulens.dashboard.pages.common import (
+from gpulens.dashboard.app_pages.common import (
     PAGES, caption_dataset, chart, counts, evidence_markdown, fetch, frame, page_key, require_dataset, table,
 )
 

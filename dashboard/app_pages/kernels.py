@@ -12,7 +12,7 @@ from gpulens.analysis import launch, time_breakdown, timeline
 from gpulens.analysis.findings import format_duration_ns
 from gpulens.dashboard import charts, data
 from gpulens.dashboard.escape import markdown_text
-from gpulens.dashboard.pages.common import (
+from gpulens.dashboard.app_pages.common import (
     NO_TRACES, TIMELINE_STEP_INDEX, caption_dataset, chart, fetch, fmt_share, frame, require_dataset, require_tables,
     run_picker, table, timeline_choices, with_kernels,
 )

@@ -27,14 +27,14 @@ from gpulens.dashboard.escape import markdown_code, markdown_text
 
 # key -> (script relative to dashboard/, title, icon); the order of the menu.
 PAGES: dict[str, tuple[str, str, str]] = {
-    "overview": ("pages/overview.py", "Overview", ":material/dashboard:"),
-    "telemetry": ("pages/telemetry.py", "Telemetry", ":material/monitoring:"),
-    "power": ("pages/power.py", "Power headroom", ":material/bolt:"),
-    "interconnect": ("pages/interconnect.py", "Interconnect", ":material/cable:"),
-    "kernels": ("pages/kernels.py", "Kernels and launches", ":material/memory:"),
-    "communication": ("pages/communication.py", "Communication", ":material/sync_alt:"),
-    "compare": ("pages/compare.py", "Compare", ":material/compare_arrows:"),
-    "live": ("pages/live.py", "Live", ":material/sensors:"),
+    "overview": ("app_pages/overview.py", "Overview", ":material/dashboard:"),
+    "telemetry": ("app_pages/telemetry.py", "Telemetry", ":material/monitoring:"),
+    "power": ("app_pages/power.py", "Power headroom", ":material/bolt:"),
+    "interconnect": ("app_pages/interconnect.py", "Interconnect", ":material/cable:"),
+    "kernels": ("app_pages/kernels.py", "Kernels and launches", ":material/memory:"),
+    "communication": ("app_pages/communication.py", "Communication", ":material/sync_alt:"),
+    "compare": ("app_pages/compare.py", "Compare", ":material/compare_arrows:"),
+    "live": ("app_pages/live.py", "Live", ":material/sensors:"),
 }
 # Finding.page values that name a page by another word.
 PAGE_ALIASES = {
@@ -53,36 +53,9 @@ def page_key(name: str | None) -> str:
 
 def dataset() -> data.Dataset:
     """The dataset this dashboard shows, as its files are now."""
-    run_through_app()
     named = os.environ.get(data.DATASET_ENV, "").strip()
     path = Path(named).expanduser() if named else _default_dataset()
     return data.current(path)
-
-
-def run_through_app() -> None:
-    """Start the run again through app.py if Streamlit ran this page's file alone.
-
-    Streamlit takes `dashboard/pages/` for an old-style multipage folder
-    until some run calls `st.navigation`: if a server's first visitor opens
-    a page's own address (a bookmark, a reload), it runs that file without
-    app.py, and the sidebar then lists every file of the folder (`common`
-    included), without app.py's layout, menu titles or warm-up, for every
-    visitor until someone opens the root. `gpulens dashboard` clears the
-    flag before serving (`dashboard.launch.prepare`); for
-    `streamlit run dashboard/app.py`, this does it at the first page run.
-    """
-    if use_app_navigation():
-        st.rerun()  # the same page, now chosen by app.py's `st.navigation`
-
-
-def use_app_navigation() -> bool:
-    """Make Streamlit run app.py for every page from now on (the flag is
-    unset until its first session); True if it was running page files alone."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    was_on = getattr(PagesManager, "uses_pages_directory", None) is True
-    PagesManager.uses_pages_directory = False
-    return was_on
 
 
 @st.cache_resource(show_spinner="Building the built-in sample dataset (first start only)…")

@@ -10,7 +10,7 @@ import streamlit as st
 from gpulens.analysis import timeline
 from gpulens.collector.wording import counted
 from gpulens.dashboard import charts
-from gpulens.dashboard.pages.common import (
+from gpulens.dashboard.app_pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, frame, host_scope,
     hosts_of, require_dataset, require_tables, telemetry_bucket_s, telemetry_range,
 )

@@ -11,7 +11,7 @@ import streamlit as st
 from gpulens.analysis import timeline
 from gpulens.dashboard import charts
 from gpulens.dashboard import data
-from gpulens.dashboard.pages.common import (
+from gpulens.dashboard.app_pages.common import (
     NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, dataset, default_hosts, frame, host_scope, hosts_of,
     naive,
 )

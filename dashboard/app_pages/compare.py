@@ -8,7 +8,7 @@ import streamlit as st
 from gpulens.analysis import metrics, timeline
 from gpulens.collector.wording import counted
 from gpulens.dashboard import charts
-from gpulens.dashboard.pages.common import (
+from gpulens.dashboard.app_pages.common import (
     NO_TRACES, caption_dataset, chart, fetch, frame, require_dataset, require_tables, table, with_kernels,
 )
 from gpulens.dashboard.report.format import format_value

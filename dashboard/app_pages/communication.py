@@ -11,7 +11,7 @@ from gpulens.analysis import communication, time_breakdown, timeline
 from gpulens.analysis.communication import MIB
 from gpulens.analysis.findings import format_duration_ns
 from gpulens.dashboard import charts
-from gpulens.dashboard.pages.common import (
+from gpulens.dashboard.app_pages.common import (
     NO_TRACES, caption_dataset, chart, fmt_share, frame, require_dataset, require_tables, run_picker, table,
 )
 

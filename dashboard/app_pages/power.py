@@ -11,7 +11,7 @@ from gpulens.analysis import jobs, power, timeline
 from gpulens.collector.wording import counted
 from gpulens.dashboard import charts
 from gpulens.dashboard.escape import markdown_code, markdown_text
-from gpulens.dashboard.pages.common import (
+from gpulens.dashboard.app_pages.common import (
     DEFAULT_GPUS_MAX, NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, default_hosts, fmt_share, frame,
     host_scope, hosts_of, naive, require_dataset, require_tables, run_picker, table, with_kernels,
 )

@@ -7,7 +7,7 @@ import streamlit as st
 
 from gpulens.analysis import power, timeline
 from gpulens.dashboard import charts
-from gpulens.dashboard.pages.common import (
+from gpulens.dashboard.app_pages.common import (
     NO_TELEMETRY, caption_dataset, chart, frame, naive, require_dataset, require_tables, table,
 )
 
