@@ -43,6 +43,8 @@ SESSION_CONF = {
     "spark.sql.session.timeZone": "UTC",
     # DuckDB's arithmetic: a division by zero or an overflowing cast is NULL.
     "spark.sql.ansi.enabled": "false",
+    # size(NULL) is NULL, as len(NULL) is, not -1.
+    "spark.sql.legacy.sizeOfNull": "false",
     # host=node01, date=2026-11-29 stay strings: a host named 0042 is not 42.
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     "spark.sql.parquet.mergeSchema": "true",

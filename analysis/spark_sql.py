@@ -66,36 +66,41 @@ def twin(name: str) -> str | None:
 
 
 def to_spark(sql: str, params: dict[str, Any] | None = None) -> str:
-    """DuckDB `sql` as Spark SQL (one statement), with `params` as literals."""
+    """DuckDB `sql` as Spark SQL (one statement), with `params` as literals.
+
+    Raises QueryError where sqlglot cannot parse it, knows it cannot write
+    a part of it for Spark, or a rule refuses a shape it cannot carry."""
     import sqlglot
-    from sqlglot.errors import SqlglotError
+    from sqlglot.errors import ErrorLevel, SqlglotError
+
+    from gpulens.analysis.spark_rules import apply_rules
 
     text = with_params(sql, params or {})
     try:
         tree = sqlglot.parse_one(text, read="duckdb")
+        return apply_rules(tree).sql(dialect="spark", unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as error:
         raise QueryError(f"cannot translate to Spark SQL: {' '.join(str(error).split())}") from error
-    from gpulens.analysis.spark_rules import apply_rules
-
-    return apply_rules(tree).sql(dialect="spark")
 
 
 def non_portable(sql: str) -> list[str]:
-    """The constructs of DuckDB `sql` that no rule carries to Spark: each needs a twin."""
+    """What in DuckDB `sql` does not carry to Spark: each needs a twin.
+
+    Where sqlglot is known to drop a part with no error (an ORDER BY
+    inside list()), and whatever the translation refuses (a rule's shape,
+    sqlglot's unsupported)."""
     import sqlglot
     from sqlglot import exp
 
-    tree = sqlglot.parse_one(with_params(sql, _AnyParam()), read="duckdb")
+    text = with_params(sql, _AnyParam())
     found: list[str] = []
-    for join in tree.find_all(exp.Join):
-        if "ASOF" in (join.args.get("method") or "").upper() or "ASOF" in (join.text("kind") or "").upper():
-            found.append("ASOF JOIN")
-    for function in tree.find_all(exp.ArrayAgg, exp.GroupConcat):
+    for function in sqlglot.parse_one(text, read="duckdb").find_all(exp.ArrayAgg):
         if function.find(exp.Order) is not None:
-            found.append(f"{function.sql(dialect='duckdb')[:40]}: an aggregate with ORDER BY")
-    for select in tree.find_all(exp.Select):
-        if select.args.get("qualify") is not None:
-            found.append("QUALIFY")
+            found.append(f"{function.sql(dialect='duckdb')}: list() with ORDER BY (sqlglot drops the order)")
+    try:
+        to_spark(text)
+    except QueryError as error:
+        found.append(str(error))
     return found
 
 

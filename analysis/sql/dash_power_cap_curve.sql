@@ -41,9 +41,9 @@ ticks as (
         t.host,
         caps.cap_w,
         t.ts,
-        len(t.powers_w) as gpus_reporting,
+        array_length(t.powers_w) as gpus_reporting,
         list_sum(list_transform(t.powers_w, lambda p: least(p, caps.cap_w))) as capped_node_w,
-        len(list_filter(t.powers_w, lambda p: p >= caps.cap_w)) as gpus_at_cap
+        array_length(list_filter(t.powers_w, lambda p: p >= caps.cap_w)) as gpus_at_cap
     from tick_powers t
     cross join caps
 ),

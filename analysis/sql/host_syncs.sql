@@ -62,7 +62,7 @@ syncs as (
         on t.run = s.run
         and t.rank = s.rank
     where s.tid is null
-        or coalesce(len(t.tids), 0) = 0
+        or coalesce(array_length(t.tids), 0) = 0
         or list_contains(t.tids, s.tid)
 ),
 in_steps as (
