@@ -15,45 +15,17 @@ what to install, one line.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from gpulens.collector.errors import GpulensError, UsageError
+from gpulens.collector.errors import UsageError
+from gpulens.collector.spark_env import DEFAULT_SPARK_MASTER, EngineUnavailable, check_spark_available, java_executable
 
 ENGINES = ("duckdb", "spark")
 DEFAULT_ENGINE = "duckdb"
-# Every core of this machine; `spark://host:7077`, `k8s://...`, `yarn` and
-# Spark Connect's `sc://host:15002` name a cluster.
-DEFAULT_SPARK_MASTER = "local[*]"
 
-
-class EngineUnavailable(GpulensError):
-    """The engine asked for cannot start here (a package or Java missing)."""
-
-
-def java_executable() -> str | None:
-    """The `java` Spark would start: $JAVA_HOME/bin/java, else the PATH's."""
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        candidate = Path(home) / "bin" / "java"
-        return str(candidate) if os.access(candidate, os.X_OK) else None
-    return shutil.which("java")
-
-
-def check_spark_available(spark_master: str = DEFAULT_SPARK_MASTER) -> None:
-    """Raise EngineUnavailable naming what to install for `--engine spark`.
-
-    Spark Connect (`sc://`) runs the JVM on the server: only pyspark is
-    needed here."""
-    if importlib.util.find_spec("pyspark") is None:
-        raise EngineUnavailable("--engine spark needs pyspark: pip install 'gpulens[spark]'")
-    if not spark_master.startswith("sc://") and java_executable() is None:
-        where = "JAVA_HOME has no bin/java" if os.environ.get("JAVA_HOME") else "no java on PATH"
-        raise EngineUnavailable(f"--engine spark needs a Java 17+ runtime ({where}): "
-                                "apt-get install openjdk-17-jre-headless, or set JAVA_HOME")
+__all__ = ["DEFAULT_ENGINE", "DEFAULT_SPARK_MASTER", "ENGINES", "EngineUnavailable", "check_spark_available",
+           "is_spark", "java_executable", "open_engine"]
 
 
 def open_engine(path: str | Path, engine: str = DEFAULT_ENGINE, spark_master: str | None = None,

@@ -32,40 +32,14 @@ from gpulens.analysis.dataset import TABLE_GLOBS, TABLES
 from gpulens.analysis.spark_sql import to_spark, twin, with_params
 from gpulens.collector.errors import DatasetError, QueryError, UsageError, one_line
 from gpulens.collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
+from gpulens.collector.spark_env import spark_session
 
 if TYPE_CHECKING:
     import polars as pl
     from pyspark.sql import DataFrame, SparkSession
 
-# What a session that gpulens starts is given, unless the master's own
-# configuration says otherwise (spark-defaults.conf, --conf of a cluster).
-SESSION_CONF = {
-    "spark.sql.session.timeZone": "UTC",
-    # DuckDB's arithmetic: a division by zero or an overflowing cast is NULL.
-    "spark.sql.ansi.enabled": "false",
-    # size(NULL) is NULL, as len(NULL) is, not -1.
-    "spark.sql.legacy.sizeOfNull": "false",
-    # host=node01, date=2026-11-29 stay strings: a host named 0042 is not 42.
-    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
-    "spark.sql.parquet.mergeSchema": "true",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.ui.showConsoleProgress": "false",
-}
 # The node tables, hive-partitioned by host= (and date=).
 NODE_TABLES = ("telemetry", "devices", "events", "processes")
-
-
-def spark_session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
-    """The SparkSession on `master` (getOrCreate: one per process)."""
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName("gpulens")
-    builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
-    for key, value in {**SESSION_CONF, **(conf or {})}.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR") if not master.startswith("sc://") else None
-    return session
 
 
 def open_spark_dataset(path: str | Path, master: str = "local[*]", session: SparkSession | None = None,

@@ -223,7 +223,12 @@ def display_width(text: str) -> int:
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Most processes parsing at once (default: one per core; under 8 MiB of traces in all, one). A big Kineto file is read by several at once.")
 @click.option("--quiet", "-q", is_flag=True, help="No line per file ingested: only warnings, errors and the summary (for runs of thousands of ranks).")
 @click.option("--host", default=None, help="The host the traces were recorded on, for those that name none (rocprofv3 CSV outside its host folder, a Kineto trace without one): joins them to that host's telemetry.")
-def ingest(paths, out, run_name, jobs, quiet, host):
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: this machine's processes (--jobs); spark: one Spark task per file, over the executors "
+                   "(pip install 'gpulens[spark]', Java 17+; --out on storage every executor sees).")
+@click.option("--spark-master", default=None, metavar="URL",
+              help="With --engine spark: local[*] (the default), spark://host:7077, k8s://... or yarn.")
+def ingest(paths, out, run_name, jobs, quiet, host, engine="local", spark_master=None):
     """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 database or CSV, NCCL logs).
 
     PATHS are files, folders or globs; the files of one call form one run,
@@ -240,8 +245,19 @@ def ingest(paths, out, run_name, jobs, quiet, host):
 
     prepare_ingest_process()  # this process only ingests
 
-    with terminated_on_sigterm():
-        report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty(), host=host)
+    if engine == "spark" or spark_master is not None:
+        from gpulens.collector.errors import UsageError
+        from gpulens.collector.ingest.distributed import ingest_paths_on_spark
+        from gpulens.collector.spark_env import DEFAULT_SPARK_MASTER, check_spark_available
+
+        if engine != "spark":
+            raise UsageError("--spark-master needs --engine spark")
+        master = spark_master or DEFAULT_SPARK_MASTER
+        check_spark_available(master)
+        report = ingest_paths_on_spark(list(paths), out, run=run_name, host=host, master=master)
+    else:
+        with terminated_on_sigterm():
+            report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty(), host=host)
     prefixes = {logging.INFO: "", logging.WARNING: "gpulens: warning: ", logging.ERROR: "gpulens: error: "}
     for level, line in report.notices():
         if level > logging.INFO or not quiet:

@@ -123,6 +123,8 @@ def build_report(
     title: str | None = None,
     progress: Progress | None = None,
     compare_label: str | None = None,
+    engine: str = "duckdb",
+    spark_master: str | None = None,
 ) -> Report:
     """The report of the dataset at `dataset`, compared with `compare` if given.
 
@@ -131,16 +133,19 @@ def build_report(
     `fail_on` maps metric names to the percentage past which a change for
     the worse counts as a regression. `inputs` are what the user named
     (trace files ingested into `dataset`, which is `temporary`).
+    `engine` runs the analyses: "duckdb", or "spark" on `spark_master`
+    (analysis.engine; the same SQL files, the same tables).
     Raises DatasetError for a dataset that cannot be read or holds nothing.
     """
-    from gpulens.analysis.dataset import open_dataset
+    from gpulens.analysis.engine import open_engine
     from gpulens.analysis.registry import results_kept
     from gpulens.analysis import metrics as metrics_of
     from gpulens.dashboard.report import compare as comparing
 
     step = progress or (lambda label: None)
     try:
-        con = open_dataset(dataset, footer_cache=True)
+        con = (open_engine(dataset, engine, spark_master) if engine != "duckdb"
+               else open_engine(dataset, footer_cache=True, spark_master=spark_master))
     except duckdb.Error as error:  # a corrupt Parquet file, say
         raise DatasetError(f"{dataset}: cannot read the dataset: {one_line(error)}") from None
     # The findings, the sections and the metrics ask for several of the same

@@ -42,8 +42,13 @@ _SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "m
               help="When INPUTS are trace files: ingest them into this dataset and keep it (default: a temporary one).")
 @click.option("--run", "run_name", default=None, help="Run name for ingested trace files (default: from their names).")
 @click.option("--title", default=None, help="Title of the report.")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="What runs the analyses: duckdb (embedded) or spark (pip install 'gpulens[spark]', Java 17+).")
+@click.option("--spark-master", default=None, metavar="URL",
+              help="With --engine spark: local[*] (the default), spark://host:7077, k8s://..., yarn or sc://host:15002.")
 def report(inputs: tuple[str, ...], output: Path | None, output_format: str | None, baseline: Path | None,
-           fail_on: tuple[str, ...], keep: Path | None, run_name: str | None, title: str | None) -> None:
+           fail_on: tuple[str, ...], keep: Path | None, run_name: str | None, title: str | None,
+           engine: str = "duckdb", spark_master: str | None = None) -> None:
     """Run every analysis on a dataset or on trace files and write a report.
 
     INPUTS is one dataset folder (with telemetry/ or traces/ in it), or
@@ -82,7 +87,8 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         baseline_dataset, label = _resolve_baseline(baseline, Path(scratch) / "baseline")
         with _Progress(terminal) as progress:
             built = build_report(dataset, compare=baseline_dataset, fail_on=thresholds, inputs=list(inputs),
-                                 temporary=temporary, title=title, progress=progress, compare_label=label)
+                                 temporary=temporary, title=title, progress=progress, compare_label=label,
+                                 engine=engine, spark_master=spark_master)
             progress("writing")
             data = _render(built, output_format)
         # Where DuckDB swallowed it instead (the signal came in one of the
