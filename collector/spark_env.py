@@ -76,7 +76,10 @@ def spark_session(master: str = DEFAULT_SPARK_MASTER, conf: dict[str, str] | Non
     if master.startswith("sc://"):
         builder = builder.remote(master)
     else:
-        builder = builder.master(master).config("spark.pyspark.python", sys.executable)
+        # The executors' Python workers: this Python (with gpulens), not
+        # the first python3 on PATH, unless the user chose one.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.master(master)
     for key, value in {**SESSION_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
