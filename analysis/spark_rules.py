@@ -249,7 +249,21 @@ def asof_join(node: exp.Expression) -> exp.Expression:
     return joined
 
 
+def json_objects(node: exp.Expression) -> exp.Expression:
+    """json_object('k', v, ...) comes out in a syntax Spark cannot parse.
+    Spark: to_json of a struct with those fields (NULL fields kept,
+    as DuckDB's; numbers as Java writes them)."""
+    if isinstance(node, exp.JSONObject):
+        pairs: list[exp.Expression] = []
+        for pair in node.expressions:
+            pairs.extend([pair.this, pair.expression])
+        keep_nulls = _call("map", exp.Literal.string("ignoreNullFields"), exp.Literal.string("false"))
+        return _call("to_json", _call("named_struct", *pairs), keep_nulls)
+    return node
+
+
 RULES: tuple[Rule, ...] = (
+    json_objects,
     asof_join,
     list_aggregates,
     epoch_functions,

@@ -20,7 +20,7 @@ with caps as (
         getvariable('dash_cap_min_w')::double
             + i * (getvariable('dash_cap_max_w')::double - getvariable('dash_cap_min_w')::double)
             / greatest(getvariable('dash_cap_points')::int - 1, 1) as cap_w
-    from range(greatest(getvariable('dash_cap_points')::int, 1)) as t(i)
+    from (select unnest(generate_series(0, greatest(getvariable('dash_cap_points')::int, 1) - 1)) as i) as t
 ),
 gpus as (
     select host, count(distinct gpu_index) as gpus
