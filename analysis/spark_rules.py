@@ -262,7 +262,21 @@ def json_objects(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def logarithms(node: exp.Expression) -> exp.Expression:
+    """log10(x) becomes LOG(10, x), ln(x) / ln(10), which misses exact
+    powers of ten (LOG(10, 1000) = 2.9999999999999996, so a floor lands a
+    bin low); Spark's LOG10 is exact there, as DuckDB's. DuckDB's log(x)
+    is log10 too, where Spark's one-argument LOG is ln."""
+    if not isinstance(node, exp.Log):
+        return node
+    base, value = (node.this, node.expression) if node.expression is not None else (exp.Literal.number(10), node.this)
+    if isinstance(base, exp.Literal) and base.name == "10":
+        return _call("log10", value)
+    return node
+
+
 RULES: tuple[Rule, ...] = (
+    logarithms,
     json_objects,
     asof_join,
     list_aggregates,
