@@ -275,7 +275,18 @@ def logarithms(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def double_division(node: exp.Expression) -> exp.Expression:
+    """DuckDB's `/` gives a DOUBLE whatever its operands (`//` divides
+    whole numbers); Spark's keeps DECIMAL operands DECIMAL (1.0 / 8 is
+    0.1250... and round() keeps its scale: '0.1250' in a JSON string)."""
+    if isinstance(node, exp.Div) and not (isinstance(node.this, exp.Cast) and node.this.to.is_type("double")):
+        node = node.copy()
+        node.set("this", exp.cast(node.this, "double"))
+    return node
+
+
 RULES: tuple[Rule, ...] = (
+    double_division,
     logarithms,
     json_objects,
     asof_join,
