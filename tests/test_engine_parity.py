@@ -6,8 +6,8 @@ Spark `local[2]`; the rows must be the same ignoring their order: floats to
 a relative 1e-9, integers, strings and the rest exactly. One SparkSession
 serves the whole module (a JVM start costs seconds).
 
-The lint below fails when a SQL file uses a construct that no rule of
-analysis.spark_rules carries to Spark and has no checked Spark twin.
+The lint (tests/test_sql_portability.py) fails when a SQL file uses a
+construct that no rule carries to Spark and has no checked Spark twin.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ pyspark = pytest.importorskip("pyspark")
 
 from gpulens.analysis.engine import java_executable  # noqa: E402
 from gpulens.analysis.registry import load_analyses  # noqa: E402
-from gpulens.analysis.spark_sql import TWIN_DIR, non_portable  # noqa: E402
 
 if java_executable() is None:
     pytest.skip("no Java runtime for Spark", allow_module_level=True)
@@ -156,45 +155,14 @@ def _marked(view: str):
     return view
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sample", SAMPLES)
 @pytest.mark.parametrize("view", [_marked(view) for view in VIEWS])
 def test_view_same_rows_on_spark_sample(spark, sample: str, view: str):
     check_view(REPO_ROOT / "sample_traces" / sample, spark, view)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("view", [_marked(view) for view in VIEWS])
 def test_view_same_rows_on_spark_shared_traces(spark, shared_dataset: Path, view: str):
     check_view(shared_dataset, spark, view)
-
-
-# --- the portability lint -------------------------------------------------
-
-def test_lint_every_non_portable_file_has_a_twin():
-    missing = {name: found for name, analysis in load_analyses().items()
-               if (found := non_portable(analysis.sql)) and not (TWIN_DIR / f"{name}.sql").is_file()}
-    assert missing == {}
-
-
-def test_lint_every_twin_has_its_duckdb_file():
-    assert sorted(path.stem for path in TWIN_DIR.glob("*.sql") if path.stem not in load_analyses()) == []
-
-
-def test_lint_catches_an_ordered_list_aggregate():
-    found = non_portable("select run, list(name order by start_ns) as names from kernels group by run")
-    assert found == ["ARRAY_AGG(name ORDER BY start_ns): list() with ORDER BY (sqlglot drops the order)"]
-
-
-def test_lint_catches_an_asof_join_on_a_strict_inequality():
-    snippet = ("select s.run, w.step from collective_skew s "
-               "asof left join step_windows w on w.run = s.run and s.start_ns > w.start_ns")
-    assert non_portable(snippet) == ["ASOF JOIN: s.start_ns > w.start_ns: only equalities and one >= have a Spark rule"]
-
-
-def test_lint_passes_an_asof_join_it_carries():
-    snippet = ("select s.run, w.step from collective_skew s "
-               "asof left join step_windows w on w.run = s.run and s.start_ns >= w.start_ns")
-    assert non_portable(snippet) == []
-
-
-def test_lint_passes_portable_sql():
-    assert non_portable("select run, count(*) filter (where dur_ns > 10) as n from kernels group by all") == []
