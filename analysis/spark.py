@@ -22,7 +22,7 @@ way) and give a result with DuckDB's `fetchall`, `fetchone` and
 from __future__ import annotations
 
 import contextlib
-import functools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from gpulens.analysis.dataset import TABLE_GLOBS, TABLES
 from gpulens.analysis.spark_sql import to_spark, twin, with_params
-from gpulens.collector.errors import DatasetError, QueryError, UsageError, one_line
+from gpulens.collector.errors import DatasetError, QueryError, one_line
 from gpulens.collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
 from gpulens.collector.spark_env import spark_session
 
@@ -209,19 +209,5 @@ def spark_text(name: str, duckdb_sql: str, params: dict[str, Any]) -> str:
     return to_spark(_strip_semicolon(duckdb_sql), params)
 
 
-@functools.cache
-def _semicolon() -> Any:
-    import re
-
-    return re.compile(r";\s*$")
-
-
 def _strip_semicolon(sql: str) -> str:
-    return _semicolon().sub("", sql.strip())
-
-
-def refuse_options(**options: Any) -> None:
-    """DuckDB-only options of open_dataset given with --engine spark."""
-    given = [name for name, value in options.items() if value]
-    if given:
-        raise UsageError(f"{', '.join(given)}: DuckDB only")
+    return re.sub(r";\s*$", "", sql.strip())
