@@ -38,7 +38,11 @@ ELLIPSIS = "…"
 @click.option("--max-width", type=click.IntRange(min=0), default=None,
               help=f"table: fit each line into this many characters, cutting long values with {ELLIPSIS} "
                    "(0: no limit). Default: the terminal's width on a terminal, no limit otherwise.")
-def query(dataset, sql, output_format, max_rows, max_width):
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="duckdb: embedded, in this process; spark: Apache Spark (pip install 'gpulens[spark]', Java 17+).")
+@click.option("--spark-master", default=None, metavar="URL",
+              help="With --engine spark: local[*] (the default), spark://host:7077, k8s://..., yarn or sc://host:15002.")
+def query(dataset, sql, output_format, max_rows, max_width, engine, spark_master):
     """Run DuckDB SQL over a dataset's tables.
 
     Views: telemetry, devices, events, processes, kernels, api_calls,
@@ -63,6 +67,10 @@ def query(dataset, sql, output_format, max_rows, max_width):
     from gpulens.analysis.dataset import open_dataset, sandbox, stream_sql
     from gpulens.analysis.registry import create_views_named_in, tables_named_in
     from gpulens.collector.errors import terminated_on_sigterm
+    if engine == "spark" or spark_master is not None:
+        reader = _spark_query(dataset, sql, engine, spark_master)
+        _write(reader, sys.stdout, output_format, max_rows, max_width, plan=False)
+        return
     con = open_dataset(dataset, analyses_on_demand=True, tables=tables_named_in(sql), footer_cache=True)
     sandbox(con, dataset)  # the SQL is anyone's: it reads the dataset, and writes and fetches nothing
     # Closed here, not at exit (`gpulens query` ends without Python's
@@ -72,18 +80,35 @@ def query(dataset, sql, output_format, max_rows, max_width):
         create_views_named_in(con, sql)
         # JSON has its own forms of booleans and lists; text takes DuckDB's.
         reader = stream_sql(con, sql, duckdb_text=output_format != "json")
-        out = sys.stdout
-        if output_format == "json":
-            write_json(reader, out)
-        elif output_format == "csv":
-            write_csv(reader, out)
-        else:
-            terminal = out.isatty()
-            if max_rows is None:
-                max_rows = TERMINAL_MAX_ROWS if terminal else 0
-            if max_width is None:
-                max_width = shutil.get_terminal_size().columns if terminal else 0
-            write_table(reader, out, max_rows=max_rows, max_width=max_width, plan=_is_explain(sql))
+        _write(reader, sys.stdout, output_format, max_rows, max_width, plan=_is_explain(sql))
+
+
+def _write(reader: pa.RecordBatchReader, out: TextIO, output_format: str, max_rows: int | None,
+           max_width: int | None, plan: bool) -> None:
+    if output_format == "json":
+        write_json(reader, out)
+    elif output_format == "csv":
+        write_csv(reader, out)
+    else:
+        terminal = out.isatty()
+        if max_rows is None:
+            max_rows = TERMINAL_MAX_ROWS if terminal else 0
+        if max_width is None:
+            max_width = shutil.get_terminal_size().columns if terminal else 0
+        write_table(reader, out, max_rows=max_rows, max_width=max_width, plan=plan)
+
+
+def _spark_query(dataset: Path, sql: str, engine: str, spark_master: str | None) -> pa.RecordBatchReader:
+    """The rows of `sql` (DuckDB SQL, translated) run by Spark on the dataset."""
+    from gpulens.analysis.dataset import check_statements
+    from gpulens.analysis.engine import open_engine
+
+    check_statements(sql)  # read-only, one query, as on DuckDB
+    con = open_engine(dataset, engine=engine, spark_master=spark_master)
+    try:
+        return con.sql(sql).to_arrow_table().to_reader()
+    finally:
+        con.session.stop()
 
 
 def write_json(reader: pa.RecordBatchReader, out: TextIO) -> None:

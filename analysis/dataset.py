@@ -272,7 +272,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     one-line QueryError. Statements that write files are refused. A file
     that vanishes while it runs (a collector merging its files) makes it
     run again (`retry_vanished_files`)."""
-    _check_statements(sql)
+    check_statements(sql)
 
     def run() -> pa.Table:
         relation = con.sql(sql)
@@ -305,7 +305,7 @@ def stream_sql(
     first batch is read makes the query run again; one that vanishes later
     is a QueryError naming it when that batch is read (the batches already
     read cannot be taken back)."""
-    _check_statements(sql)
+    check_statements(sql)
 
     def start() -> tuple[pa.Schema, pa.RecordBatch | None, pa.RecordBatchReader | None]:
         relation = con.sql(sql)
@@ -347,7 +347,7 @@ def _with_duckdb_text(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelat
     ))
 
 
-def _check_statements(sql: str) -> None:
+def check_statements(sql: str) -> None:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as error:

@@ -31,6 +31,7 @@ import duckdb
 
 from gpulens.analysis import peaks
 from gpulens.analysis.tables import TABLES, is_vanished_file_error, retry_vanished_files
+from gpulens.analysis.engine import is_spark
 from gpulens.collector.errors import QueryError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def create_views_named_in(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     on a run of 200 ranks (2,000 files), creating all 45 took 1.8 s of a
     `gpulens query` that needed none of them. A name matched in a string
     or a comment only costs its view."""
-    names = load_analyses() if _CATALOGUE.search(sql) else _analyses_named_in(sql)
+    names = load_analyses() if _CATALOGUE.search(sql) else analyses_named_in(sql)
     for name in names:
         retry_vanished_files(functools.partial(_ensure_views, con, name))
 
@@ -166,14 +167,14 @@ def tables_named_in(sql: str) -> set[str] | None:
     its 5.7 s creating views it never read."""
     if _CATALOGUE.search(sql):
         return None
-    texts = [sql] + [analysis.sql for name in _analyses_named_in(sql) for analysis in _with_requirements(name)]
+    texts = [sql] + [analysis.sql for name in analyses_named_in(sql) for analysis in with_requirements(name)]
     tables = {table for table in TABLES if any(_names(text, table) for text in texts)}
     if any(_names(text, "hardware_peaks") for text in texts):
         tables.update(peaks.TABLES_READ)
     return tables
 
 
-def _analyses_named_in(sql: str) -> list[str]:
+def analyses_named_in(sql: str) -> list[str]:
     return [name for name in load_analyses() if _names(sql, name)]
 
 
@@ -197,13 +198,13 @@ def _ensure_views(con: duckdb.DuckDBPyConnection, name: str) -> None:
     created = _ON_DEMAND.get(id(con))
     if created is None or name in created:
         return
-    for analysis in _with_requirements(name):
+    for analysis in with_requirements(name):
         if analysis.name not in created:
             _create_view(con, analysis)
             created.add(analysis.name)
 
 
-def _with_requirements(name: str) -> list[AnalysisSql]:
+def with_requirements(name: str) -> list[AnalysisSql]:
     """`name` and every analysis it builds on, requirements first."""
     analyses = load_analyses()
     needed: set[str] = set()
@@ -292,6 +293,8 @@ def _run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> p
     unknown = set(params) - set(known)
     if unknown:
         raise UsageError(f"unknown {'parameter' if len(unknown) == 1 else 'parameters'} for {name}: {', '.join(sorted(unknown))}")
+    if is_spark(con):  # analysis.spark.SparkConnection: the same view, translated
+        return con.run_analysis(name, **params)
     try:
         for key, value in params.items():
             _set_variable(con, key, value)

@@ -286,7 +286,12 @@ def display_width(text: str) -> int:
 @click.option("--max-trace-bytes", type=click.IntRange(min=1), default=None,
               help="Most bytes a gzip trace may decompress to (default: 100 times its size, at least 256 MiB; "
                    "more is refused as a likely gzip bomb).")
-def ingest(paths, out, run_name, jobs, quiet, host, max_trace_bytes):
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: this machine's processes (--jobs); spark: one Spark task per file, over the executors "
+                   "(pip install 'gpulens[spark]', Java 17+; --out on storage every executor sees).")
+@click.option("--spark-master", default=None, metavar="URL",
+              help="With --engine spark: local[*] (the default), spark://host:7077, k8s://... or yarn.")
+def ingest(paths, out, run_name, jobs, quiet, host, max_trace_bytes, engine="local", spark_master=None):
     """Ingest kernel traces (Kineto JSON, nsys SQLite, rocprofv3 database or CSV, NCCL logs).
 
     PATHS are files, folders or globs; the files of one call form one run,
@@ -307,8 +312,19 @@ def ingest(paths, out, run_name, jobs, quiet, host, max_trace_bytes):
 
     prepare_ingest_process()  # this process only ingests
 
-    with terminated_on_sigterm():
-        report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty(), host=host)
+    if engine == "spark" or spark_master is not None:
+        from gpulens.collector.errors import UsageError
+        from gpulens.collector.ingest.distributed import ingest_paths_on_spark
+        from gpulens.collector.spark_env import DEFAULT_SPARK_MASTER, check_spark_available
+
+        if engine != "spark":
+            raise UsageError("--spark-master needs --engine spark")
+        master = spark_master or DEFAULT_SPARK_MASTER
+        check_spark_available(master)
+        report = ingest_paths_on_spark(list(paths), out, run=run_name, host=host, master=master)
+    else:
+        with terminated_on_sigterm():
+            report = ingest_paths(list(paths), out, run=run_name, jobs=jobs, progress=sys.stderr.isatty(), host=host)
     prefixes = {logging.INFO: "", logging.WARNING: "gpulens: warning: ", logging.ERROR: "gpulens: error: "}
     for level, line in report.notices():
         if level > logging.INFO or not quiet:

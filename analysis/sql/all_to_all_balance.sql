@@ -38,7 +38,7 @@ with calls as (
         round(out_nelems * (bytes / greatest(in_nelems, out_nelems)))::bigint as received_bytes,
         round(in_nelems * (bytes / greatest(in_nelems, out_nelems)))::bigint as sent_bytes,
         case
-            when not coalesce(split_sizes_truncated, false) and len(out_split_sizes) >= 2
+            when not coalesce(split_sizes_truncated, false) and array_length(out_split_sizes) >= 2
                 then list_max(out_split_sizes) / nullif(list_avg(out_split_sizes), 0)
         end as peer_imbalance
     from comm_calls

@@ -46,6 +46,18 @@ with instances as (
     group by run, process_group, op, size_bucket_bytes, seq, instance_rank
 ),
 
+centred as (
+    -- each instance's time beside its group's median (mad: the median of their distances)
+    select
+        run,
+        process_group,
+        op,
+        size_bucket_bytes,
+        transfer_ns,
+        median(transfer_ns) over (partition by run, process_group, op, size_bucket_bytes) as median_ns
+    from instances
+),
+
 usual as (
     select
         run,
@@ -53,9 +65,9 @@ usual as (
         op,
         size_bucket_bytes,
         count(*) as samples,
-        median(transfer_ns) as median_ns,
-        mad(transfer_ns) as mad_ns
-    from instances
+        any_value(median_ns) as median_ns,
+        median(abs(transfer_ns - median_ns)) as mad_ns
+    from centred
     group by run, process_group, op, size_bucket_bytes
     having count(*) >= getvariable('collective_outlier_min_samples')
 )

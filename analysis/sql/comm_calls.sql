@@ -35,7 +35,7 @@ with calls as (
         c.op,
         c.seq as trace_seq,
         c.bytes,
-        coalesce(c.group_size, len(c.group_ranks)) as group_size,
+        coalesce(c.group_size, array_length(c.group_ranks)) as group_size,
         c.in_nelems,
         c.out_nelems,
         c.in_split_sizes,

@@ -32,7 +32,7 @@ with groups as (
     select
         run,
         process_group,
-        max(coalesce(group_size, len(group_ranks))) as group_size,
+        max(coalesce(group_size, array_length(group_ranks))) as group_size,
         any_value(group_ranks) as group_ranks
     from collectives
     group by run, process_group

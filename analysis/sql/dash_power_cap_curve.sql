@@ -20,7 +20,7 @@ with caps as (
         getvariable('dash_cap_min_w')::double
             + i * (getvariable('dash_cap_max_w')::double - getvariable('dash_cap_min_w')::double)
             / greatest(getvariable('dash_cap_points')::int - 1, 1) as cap_w
-    from range(greatest(getvariable('dash_cap_points')::int, 1)) as t(i)
+    from (select unnest(generate_series(0, greatest(getvariable('dash_cap_points')::int, 1) - 1)) as i) as t
 ),
 gpus as (
     select host, count(distinct gpu_index) as gpus
@@ -41,9 +41,9 @@ ticks as (
         t.host,
         caps.cap_w,
         t.ts,
-        len(t.powers_w) as gpus_reporting,
+        array_length(t.powers_w) as gpus_reporting,
         list_sum(list_transform(t.powers_w, lambda p: least(p, caps.cap_w))) as capped_node_w,
-        len(list_filter(t.powers_w, lambda p: p >= caps.cap_w)) as gpus_at_cap
+        array_length(list_filter(t.powers_w, lambda p: p >= caps.cap_w)) as gpus_at_cap
     from tick_powers t
     cross join caps
 ),

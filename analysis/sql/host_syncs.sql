@@ -40,7 +40,7 @@
 with sync_calls as (
     select run, rank, tid, regexp_replace(name, '_v[0-9]+$', '') as call_name, start_ns, end_ns, external_id
     from api_calls
-    where call_name in (
+    where regexp_replace(name, '_v[0-9]+$', '') in (
         'cudaDeviceSynchronize', 'cudaStreamSynchronize', 'cudaEventSynchronize', 'cudaMemcpy', 'cudaMemcpy2D',
         'cudaFree', 'cuCtxSynchronize', 'cuStreamSynchronize', 'cuEventSynchronize', 'cuMemcpyDtoH', 'cuMemFree',
         'hipDeviceSynchronize', 'hipStreamSynchronize', 'hipEventSynchronize', 'hipMemcpy', 'hipMemcpyDtoH', 'hipFree'
@@ -62,7 +62,7 @@ syncs as (
         on t.run = s.run
         and t.rank = s.rank
     where s.tid is null
-        or coalesce(len(t.tids), 0) = 0
+        or coalesce(array_length(t.tids), 0) = 0
         or list_contains(t.tids, s.tid)
 ),
 in_steps as (

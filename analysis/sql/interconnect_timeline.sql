@@ -12,11 +12,11 @@ with per_bucket as (
     select
         host,
         gpu_index,
-        time_bucket(
-            to_microseconds((getvariable('interconnect_bucket_s') * 1e6)::bigint),
-            ts,
-            timestamptz '1970-01-01 00:00:00+00'
-        ) as bucket_start,
+        -- buckets counted from the epoch, in whole microseconds
+        make_timestamp(
+            epoch_us(ts) // (getvariable('interconnect_bucket_s') * 1e6)::bigint
+            * (getvariable('interconnect_bucket_s') * 1e6)::bigint
+        )::timestamptz as bucket_start,
         struct_pack(samples := count(link_tx_bytes_per_s), mean := avg(link_tx_bytes_per_s), max := max(link_tx_bytes_per_s)) as link_tx_bytes_per_s,
         struct_pack(samples := count(link_rx_bytes_per_s), mean := avg(link_rx_bytes_per_s), max := max(link_rx_bytes_per_s)) as link_rx_bytes_per_s,
         struct_pack(samples := count(pcie_tx_bytes_per_s), mean := avg(pcie_tx_bytes_per_s), max := max(pcie_tx_bytes_per_s)) as pcie_tx_bytes_per_s,
@@ -26,9 +26,9 @@ with per_bucket as (
     group by host, gpu_index, bucket_start
 ),
 per_metric as (
-    unpivot per_bucket
-    on link_tx_bytes_per_s, link_rx_bytes_per_s, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, pcie_bytes_per_s
-    into name metric value stats
+    select *
+    from per_bucket
+    unpivot (stats for metric in (link_tx_bytes_per_s, link_rx_bytes_per_s, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, pcie_bytes_per_s))
 )
 select
     per_metric.host,

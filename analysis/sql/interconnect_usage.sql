@@ -29,9 +29,9 @@ with per_gpu as (
     group by host, gpu_index
 ),
 per_metric as (
-    unpivot per_gpu
-    on link_tx_bytes_per_s, link_rx_bytes_per_s, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, pcie_bytes_per_s
-    into name metric value stats
+    select *
+    from per_gpu
+    unpivot (stats for metric in (link_tx_bytes_per_s, link_rx_bytes_per_s, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, pcie_bytes_per_s))
 )
 select
     per_metric.host,

@@ -128,7 +128,7 @@ sweep as (
         run,
         rank,
         t as start_ns,
-        lead(t) over w as end_ns,
+        lead(t) over (partition by run, rank order by t) as end_ns,  -- lead takes no frame (Spark refuses one)
         (sum(d_samples) over w)::bigint + 1 as sample_no,
         (sum(d_steps) over w)::bigint as step_no
     from edges

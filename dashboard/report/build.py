@@ -137,6 +137,8 @@ def build_report(
     progress: Progress | None = None,
     compare_label: str | None = None,
     job: str | None = None,
+    engine: str = "duckdb",
+    spark_master: str | None = None,
 ) -> Report:
     """The report of the dataset at `dataset`, compared with `compare` if given.
 
@@ -146,16 +148,19 @@ def build_report(
     the worse counts as a regression. `inputs` are what the user named
     (trace files ingested into `dataset`, which is `temporary`). `job`
     limits the report to one job (`analysis.jobs.restrict_to_job`).
+    `engine` runs the analyses: "duckdb", or "spark" on `spark_master`
+    (analysis.engine; the same SQL files, the same tables).
     Raises DatasetError for a dataset that cannot be read or holds nothing.
     """
-    from gpulens.analysis.dataset import open_dataset
+    from gpulens.analysis.engine import open_engine
     from gpulens.analysis.registry import results_kept
     from gpulens.analysis import metrics as metrics_of
     from gpulens.dashboard.report import compare as comparing
 
     step = progress or (lambda label: None)
     try:
-        con = open_dataset(dataset, footer_cache=True)
+        con = (open_engine(dataset, engine, spark_master) if engine != "duckdb"
+               else open_engine(dataset, footer_cache=True, spark_master=spark_master))
     except duckdb.Error as error:  # a corrupt Parquet file, say
         raise DatasetError(f"{dataset}: cannot read the dataset: {one_line(error)}") from None
     if job is not None:

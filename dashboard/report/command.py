@@ -48,9 +48,13 @@ _SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "m
 @click.option("--job", default=None,
               help="Only this job (job_holds' name: slurm-<job id>, pod-<namespace>/<pod>): the telemetry of the GPUs it "
                    "held while it held them, and the trace runs of its processes.")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="What runs the analyses: duckdb (embedded) or spark (pip install 'gpulens[spark]', Java 17+).")
+@click.option("--spark-master", default=None, metavar="URL",
+              help="With --engine spark: local[*] (the default), spark://host:7077, k8s://..., yarn or sc://host:15002.")
 def report(inputs: tuple[str, ...], output: Path | None, output_format: str | None, baseline: Path | None,
            fail_on: tuple[str, ...], keep: Path | None, run_name: str | None, title: str | None,
-           job: str | None) -> None:
+           job: str | None = None, engine: str = "duckdb", spark_master: str | None = None) -> None:
     """Run every analysis on a dataset or on trace files and write a report.
 
     INPUTS is one dataset folder (with telemetry/ or traces/ in it), or
@@ -89,7 +93,8 @@ def report(inputs: tuple[str, ...], output: Path | None, output_format: str | No
         baseline_dataset, label = _resolve_baseline(baseline, Path(scratch) / "baseline")
         with _Progress(terminal) as progress:
             built = build_report(dataset, compare=baseline_dataset, fail_on=thresholds, inputs=list(inputs),
-                                 temporary=temporary, title=title, progress=progress, compare_label=label, job=job)
+                                 temporary=temporary, title=title, progress=progress, compare_label=label, job=job,
+                                 engine=engine, spark_master=spark_master)
             progress("writing")
             data = _render(built, output_format)
         # Where DuckDB swallowed it instead (the signal came in one of the
