@@ -79,6 +79,27 @@ def list_overlap(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def list_element(node: exp.Expression) -> exp.Expression:
+    """DuckDB's list_extract(list, i) (1-based; a negative i counts from
+    the end; NULL past either end) is Spark's element_at, which sqlglot
+    passes through unchanged as an unknown function."""
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("list_extract", "list_element"):
+        return _call("element_at", *node.expressions)
+    return node
+
+
+def json_array_elements(node: exp.Expression) -> exp.Expression:
+    """DuckDB's json_extract(x, '$.a[*]') is a list of the array's elements
+    as JSON; Spark's get_json_object gives one JSON text. Spark: that text
+    read back as an array of JSON texts (from_json into array<string>)."""
+    if isinstance(node, exp.JSONExtract) and isinstance(node.expression, exp.JSONPath):
+        parts = node.expression.expressions
+        if parts and isinstance(parts[-1], exp.JSONPathSubscript) and isinstance(parts[-1].this, exp.JSONPathWildcard):
+            whole = exp.JSONExtract(this=node.this, expression=exp.JSONPath(expressions=parts[:-1]))
+            return _call("from_json", whole, exp.Literal.string("array<string>"))
+    return node
+
+
 def sorted_distinct_string_agg(node: exp.Expression) -> exp.Expression:
     """string_agg(distinct x, sep order by x) becomes LISTAGG ... WITHIN
     GROUP, which Spark refuses with DISTINCT; the sorted set, joined, is
@@ -296,6 +317,8 @@ RULES: tuple[Rule, ...] = (
     percentiles,
     top_n,
     list_overlap,
+    list_element,
+    json_array_elements,
     sorted_distinct_string_agg,
     regexp_flags,
     materialized_ctes,

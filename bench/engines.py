@@ -12,11 +12,8 @@ generators of bench/analysis_latency.py): `--hosts` nodes of 8 GPUs with
 `analysis/sql/` in turn, its wall time, the peak memory so far (resident
 set of the process, with the Spark driver's JVM, its child), and the rows
 it scans (the rows of the tables it reads) per second. The figures go to
-stdout and to `bench/results/engines-<date>.json`:
-
-    {"bench": "engines", "date": ..., "commit": ..., "machine": ..., "rows": [...]}
-
-one row per engine and analysis. No speed target: the figures show where
+stdout and to bench/results/ (bench/results.py), one row per engine and
+analysis. No speed target: the figures show where
 Spark's fixed cost stops mattering, and whether its driver's memory grows
 with the number of hosts (it should not: the rows stay on the executors).
 """
@@ -24,10 +21,8 @@ with the number of hosts (it should not: the rows stay on the executors).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -39,7 +34,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+import results  # noqa: E402
+
 SEED = 7
 
 
@@ -115,18 +111,6 @@ def run_engine(engine: str, root: Path, analyses: list[str], master: str) -> lis
     return rows
 
 
-def machine() -> dict[str, object]:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.machine())
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "load_average_1m": round(os.getloadavg()[0], 1)}
-
-
-def commit() -> str | None:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
-    return done.stdout.strip() or None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=64)
@@ -136,7 +120,6 @@ def main() -> int:
     parser.add_argument("--spark-master", default="local[2]")
     parser.add_argument("--analyses", default=None, help="comma-separated (default: every analysis)")
     parser.add_argument("--keep", type=Path, default=None, help="write the dataset here and keep it (reused if there)")
-    parser.add_argument("--out", type=Path, default=None, help="the JSON results file")
     parser.add_argument("--engine-only", choices=["duckdb", "spark"], help=argparse.SUPPRESS)
     parser.add_argument("--dataset", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -148,6 +131,9 @@ def main() -> int:
         print(json.dumps(run_engine(args.engine_only, args.dataset, analyses, args.spark_master)))
         return 0
 
+    record = results.start("engines", {"hosts": args.hosts, "telemetry_hours": args.telemetry_hours,
+                                       "ranks": args.ranks, "kernels": int(args.kernels),
+                                       "spark_master": args.spark_master})
     root = args.keep or Path(tempfile.mkdtemp(prefix="gpulens-engines-bench-"))
     started = time.perf_counter()
     scale = {"hosts": args.hosts, "ranks": args.ranks}
@@ -160,13 +146,9 @@ def main() -> int:
                                 "--spark-master", args.spark_master, "--analyses", ",".join(analyses)],
                                stdout=subprocess.PIPE, text=True, check=True)
         rows.extend({**row, **scale} for row in json.loads(child.stdout.strip().splitlines()[-1]))
-    now = dt.datetime.now(dt.timezone.utc)
-    results = {"bench": "engines", "date": now.isoformat(timespec="seconds"), "commit": commit(),
-               "machine": machine(), "rows": rows}
-    out = args.out or RESULTS_DIR / f"engines-{now:%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results: {out}", file=sys.stderr)
+    for row in rows:
+        record.add(row)
+    print(f"results: {record.write()}", file=sys.stderr)
     if args.keep is None:
         import shutil
 

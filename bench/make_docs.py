@@ -189,6 +189,23 @@ def import_telemetry(result: dict[str, Any]) -> str:
          "peak memory"], rows)
 
 
+def engines(result: dict[str, Any]) -> str:
+    by_analysis: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in result["rows"]:
+        by_analysis.setdefault(row["analysis"], {})[row["engine"]] = row
+    rows = []
+    for name, engines_run in by_analysis.items():
+        duck, spark = engines_run.get("duckdb", {}), engines_run.get("spark", {})
+        rows.append([f"`{name}`", f"{_number(duck.get('wall_s'))} s", f"{_number(spark.get('wall_s'))} s",
+                     _mib(None if duck.get("peak_rss_mib") is None else duck["peak_rss_mib"] * 2**20),
+                     _mib(None if spark.get("peak_rss_mib") is None else spark["peak_rss_mib"] * 2**20),
+                     f"{duck.get('rows_scanned', 0):,}", "ran" if not (duck.get("error") or spark.get("error"))
+                     else "failed"])
+    params = _params(result, ["hosts", "telemetry_hours", "ranks", "kernels", "spark_master"])
+    return provenance(result) + params + _table(
+        ["analysis", "DuckDB", "Spark", "DuckDB peak", "Spark driver peak", "rows scanned", ""], rows)
+
+
 REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "ingest_vs_hta": ("ingest_vs_hta", ingest_vs_hta),
     "ingest_vs_hta_verdicts": ("ingest_vs_hta", ingest_vs_hta_verdicts),
@@ -201,6 +218,7 @@ REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "metrics_scrape": ("metrics_scrape", metrics_scrape),
     "collector_overhead_jobs": ("collector_overhead_jobs", collector_overhead_jobs),
     "import_telemetry": ("import_telemetry", import_telemetry),
+    "engines": ("engines", engines),
 }
 
 

@@ -163,8 +163,9 @@ by_pid as (
         rank,
         min(gpu_index) filter (where is_rank) as gpu_index,
         count(distinct gpu_index) filter (where is_rank) as gpus,
-        string_agg(distinct gpu_index::varchar, ', ' order by gpu_index::varchar) filter (where is_rank)
-            as gpu_list
+        -- the filter inside the argument (NULLs are skipped): one form both engines read
+        string_agg(distinct case when is_rank then gpu_index::varchar end, ', '
+                   order by case when is_rank then gpu_index::varchar end) as gpu_list
     from near_processes
     group by run, rank
 ),
