@@ -158,16 +158,17 @@ def check_view(dataset: Path, spark, view: str) -> None:
     assert_same_rows(run_analysis(duck_con, view), run_analysis(spark_con, view), view)
 
 
-def _marked(view: str):
-    if view in XFAIL:
-        return pytest.param(view, marks=pytest.mark.xfail(reason=XFAIL[view], run=False))
-    return view
+def _marked(*values: str):
+    """The parameters of one test, the last a view, marked where it is in XFAIL."""
+    view = values[-1]
+    marks = [pytest.mark.xfail(reason=XFAIL[view], run=False)] if view in XFAIL else []
+    return pytest.param(*values, marks=marks)
 
 
 # One dataset after the other (opening one on Spark registers its tables:
 # seconds), every view of each.
 @pytest.mark.slow
-@pytest.mark.parametrize(("sample", "view"), [(sample, _marked(view)) for sample in SAMPLES for view in VIEWS])
+@pytest.mark.parametrize(("sample", "view"), [_marked(sample, view) for sample in SAMPLES for view in VIEWS])
 def test_view_same_rows_on_spark_sample(spark, sample: str, view: str):
     check_view(REPO_ROOT / "sample_traces" / sample, spark, view)
 
