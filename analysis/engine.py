@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gpulens.analysis.registry import is_spark
 from gpulens.collector.errors import UsageError
 from gpulens.collector.spark_env import DEFAULT_SPARK_MASTER, EngineUnavailable, check_spark_available, java_executable
 
@@ -49,7 +50,3 @@ def open_engine(path: str | Path, engine: str = DEFAULT_ENGINE, spark_master: st
 
     return open_spark_dataset(path, master=master)
 
-
-def is_spark(con: Any) -> bool:
-    """Whether `con` is a SparkConnection (without importing pyspark)."""
-    return getattr(con, "engine", None) == "spark"

@@ -31,7 +31,6 @@ import duckdb
 
 from gpulens.analysis import peaks
 from gpulens.analysis.tables import TABLES, is_vanished_file_error, retry_vanished_files
-from gpulens.analysis.engine import is_spark
 from gpulens.collector.errors import QueryError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -265,6 +264,11 @@ def results_kept(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         yield
     finally:
         forget_results(con)
+
+
+def is_spark(con: Any) -> bool:
+    """Whether `con` is a SparkConnection (analysis.spark), without importing pyspark."""
+    return getattr(con, "engine", None) == "spark"
 
 
 def run_analysis(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pl.DataFrame:

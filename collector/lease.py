@@ -118,6 +118,9 @@ class CollectorLease:
             descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             holder = self._read()
+            if holder is not None and holder.token == self._token:
+                self._held = True  # ours already (renewed into a folder made again)
+                return
             if holder is not None and not holder.ended(now_ns):
                 raise DatasetError(
                     f"{self.root}: another collector writes host={self.host} here ({holder.describe(now_ns)}); "

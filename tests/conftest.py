@@ -20,6 +20,18 @@ def shared_traces() -> Path:
 
 
 
+@pytest.fixture(autouse=True)
+def _sigint_handler_restored():
+    """A test must not leave its Ctrl-C handler to the next: pyspark's
+    SparkContext installs its own (cancel the jobs) and keeps it after stop,
+    and the ingest tests count on Python's KeyboardInterrupt."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
+
+
 def modules_loaded_by(command: list[str], names: tuple[str, ...]) -> list[str]:
     """The modules of `names` (each, or a submodule of it) that `gpulens
     COMMAND...` loads, run in a fresh interpreter to its end."""

@@ -43,7 +43,7 @@ from gpulens.analysis.dataset import open_dataset
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus")
-COLLECT_S = 8
+COLLECT_S = 12
 GPUS = 4
 HOST = "node-p"
 REL = 1e-9
