@@ -27,9 +27,10 @@ def _sigint_handler_restored():
     and the ingest tests count on Python's KeyboardInterrupt."""
     import signal
 
-    handler = signal.getsignal(signal.SIGINT)
     yield
-    signal.signal(signal.SIGINT, handler)
+    # Python's own: pyspark installs its handler while a module-scoped
+    # session starts, before a function-scoped fixture could save another.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def modules_loaded_by(command: list[str], names: tuple[str, ...]) -> list[str]:
