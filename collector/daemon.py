@@ -52,7 +52,7 @@ from typing import Any, Callable, Protocol
 from gpulens.collector import boot_clock, hardware
 from gpulens.collector.backend import Backend, DeviceInfo, GpuLost, ProcessSample
 from gpulens.collector.errors import DatasetError, UsageError
-from gpulens.collector.lease import CollectorLease
+from gpulens.collector.lease import CollectorLease, LeaseTakenOver
 from gpulens.collector.jobs import UNKNOWN, JobReader
 from gpulens.collector.throttle import LIMITING_REASONS
 from gpulens.collector.wording import counted
@@ -432,6 +432,11 @@ class Collector:
         try:
             self.writer.flush()
             self.summary.last_flush_ns = self._clock_ns()
+            # Renewed with the flush: a disk that turns read-only between the
+            # two is one fault, said once, not a lease error and then a flush error.
+            self.lease.renew()
+        except LeaseTakenOver as error:
+            log.error("%s", error)
         except DatasetError as error:
             self.summary.flush_errors += 1
             dropped = self.writer.shed_oldest()
@@ -453,10 +458,6 @@ class Collector:
             self._event(now_ns, "write_recovered", None, detail, dropped)
             log.warning("%s: %s", self.options.out, detail)
             self._write_failing_since_ns = None
-        try:
-            self.lease.renew()
-        except DatasetError as error:
-            log.error("%s", error)
 
     def _make_root_again(self, ts_ns: int) -> None:
         """A dataset folder removed under the collector: make it again,

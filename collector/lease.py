@@ -74,6 +74,10 @@ class Holder:
         return f"pid {self.pid} on {self.hostname}, renewed {age_s:.0f} s ago"
 
 
+class LeaseTakenOver(DatasetError):
+    """The lease is another collector's now: not a disk fault, said every time."""
+
+
 class CollectorLease:
     """The lease on one host's partitions of one dataset."""
 
@@ -149,7 +153,7 @@ class CollectorLease:
         holder = self._read()
         if holder is not None and holder.token != self._token:
             self._held = False
-            raise DatasetError(f"{self.root}: the collector lease on host={self.host} was taken over "
+            raise LeaseTakenOver(f"{self.root}: the collector lease on host={self.host} was taken over "
                                f"({holder.describe(self._clock_ns())})")
         self._write_over(self._mine(self._clock_ns()))
 

@@ -16,7 +16,7 @@ import pytest
 from gpulens.analysis.dataset import open_dataset
 from gpulens.collector.backend import DeviceInfo, DeviceSample, GpuLost
 from gpulens.collector.daemon import CollectOptions, Collector
-from gpulens.collector.errors import UsageError
+from gpulens.collector.errors import DatasetError, UsageError
 from gpulens.collector.sim import SimBackend
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -248,3 +248,24 @@ def test_amd_power_throttle_is_an_event(tmp_path):
     _collect(tmp_path, AmdThrottledBackend(), duration_s=0.2)
     con = open_dataset(tmp_path)
     assert con.execute("select gpu_index, detail from events where kind = 'throttle_start'").fetchall() == [(0, "power")]
+
+
+def test_a_lease_that_cannot_be_renewed_is_the_same_write_fault_said_once(tmp_path, monkeypatch, caplog):
+    # The disk turns read-only between a flush and the lease's renewal: the
+    # failing renewal and the flushes failing after it are one fault.
+    from gpulens.collector.lease import CollectorLease
+
+    failures = iter([True, True, True])
+    renew = CollectorLease.renew
+
+    def read_only_for_three_flushes(lease):
+        if next(failures, False):
+            raise DatasetError(f"{lease.path}: cannot write the collector lease (Read-only file system)")
+        renew(lease)
+
+    monkeypatch.setattr(CollectorLease, "renew", read_only_for_three_flushes)
+    _collect(tmp_path, SimBackend(gpus=1), interval_s=0.02, flush_every_s=0.1, duration_s=1.0)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "Read-only file system" in errors[0], errors
+    kinds = [k for (k,) in open_dataset(tmp_path).execute("select kind from events order by ts").fetchall()]
+    assert kinds.count("write_failed") == 1 and kinds.index("write_failed") < kinds.index("write_recovered")
