@@ -107,6 +107,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import results  # noqa: E402
+from node_site import build_node_site  # noqa: E402
 from gpulens.collector.sim_trace import write_training_traces  # noqa: E402
 
 SHARED_KINETO = REPO_ROOT.parent / "shared" / "traces" / "kineto"
@@ -211,12 +212,12 @@ def _tree_memory_bytes(root: int) -> tuple[int, int]:
     return total, largest
 
 
-def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path) -> Load:
+def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path, env: dict | None = None) -> Load:
     """Run `command` in a fresh process; wall time and peak memory of its tree."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         # Its own session, so a timeout can end the workers too.
-        process = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, start_new_session=True)
+        process = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, start_new_session=True, env=env)
         peak, largest = [0], [0]
         done = threading.Event()
 
@@ -255,12 +256,22 @@ def load_hta(hta_python: str, folder: Path, timeout_s: float) -> Load:
     return run_measured("hta", [hta_python, "-c", _HTA_CHILD, str(folder)], timeout_s, folder.parent)
 
 
+# Where gpulens runs: a node install's packages only (bench/node_site.py),
+# unless --gpulens-env current; set by main.
+_NODE_SITE: Path | None = None
+
+
 def load_gpulens(folder: Path, jobs: int, timeout_s: float, work: Path) -> Load:
     # Written into the work folder, never beside a --trace-set folder of the user's.
     out = work / f"{folder.name}-gpulens-out"
     shutil.rmtree(out, ignore_errors=True)
+    command = [sys.executable, "-c", _GPULENS_CHILD, str(folder), str(out), str(jobs)]
+    env = None
+    if _NODE_SITE is not None:
+        command.insert(1, "-S")
+        env = {**os.environ, "PYTHONPATH": str(_NODE_SITE)}
     try:
-        return run_measured("gpulens", [sys.executable, "-c", _GPULENS_CHILD, str(folder), str(out), str(jobs)], timeout_s, REPO_ROOT)
+        return run_measured("gpulens", command, timeout_s, REPO_ROOT, env)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -543,7 +554,7 @@ def compile_gpulens() -> None:
     """gpulens' modules as bytecode, as HTA's are (see the docstring)."""
     import compileall
 
-    for package in ("collector", "analysis", "dashboard"):
+    for package in ("gpulens", "collector", "analysis", "dashboard"):
         if not compileall.compile_dir(REPO_ROOT / package, quiet=1):
             raise SystemExit(f"{REPO_ROOT / package}: could not compile to bytecode")
     print("gpulens' modules compiled to bytecode first, as pip compiles HTA's")
@@ -596,6 +607,9 @@ def main() -> None:
     parser.add_argument("--small-ranks", type=int, default=64,
                         help=f"ranks of the run of small ranks, {SMALL_RANK_EVENTS:,} events each (0 skips it)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where inputs go (default: a temporary folder)")
+    parser.add_argument("--gpulens-env", choices=["node", "current"], default="node",
+                        help="node: gpulens with its core dependencies alone, as `pip install gpulens` puts it on a "
+                             "node (no pandas, which pyarrow would import); current: this environment as it is")
     args = parser.parse_args()
     events = args.events or (400_000 if args.quick else 5_000_000)
     hta_python = None if args.hta_python == "none" else (args.hta_python or default_hta_python())
@@ -614,6 +628,10 @@ def main() -> None:
         print("HTA not found (pip install holistictraceanalysis, or --hta-python): gpulens figures only")
     work = args.work = args.work_dir or Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    global _NODE_SITE
+    if args.gpulens_env == "node":
+        _NODE_SITE = build_node_site(empty_folder(work / "node-site"))
+        print(f"gpulens runs as a node install has it: its core dependencies alone ({_NODE_SITE})")
     try:
         fixed_costs(work, args, hta_python)
         if not args.skip_real:

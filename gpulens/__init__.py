@@ -13,16 +13,10 @@ docs/notebook.md).
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpulens.api import Dataset, open  # noqa: A004
-
-try:
-    __version__ = version("gpulens")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
 
 __all__ = ["Dataset", "__version__", "open"]
 
@@ -34,4 +28,13 @@ def __getattr__(name: str) -> Any:
         from gpulens import api
 
         return getattr(api, name)
+    if name == "__version__":
+        # Read at first use: importlib.metadata costs every command ~40 ms
+        # and a few MiB (email, zipfile...), forked ingest workers included.
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("gpulens")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            return "0+unknown"
     raise AttributeError(f"module 'gpulens' has no attribute {name!r}")
