@@ -33,6 +33,7 @@ from gpulens.collector.cpus import usable_cpus
 from gpulens.collector.errors import one_line
 from gpulens.collector.ingest import plan
 from gpulens.collector.ingest.formats import FORMAT_MODULES, module_for
+from gpulens.collector.ingest.memory_bound import bound_bytes, limit_address_space
 from gpulens.collector.ingest.results import FileFailure, FileResult, SkippedFile
 from gpulens.collector.ingest.store import owner_tag, remove_abandoned_staging, staged_folder
 from gpulens.collector.progress import StderrProgress
@@ -405,27 +406,7 @@ WORKER_MIN_MEMORY_BYTES = 2 << 30
 
 def worker_memory_bytes(workers: int) -> int | None:
     """The bound of each of `workers` workers (None: the machine's size is unknown)."""
-    override = os.environ.get(WORKER_MEMORY_VARIABLE, "")
-    if override.isdigit() and int(override) > 0:
-        return int(override)
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-    return max(WORKER_MIN_MEMORY_BYTES, physical * 3 // 4 // max(1, workers))
-
-
-def _limit_memory(memory_bytes: int | None) -> None:
-    """Cap this process's address space (RLIMIT_AS): past it an allocation
-    fails with MemoryError, which costs the file being read, not the machine."""
-    if memory_bytes is None:
-        return
-    import resource
-
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard != resource.RLIM_INFINITY:
-        memory_bytes = min(memory_bytes, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, hard))
+    return bound_bytes(WORKER_MEMORY_VARIABLE, Fraction(3, 4 * max(1, workers)), WORKER_MIN_MEMORY_BYTES)
 
 
 def _worker_start(parent: int, spill_dir: str, memory_bytes: int | None = None) -> None:
@@ -442,7 +423,7 @@ def _worker_start(parent: int, spill_dir: str, memory_bytes: int | None = None) 
     _SPILL_DIR = spill_dir
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _end_with_parent(parent)
-    _limit_memory(memory_bytes)
+    limit_address_space(memory_bytes)
     prepare_ingest_process()
 
 

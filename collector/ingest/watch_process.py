@@ -23,7 +23,10 @@ import os
 import signal
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
+
+from gpulens.collector.ingest.memory_bound import bound_bytes, limit_address_space
 
 WATCH_NICE = 10
 WATCH_PARENT_VARIABLE = "GPULENS_WATCH_PARENT_PID"
@@ -35,14 +38,7 @@ STOP_WAIT_S = 30.0
 def watch_memory_bytes() -> int | None:
     """The watcher's address-space bound: GPULENS_WATCH_MEMORY_BYTES, else a
     quarter of the machine's memory, at least WATCH_MIN_MEMORY_BYTES."""
-    override = os.environ.get(WATCH_MEMORY_VARIABLE, "")
-    if override.isdigit() and int(override) > 0:
-        return int(override)
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-    return max(WATCH_MIN_MEMORY_BYTES, physical // 4)
+    return bound_bytes(WATCH_MEMORY_VARIABLE, Fraction(1, 4), WATCH_MIN_MEMORY_BYTES)
 
 
 def start(directory: Path, out: Path, run: str | None, host: str | None) -> subprocess.Popen:
@@ -74,8 +70,8 @@ def settle_as_child() -> None:
     parent = os.environ.get(WATCH_PARENT_VARIABLE, "")
     if not parent.isdigit():
         return
-    from gpulens.collector.ingest.pool import _end_with_parent, _limit_memory
+    from gpulens.collector.ingest.pool import _end_with_parent
 
     os.nice(WATCH_NICE)
-    _limit_memory(watch_memory_bytes())
+    limit_address_space(watch_memory_bytes())
     _end_with_parent(int(parent))

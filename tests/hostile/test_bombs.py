@@ -67,7 +67,7 @@ def test_bomb_limit_is_replaced_by_max_trace_bytes(tmp_path):
 
 def test_bomb_beyond_the_worker_memory_bound_costs_its_file(tmp_path):
     bomb = _bomb(tmp_path / "bomb.json.gz", 40)  # 640 MiB
-    code = ("import sys; from gpulens.collector.ingest.pool import _limit_memory; _limit_memory(600 << 20); "
+    code = ("import sys; from gpulens.collector.ingest.memory_bound import limit_address_space; limit_address_space(600 << 20); "
             "from gpulens.collector.ingest.batch import _parse; "
             "print(_parse(sys.argv[1], 'r', True, (), sys.argv[2]).message)")
     import os
