@@ -1,10 +1,10 @@
 -- GPU time per user annotation: for each `record_function` range (and any
 -- other user range on the CPU), the GPU activities launched inside it.
--- requires: kernels, api_calls, annotations
+-- requires: launched_on_thread, annotations
 --
--- A GPU activity belongs to a range when its launch call (the runtime call
--- with its correlation id, api_calls) started within the range, on the same
--- process and thread: start_ns <= call start < end_ns. Ranges nest, so an
+-- A GPU activity belongs to a range when its launch call
+-- (launched_on_thread) started within the range, on the same process and
+-- thread: start_ns <= call start < end_ns. Ranges nest, so an
 -- activity counts for every range around its call (a `forward` range and
 -- the `attention` range inside it both count the attention kernels).
 -- Activities of the complete profiler steps only (kernels.scoped); those
@@ -18,25 +18,7 @@
 --   gpu_ns             those activities' summed duration (not a union: two
 --                      running at once count twice)
 --   launch_delay_mean_ns   their mean launch delay (kernel_launches)
-with launched as (
-    select
-        k.run,
-        k.rank,
-        c.pid,
-        c.tid,
-        k.launch_call_start_ns as call_start_ns,
-        k.dur_ns,
-        k.launch_delay_ns
-    from kernels as k
-    join api_calls as c
-        on c.run = k.run
-        and c.rank = k.rank
-        and c.correlation_id = k.correlation_id
-        and c.start_ns = k.launch_call_start_ns
-    where k.scoped
-),
-
-ranges as (
+with ranges as (
     select run, rank, pid, tid, name, start_ns, end_ns
     from annotations
     where kind = 'user'
@@ -55,7 +37,7 @@ per_range as (
         sum(l.launch_delay_ns) as launch_delay_ns,
         count(l.launch_delay_ns) as delay_count
     from ranges as r
-    left join launched as l
+    left join launched_on_thread as l
         on l.run = r.run
         and l.rank = r.rank
         and l.pid = r.pid

@@ -1,12 +1,12 @@
 -- Which operators launched which kernels: per CPU operator (`aten::mm`,
 -- ...) and kernel name, the GPU activities, their time and their launch
 -- delay.
--- requires: kernels, api_calls, cpu_ops
+-- requires: launched_on_thread, cpu_ops
 --
 -- A GPU activity belongs to the innermost CPU op running, on the same
--- process and thread, when its launch call started (api_calls, by
--- correlation id): of the ops with start_ns <= call start < end_ns, the one
--- that started last (then the shortest). This is the op's call stack, as
+-- process and thread, when its launch call started (launched_on_thread):
+-- of the ops with start_ns <= call start < end_ns, the one that started
+-- last (then the shortest). This is the op's call stack, as
 -- HTA links kernels to operators; it needs no `External id` (which older
 -- Kineto writes in different spaces for ops and for runtime calls).
 -- Activities of the complete profiler steps only (kernels.scoped); those
@@ -18,27 +18,7 @@
 --   launch_delay_mean_ns, launch_delay_p50_ns, launch_delay_max_ns
 --                          their launch delay (kernel_launches: call end to
 --                          kernel start, clipped at 0), where they have one
-with launched as (
-    select
-        k.run,
-        k.rank,
-        k.correlation_id,
-        k.name,
-        k.dur_ns,
-        k.launch_delay_ns,
-        c.pid,
-        c.tid,
-        c.start_ns as call_start_ns
-    from kernels as k
-    join api_calls as c
-        on c.run = k.run
-        and c.rank = k.rank
-        and c.correlation_id = k.correlation_id
-        and c.start_ns = k.launch_call_start_ns
-    where k.scoped
-),
-
-owner as (
+with owner as (
     select
         l.run,
         l.rank,
@@ -47,7 +27,7 @@ owner as (
         l.dur_ns,
         l.launch_delay_ns,
         arg_max(o.name, (o.start_ns, -o.end_ns, o.name)) as operator  -- of equal ops, the same whatever the order
-    from launched as l
+    from launched_on_thread as l
     join cpu_ops as o
         on o.run = l.run
         and o.rank = l.rank
