@@ -5,17 +5,16 @@ The test environment holds every extra (Streamlit, pyspark, HTA and their
 trees), so a module gpulens imports but does not declare is found here and
 missing on a user's machine. Each command below runs with only gpulens,
 its core dependencies and what they require on its path, as on a fresh
-node.
+node (bench/node_site.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import re
 import socket
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -23,51 +22,14 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = REPO_ROOT / "sample_traces" / "demo-training"
 
-
-def _requirement_name(requirement: str) -> str:
-    return re.split(r"[\s;\[<>=!~(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
-
-
-def _core_closure() -> set[str]:
-    """gpulens and every distribution its core dependencies pull in, without extras."""
-    wanted, seen = ["gpulens"], set()
-    while wanted:
-        name = wanted.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            requires = metadata.requires(name) or []
-        except metadata.PackageNotFoundError:
-            continue  # a requirement for another platform or Python
-        wanted.extend(_requirement_name(r) for r in requires if "extra ==" not in r.replace('"', "").replace("'", ""))
-    return seen
+_spec = importlib.util.spec_from_file_location("node_site", REPO_ROOT / "bench" / "node_site.py")
+node_site_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(node_site_module)
 
 
 @pytest.fixture(scope="module")
 def node_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding, by links, gpulens and the distributions a node
-    install has (the core closure), and nothing else: with `python -S`
-    and this folder as its path, a module of any other distribution is
-    not found, as on a fresh node."""
-    site = tmp_path_factory.mktemp("node-site")
-    package = site / "gpulens"
-    package.mkdir()
-    for path in (REPO_ROOT / "gpulens").glob("*.py"):
-        (package / path.name).symlink_to(path)
-    for part in ("collector", "analysis", "dashboard"):
-        (package / part).symlink_to(REPO_ROOT / part, target_is_directory=True)
-    for name in _core_closure() - {"gpulens"}:
-        try:
-            distribution = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            continue
-        for file in distribution.files or []:
-            top = file.parts[0]
-            if top in ("..", "__pycache__") or top.endswith(".pth") or (site / top).exists():
-                continue
-            (site / top).symlink_to(Path(distribution.locate_file(top)))
-    return site
+    return node_site_module.build_node_site(tmp_path_factory.mktemp("node-site"))
 
 
 def _run_on_a_node(site: Path, *arguments: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -85,7 +47,7 @@ def test_a_module_of_an_extra_is_not_found_on_the_node(node_site: Path, tmp_path
 
 
 def test_numpy_is_a_core_dependency_as_ingest_and_the_collector_import_it() -> None:
-    assert "numpy" in _core_closure()
+    assert "numpy" in node_site_module.core_closure()
 
 
 NODE_COMMANDS = {
