@@ -1,5 +1,5 @@
-"""Parquet files written and read the way every table of the dataset is:
-`pyarrow.parquet`, with the promises its callers rely on.
+"""Parquet files written and read the way every table of the dataset is,
+with the promises their callers rely on.
 
 - A write that fails leaves no file behind (the writer, compaction and
   ingest then write again, or report, without a half-file to clean up);
@@ -9,6 +9,23 @@
   tables (`trace_parquet_options`) are chosen here, once.
 - `write_tables` writes one row group per table of a stream, so the tables
   of a long stream are never all held at once.
+
+Through pyarrow's own Parquet classes, without importing `pyarrow.parquet`
+(the one place gpulens reaches past a dependency's public modules; the
+other is `collector.arrow_compute`). `pyarrow.parquet` imports `pyarrow.fs`,
+and with it the S3, GCS, Azure and HDFS filesystems and OpenSSL: 13 ms of
+every `gpulens ingest` before its first file (6 % of its fixed cost), and
+8.6 MB of memory in each of its processes and in the collector daemon.
+Local files need none of it: `pyarrow.parquet`'s writer, `ParquetFile` and
+`read_schema` hand a local path or an open file to the compiled
+`pyarrow._parquet` writer and reader. So this calls those classes
+directly, with the defaults `pyarrow.parquet` gives them (the files are
+byte for byte the same, and `tests/test_parquet_io.py` fails when a pyarrow
+release moves or changes them), and falls back to `pyarrow.parquet` where
+a pyarrow release no longer has them, or its writer takes other arguments.
+
+Merging a trace run's files (`ingest.merge`, rare) still reads through
+`pyarrow.dataset`, imported where it runs.
 """
 
 from __future__ import annotations
@@ -21,10 +38,27 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gpulens.collector.errors import DatasetError
 
+try:
+    from pyarrow._parquet import ParquetReader, ParquetWriter
+except ImportError:  # a pyarrow without them: `pyarrow.parquet` below
+    ParquetReader = ParquetWriter = None
+
+# What `pyarrow.parquet.ParquetWriter` passes where its caller says nothing.
+_WRITER_DEFAULTS: dict[str, Any] = {
+    "version": "2.6",
+    "use_dictionary": True,
+    "compression": "snappy",
+    "write_statistics": True,
+    "use_deprecated_int96_timestamps": False,
+    "use_byte_stream_split": False,
+    "writer_engine_version": "V2",
+    "data_page_version": "1.0",
+    "use_compliant_nested_type": True,
+    "store_schema": True,
+}
 
 
 def write_table(table: pa.Table, where: str | Path | BinaryIO, **options: Any) -> None:
@@ -45,11 +79,17 @@ def write_tables(tables: Iterable[pa.Table], where: str | Path | BinaryIO, schem
 def _write(tables: Iterable[pa.Table], where: str | Path | BinaryIO, schema: pa.Schema, options: dict[str, Any],
            group_each_table: bool) -> None:
     """Without `group_each_table`, Parquet's default row groups (a million rows)."""
+    def size(table: pa.Table) -> int | None:
+        return max(1, table.num_rows) if group_each_table else None
+
     is_path = isinstance(where, (str, Path))
     try:
-        with pq.ParquetWriter(str(where) if is_path else where, schema, **options) as writer:
+        writer = _writer(where, is_path, schema, options)
+        try:
             for table in tables:
-                writer.write_table(table, row_group_size=max(1, table.num_rows) if group_each_table else None)
+                writer.write_table(table, row_group_size=size(table))
+        finally:
+            writer.close()
     except BaseException:
         if is_path:
             try:
@@ -59,28 +99,78 @@ def _write(tables: Iterable[pa.Table], where: str | Path | BinaryIO, schema: pa.
         raise
 
 
+def _writer(where: str | Path | BinaryIO, is_path: bool, schema: pa.Schema, options: dict[str, Any]) -> Any:
+    """pyarrow's compiled writer; `pyarrow.parquet`'s where this pyarrow has
+    none, or one that takes other arguments (a later release): arguments
+    are checked before the file is opened, so nothing is written twice."""
+    if ParquetWriter is not None:
+        try:
+            return ParquetWriter(str(where) if is_path else where, schema, **{**_WRITER_DEFAULTS, **options})
+        except TypeError as error:
+            if isinstance(error, pa.ArrowException):  # ArrowTypeError: the schema or options, not the call
+                raise
+    import pyarrow.parquet as pq
+
+    return pq.ParquetWriter(where, schema, **options)
+
+
 def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
-    """The file's rows, of `columns` (top-level names) where given; a name
-    the file lacks raises KeyError naming it."""
-    with pq.ParquetFile(path) as reader:
-        if columns is not None:
-            missing = [name for name in columns if name not in reader.schema_arrow.names]
-            if missing:
-                raise KeyError(missing[0])
-        return reader.read(columns=columns)
+    """`pyarrow.parquet.ParquetFile(path).read(columns=columns)`: the file's
+    rows, of `columns` (top-level names) where given."""
+    reader = _open(path)
+    try:
+        if ParquetReader is None:
+            return reader.read(columns=columns)
+        return reader.read_all(column_indices=None if columns is None else _leaves(reader.column_paths, columns))
+    finally:
+        reader.close()
 
 
 def read_schema(path: str | Path) -> pa.Schema:
-    """The file's Arrow schema, with its metadata, from its footer alone."""
-    return pq.read_schema(path)
+    """`pyarrow.parquet.read_schema(path)`: the file's Arrow schema, with its
+    metadata, from its footer alone."""
+    reader = _open(path)
+    try:
+        return reader.schema_arrow
+    finally:
+        reader.close()
 
 
 def row_groups(path: str | Path) -> Iterator[pa.Table]:
-    """The file's row groups in order, read one at a time. The file is
-    opened at the first `next`, so an unreadable one raises there."""
-    with pq.ParquetFile(path) as reader:
+    """The file's row groups in order, read one at a time: as
+    `ParquetFile(path).read_row_group(i)` for each. The file is opened at
+    the first `next`, so an unreadable one raises there."""
+    reader = _open(path)
+    try:
         for index in range(reader.num_row_groups):
             yield reader.read_row_group(index)
+    finally:
+        reader.close()
+
+
+def _open(path: str | Path) -> Any:
+    """pyarrow's compiled reader of `path`; where this pyarrow has none,
+    `pyarrow.parquet.ParquetFile`, which has the same `schema_arrow`,
+    `num_row_groups`, `read_row_group` and `close`."""
+    if ParquetReader is None:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path)
+    reader = ParquetReader()
+    reader.open(str(path))
+    return reader
+
+
+def _leaves(paths: list[list[str]], columns: list[str]) -> list[int]:
+    """The indices of the Parquet leaf columns that make up each of the
+    top-level `columns` (a list or struct has several), in their order."""
+    indices = []
+    for name in columns:
+        found = [index for index, path in enumerate(paths) if path[0] == name]
+        if not found:
+            raise KeyError(name)
+        indices.extend(found)
+    return indices
 
 
 ZSTD_LEVEL = 3
