@@ -2,9 +2,9 @@
 through pyarrow's compiled function registry without importing
 `pyarrow.compute`.
 
-This and `collector.parquet_io` are the one place gpulens reaches past a
-dependency's public modules, because it pays: importing `pyarrow.compute`
-builds a Python wrapper for each of its ~290 functions, with a docstring
+It and `collector.parquet_io` reach past pyarrow's public modules
+(through `collector.pyarrow_internals`) because it pays: importing
+`pyarrow.compute` builds a Python wrapper for each of its ~290 functions, with a docstring
 parsed from the C++ documentation: 21 ms before the first file of every
 `gpulens ingest` (a tenth of its fixed cost on a small trace, see
 docs/performance.md) and 1.7 MB in each of its processes and in the
@@ -30,10 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-try:
-    from pyarrow import _compute as _arrow
-except ImportError:  # moved in a later pyarrow: the same names, public, at the import's cost
-    import pyarrow.compute as _arrow  # type: ignore[no-redef]
+from gpulens.collector.pyarrow_internals import compute_registry as _arrow
 
 
 def _call(name: str) -> Any:

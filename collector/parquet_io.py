@@ -10,9 +10,8 @@ with the promises their callers rely on.
 - `write_tables` writes one row group per table of a stream, so the tables
   of a long stream are never all held at once.
 
-Through pyarrow's own Parquet classes, without importing `pyarrow.parquet`
-(the one place gpulens reaches past a dependency's public modules; the
-other is `collector.arrow_compute`). `pyarrow.parquet` imports `pyarrow.fs`,
+Through pyarrow's own Parquet classes (`collector.pyarrow_internals`),
+without importing `pyarrow.parquet`. `pyarrow.parquet` imports `pyarrow.fs`,
 and with it the S3, GCS, Azure and HDFS filesystems and OpenSSL: 13 ms of
 every `gpulens ingest` before its first file (6 % of its fixed cost), and
 8.6 MB of memory in each of its processes and in the collector daemon.
@@ -40,11 +39,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import pyarrow as pa
 
 from gpulens.collector.errors import DatasetError
-
-try:
-    from pyarrow._parquet import ParquetReader, ParquetWriter
-except ImportError:  # a pyarrow without them: `pyarrow.parquet` below
-    ParquetReader = ParquetWriter = None
+from gpulens.collector.pyarrow_internals import ParquetReader, ParquetWriter
 
 # What `pyarrow.parquet.ParquetWriter` passes where its caller says nothing.
 _WRITER_DEFAULTS: dict[str, Any] = {

@@ -109,7 +109,9 @@ def test_the_functions_come_from_pyarrows_compiled_registry_not_the_fallback() -
     # Fails when a pyarrow release moves `pyarrow._compute`: users then get
     # pyarrow.compute (the fallback, same results, its import's cost), and
     # this module's docstring and its measured gain need looking at again.
-    assert pc._arrow.__name__ == "pyarrow._compute"
+    from gpulens.collector.pyarrow_internals import compute_registry
+
+    assert compute_registry.__name__ == "pyarrow._compute"
 
 
 def test_groups_rows_by_run_and_rank_in_order_of_first_appearance() -> None:

@@ -8,6 +8,7 @@ TYPE_CHECKING too, since each is a dependency a reader must follow.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,36 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path: Path) -> Non
     (package / "b.py").write_text("def helper():\n    from loop import a\n")
     (package / "c.py").write_text("from loop import b\n")
     assert cycles(import_graph(tmp_path, "loop", [])["edges"]) == [["loop.a", "loop.b"]]
+
+
+def _private_imports(path: Path) -> list[str]:
+    """The private modules of other packages that `path` imports (a name
+    with a leading underscore, below a top-level package not ours nor
+    Python's own)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for module in modules:
+            top, *rest = module.split(".")
+            if top in ("gpulens", "__future__") or top in sys.stdlib_module_names:
+                continue
+            if any(part.startswith("_") and not part.startswith("__") for part in rest):
+                found.append(module)
+    return sorted({module.split("._")[0] + "._" + module.split("._")[1].split(".")[0] for module in found})
+
+
+def test_only_pyarrow_internals_imports_a_dependencys_private_modules() -> None:
+    offenders = {}
+    for part in ("gpulens", "collector", "analysis", "dashboard"):
+        for path in (REPO_ROOT / part).rglob("*.py"):
+            found = _private_imports(path)
+            if found and path != REPO_ROOT / "collector" / "pyarrow_internals.py":
+                offenders[str(path.relative_to(REPO_ROOT))] = found
+    assert offenders == {}
+    assert _private_imports(REPO_ROOT / "collector" / "pyarrow_internals.py") == ["pyarrow._compute",
+                                                                                 "pyarrow._parquet"]
