@@ -124,10 +124,12 @@ def test_groups_rows_by_run_and_rank_in_order_of_first_appearance() -> None:
 
 
 def _kineto(folder: Path) -> list[str]:
-    trace = folder / "rank0.json"
-    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 0, '
-                     '"tid": 7, "args": {"correlation": 1}}]}')
-    return [str(trace)]
+    # A simulated training rank: profiler steps, annotations, collectives,
+    # memory events, so every table's code path runs.
+    from gpulens.collector.sim_trace import write_training_traces
+
+    write_training_traces(folder, ranks=1, steps=2, seed=0, kernels_per_step=60)
+    return [str(path) for path in sorted(folder.iterdir())]
 
 
 def _nsys(folder: Path) -> list[str]:

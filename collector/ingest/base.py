@@ -177,7 +177,7 @@ def duplicate_events(tables: dict[str, pa.Table], names: Iterable[str] = ("kerne
         if candidates is not None:
             if len(candidates) == 0:
                 continue
-            table = table.take(candidates)
+            table = pc.take(table, pa.array(candidates))
         # Exact, names included, on the candidates alone: a hash table of
         # every event's strings cost a large rank ~50 MiB and most of the check.
         distinct = table.select(keys).group_by(keys).aggregate([]).num_rows

@@ -165,7 +165,7 @@ def _steps_beyond_int64(annotations: pa.Table | None) -> int:
     if annotations is None:
         return 0
     steps = pc.and_(pc.equal(annotations["kind"], "profiler_step"), pc.is_null(annotations["step"]))
-    return pc.sum(steps.cast(pa.int64())).as_py() or 0
+    return pc.sum(pc.cast(steps, pa.int64())).as_py() or 0
 
 
 def _unreadable_times(skipped: dict[str, int]) -> dict[str, int]:
