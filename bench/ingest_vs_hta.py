@@ -52,21 +52,28 @@ of each here; a wheel install compiles them once.
 
 Measures, per load:
 - wall: the process from start to exit (interpreter start, imports, load);
-- peak memory: the largest sum of RSS over the process and all its
-  children (both tools parse in forked worker pools), sampled every 20 ms
-  from /proc; pages a worker still shares with its parent count twice, so
-  both tools' figures are upper bounds. Never less than the largest
-  single process's own high-water mark (VmHWM, read with each sample and
-  reported by the tool's process as it ends), which a peak shorter than
-  20 ms cannot escape; that mark is printed beside it as "largest
-  process". (wait4's ru_maxrss is not used: it also counts this script's
-  pages, which the child held between fork and exec.)
+- peak memory, in one more round of each tool kept apart from the timed
+  ones: the largest sum of PSS (proportional set size, from
+  /proc/PID/smaps_rollup) over the process and all its children, sampled
+  every 20 ms. Both tools parse in forked worker pools: PSS counts a page
+  that several processes share (the libraries, what a worker still shares
+  with its parent) once, in shares, where summed RSS counts it in each;
+  on a 2-core machine gpulens' summed RSS overstates its tree by about the
+  40 MiB of libraries and interpreter its worker maps again. Reading PSS
+  costs 4 ms a 200 MiB process, too much to do while timing, so the timed
+  rounds read RSS (0.1 ms) and the results keep their summed RSS beside
+  the PSS. Never less than the largest single process's own high-water
+  mark (VmHWM, read with each sample and reported by the tool's process
+  as it ends), which a peak shorter than 20 ms cannot escape; that mark is
+  printed beside it as "largest process". (wait4's ru_maxrss is not used:
+  it also counts this script's pages, which the child held between fork
+  and exec.)
 The machine's load average is printed with each input: other work on the
 machine slows both tools and makes the rounds disagree.
 Inputs under a million events get 7 rounds (`--small-input-rounds`), the
 others 3 (`--rounds`): a small input's load takes under a second, where
 one round slowed by the machine moves a median of three.
-Reported: the median wall and the largest peak over the rounds, the ratios
+Reported: the median wall over the rounds, the memory round's peak, the ratios
 and gpulens' events per second per core (events / wall / worker count).
 Targets (issue 48), each printed with its verdict at the end and recorded:
 - inputs of at least 100,000 events: gpulens >= 10x faster than HTA's
@@ -193,11 +200,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _tree_memory_bytes(root: int) -> tuple[int, int]:
-    """(sum of RSS, largest VmHWM) over `root` and its descendants, from
-    /proc/PID/status (cheap: reading smaps for PSS costs tens of ms per
-    large process, enough to slow the tools being measured on a small
-    machine)."""
+def _tree_memory_bytes(root: int, pss: bool = False) -> tuple[int, int]:
+    """(sum of RSS, or of PSS where `pss`, largest VmHWM) over `root` and
+    its descendants. RSS from /proc/PID/status is cheap (0.1 ms a read);
+    PSS from /proc/PID/smaps_rollup walks the page tables (4 ms a read for
+    a 200 MiB process), so it is read only in the rounds that measure
+    memory, never in those timed."""
     total, largest, stack = 0, 0, [root]
     while stack:
         pid = stack.pop()
@@ -205,15 +213,21 @@ def _tree_memory_bytes(root: int) -> tuple[int, int]:
         try:
             with open(f"/proc/{pid}/status") as handle:
                 fields = dict(line.split(":", 1) for line in handle if line.startswith(("VmRSS", "VmHWM")))
-            total += int(fields["VmRSS"].split()[0]) * 1024
             largest = max(largest, int(fields["VmHWM"].split()[0]) * 1024)
-        except (OSError, KeyError, ValueError):
+            if pss:
+                with open(f"/proc/{pid}/smaps_rollup") as handle:
+                    total += next(int(line.split()[1]) for line in handle if line.startswith("Pss:")) * 1024
+            else:
+                total += int(fields["VmRSS"].split()[0]) * 1024
+        except (OSError, KeyError, ValueError, StopIteration):
             pass  # gone between listing and reading, or a zombie (no Vm lines)
     return total, largest
 
 
-def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path, env: dict | None = None) -> Load:
-    """Run `command` in a fresh process; wall time and peak memory of its tree."""
+def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path, env: dict | None = None,
+                 pss: bool = False) -> Load:
+    """Run `command` in a fresh process; wall time and peak memory of its
+    tree (summed RSS, or PSS where `pss`)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         # Its own session, so a timeout can end the workers too.
@@ -223,7 +237,7 @@ def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path, env
 
         def sample() -> None:
             while not done.is_set():
-                tree_rss, process_hwm = _tree_memory_bytes(process.pid)
+                tree_rss, process_hwm = _tree_memory_bytes(process.pid, pss)
                 peak[0] = max(peak[0], tree_rss)
                 largest[0] = max(largest[0], process_hwm)
                 done.wait(_SAMPLE_S)
@@ -252,8 +266,8 @@ def run_measured(tool: str, command: list[str], timeout_s: float, cwd: Path, env
     return Load(tool, wall_s, max(peak[0], largest[0]), largest[0], ok, detail)
 
 
-def load_hta(hta_python: str, folder: Path, timeout_s: float) -> Load:
-    return run_measured("hta", [hta_python, "-c", _HTA_CHILD, str(folder)], timeout_s, folder.parent)
+def load_hta(hta_python: str, folder: Path, timeout_s: float, pss: bool = False) -> Load:
+    return run_measured("hta", [hta_python, "-c", _HTA_CHILD, str(folder)], timeout_s, folder.parent, pss=pss)
 
 
 # Where gpulens runs: a node install's packages only (bench/node_site.py),
@@ -261,17 +275,18 @@ def load_hta(hta_python: str, folder: Path, timeout_s: float) -> Load:
 _NODE_SITE: Path | None = None
 
 
-def load_gpulens(folder: Path, jobs: int, timeout_s: float, work: Path) -> Load:
+def load_gpulens(folder: Path, jobs: int, timeout_s: float, work: Path, pss: bool = False) -> Load:
     # Written into the work folder, never beside a --trace-set folder of the user's.
     out = work / f"{folder.name}-gpulens-out"
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-c", _GPULENS_CHILD, str(folder), str(out), str(jobs)]
-    env = None
+    env, cwd = None, REPO_ROOT
     if _NODE_SITE is not None:
         command.insert(1, "-S")
-        env = {**os.environ, "PYTHONPATH": str(_NODE_SITE)}
+        # Not from the repository's root, whose gpulens/ holds only the package's top.
+        env, cwd = {**os.environ, "PYTHONPATH": str(_NODE_SITE)}, _NODE_SITE
     try:
-        return run_measured("gpulens", command, timeout_s, REPO_ROOT, env)
+        return run_measured("gpulens", command, timeout_s, cwd, env, pss)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -403,30 +418,41 @@ def compare(label: str, folder: Path, args: argparse.Namespace, hta_python: str 
         parts.append(_describe(ours))
         print(f"  round {round_no}: " + " | ".join(parts), flush=True)
 
+    # One more round each that measures memory alone: the tree's PSS
+    # (pages shared by forked workers or mapped libraries counted once, in
+    # shares), read too slowly for the timed rounds.
+    memory_rounds = {}
+    if hta_python:
+        memory_rounds["hta"] = load_hta(hta_python, hta_folder, args.hta_timeout_s, pss=True)
+    memory_rounds["gpulens"] = load_gpulens(folder, jobs, args.timeout_s, args.work, pss=True)
+    print("  memory round (PSS): " + " | ".join(_describe(load) for load in memory_rounds.values()), flush=True)
+
     ours_ok = [l for l in loads["gpulens"] if l.ok]
-    if not ours_ok:
+    if not ours_ok or not memory_rounds["gpulens"].ok:
         print("  gpulens failed on every round")
         return
     ours_wall = statistics.median(l.wall_s for l in ours_ok)
-    ours_peak = max(l.peak_rss_bytes for l in ours_ok)
+    ours_peak = memory_rounds["gpulens"].peak_rss_bytes
     ours_rate = events / ours_wall
-    row.update(gpulens_wall_s=round(ours_wall, 3), gpulens_peak_bytes=ours_peak, gpulens_rounds=len(ours_ok), jobs=jobs)
-    print(f"  gpulens  wall {ours_wall:7.2f} s (median of {len(ours_ok)})  peak {_mib(ours_peak)}  "
+    row.update(gpulens_wall_s=round(ours_wall, 3), gpulens_peak_bytes=ours_peak, gpulens_rounds=len(ours_ok), jobs=jobs,
+               gpulens_peak_rss_sum_bytes=max(l.peak_rss_bytes for l in ours_ok))
+    print(f"  gpulens  wall {ours_wall:7.2f} s (median of {len(ours_ok)})  peak {_mib(ours_peak)} PSS "
+          f"({_mib(row['gpulens_peak_rss_sum_bytes'])} summed RSS)  "
           f"{ours_rate:,.0f} events/s, {ours_rate / jobs:,.0f} events/s/core ({jobs} jobs)")
     hta_ok = [l for l in loads["hta"] if l.ok]
     if not hta_python:
         return
-    if not hta_ok:
+    if not hta_ok or not memory_rounds["hta"].ok:
         print(f"  HTA failed on every round: {loads['hta'][0].detail.get('error', '?')}")
         return
     hta_wall = statistics.median(l.wall_s for l in hta_ok)
     hta_load = statistics.median(l.detail.get("load_s", float("nan")) for l in hta_ok)
-    hta_peak = max(l.peak_rss_bytes for l in hta_ok)
+    hta_peak = memory_rounds["hta"].peak_rss_bytes
     hta_rate = hta_events / hta_wall
     row.update(hta_events=hta_events, hta_wall_s=round(hta_wall, 3), hta_load_s=round(hta_load, 3),
-               hta_peak_bytes=hta_peak, hta_rounds=len(hta_ok))
+               hta_peak_bytes=hta_peak, hta_rounds=len(hta_ok), hta_peak_rss_sum_bytes=max(l.peak_rss_bytes for l in hta_ok))
     print(f"  HTA      wall {hta_wall:7.2f} s (median of {len(hta_ok)}, TraceAnalysis() alone {hta_load:.2f} s)  "
-          f"peak {_mib(hta_peak)}  {hta_rate:,.0f} events/s")
+          f"peak {_mib(hta_peak)} PSS ({_mib(row['hta_peak_rss_sum_bytes'])} summed RSS)  {hta_rate:,.0f} events/s")
     speed = ours_rate / hta_rate
     memory = hta_peak / ours_peak
     row.update(speed_x=round(speed, 3), memory_ratio=round(memory, 3))
@@ -453,11 +479,11 @@ def memory_vs_ranks(base: Path, ranks: int, kernels_per_step: int, args: argpars
     twice = base / f"sim-{2 * ranks}ranks"
     write_training_traces(empty_folder(twice), ranks=2 * ranks, steps=args.steps, seed=args.seed, straggler_rank=2 * ranks - 1,
                           kernels_per_step=kernels_per_step)
-    print(f"\nmemory vs ranks (gpulens, {args.jobs} jobs, same per-rank size):")
+    print(f"\nmemory vs ranks (gpulens, {args.jobs} jobs, same per-rank size; PSS):")
     peaks = []
     for n, folder in ((ranks, base / f"sim-{ranks}ranks"), (2 * ranks, twice)):
         files, events, _ = count_events(folder)
-        load = load_gpulens(folder, min(args.jobs, files), args.timeout_s, args.work)
+        load = load_gpulens(folder, min(args.jobs, files), args.timeout_s, args.work, pss=True)
         peaks.append(load.peak_rss_bytes)
         print(f"  {n:3d} ranks, {events:,} events: wall {load.wall_s:.2f} s, peak {_mib(load.peak_rss_bytes)} "
               f"(largest process {_mib(load.max_rss_bytes)}){'' if load.ok else ' FAILED'}")

@@ -90,7 +90,10 @@ def ingest_vs_hta(result: dict[str, Any]) -> str:
             rows.append([f"gpulens' peak memory, {row['ranks']} against {2 * row['ranks']} ranks of one size", "",
                          f"{_mib(row['peak_bytes'])} against {_mib(row['twice_ranks_peak_bytes'])}", "", "",
                          f"{row['ratio']:.2f}"])
-    table = _table(["input", "events", "gpulens", "HTA", "speed", "memory"], rows)
+    # Results from before the memory round (2026-11-29) hold summed RSS.
+    memory = "PSS" if any("gpulens_peak_rss_sum_bytes" in row for row in result["rows"]) else "summed RSS"
+    table = _table(["input", "events", f"gpulens: wall, peak memory ({memory})", f"HTA: wall, peak memory ({memory})",
+                    "speed", "memory"], rows)
     params = _params(result, ["events", "ranks", "steps", "small_ranks", "rounds", "small_input_rounds", "jobs"])
     return provenance(result) + params + table
 
