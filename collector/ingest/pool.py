@@ -457,6 +457,9 @@ def prepare_ingest_process() -> None:
     owns (its ingest workers, the `gpulens ingest` command), since they
     would change a caller's process for everyone else in it.
 
+    - The objects of the imports are frozen (gc.freeze): about a tenth
+      less CPU in all on the A100 + V100 pair (perf samples of the
+      process, 5,474 -> 4,874, medians of four on a busy 2-core VM).
     - Arrow's buffers come from the C library's allocator, not Arrow's
       default mimalloc. Ingest builds and frees many arrays of a few MB per
       batch; mimalloc hands that memory back and faults it in again (as
@@ -473,6 +476,11 @@ def prepare_ingest_process() -> None:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
+    # Everything imported so far lives as long as the process: out of the
+    # cyclic collector's reach, its full collections no longer walk it
+    # (6 % of ingest's CPU on the A100 + V100 pair, 2 % after), and a
+    # worker forked later does not copy those pages by marking them.
+    gc.freeze()
 
 
 def _files_of(tasks: list[Source]) -> int:
