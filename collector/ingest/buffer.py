@@ -90,23 +90,34 @@ def iter_chunks(path: Path, skip: int = 0) -> Iterator[bytes]:
         raise TraceError(str(path), "truncated or corrupt gzip (the file ends mid-stream)") from None
 
 
+# Compressed input handed to zlib at a time. With the output capped at
+# CHUNK_BYTES a call, zlib hands back the input it did not reach as a new
+# bytes object (`unconsumed_tail`): given the whole file at once, each call
+# copied the rest of it (the 3.3 MB V100 trace: ~90 MB of copying, 4 % of
+# its ingest's CPU); given pieces, at most a piece.
+INPUT_PIECE_BYTES = 1 << 16
+
+
 def _gunzip(compressed: bytes) -> Iterator[bytes]:
     member: bytes | memoryview = memoryview(compressed)
     while True:
         decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        pending: bytes | memoryview = member
+        offset = 0
         while True:
+            pending = decompressor.unconsumed_tail
+            if not pending and offset < len(member):
+                pending = member[offset:offset + INPUT_PIECE_BYTES]
+                offset += len(pending)
             chunk = decompressor.decompress(pending, CHUNK_BYTES)
             if chunk:
                 yield chunk
-            pending = decompressor.unconsumed_tail
             # With output capped, zlib may hold output back with no input
             # left: call again until a call returns nothing.
-            if decompressor.eof or not (chunk or pending):
+            if decompressor.eof or not (chunk or decompressor.unconsumed_tail or offset < len(member)):
                 break
         if not decompressor.eof:
             raise EOFError
-        member = decompressor.unused_data
+        member = decompressor.unused_data + bytes(member[offset:])  # the next member, if any
         # Zero padding after the last member is allowed, as gzip allows it.
         if not member.strip(b"\0"):
             return
