@@ -7,10 +7,12 @@ only when chosen (pynvml or amdsmi need not be installed for the others).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpulens.collector.backend import Backend
 from gpulens.collector.errors import BackendUnavailable, UsageError
+
+if TYPE_CHECKING:  # the command line reads BACKEND_NAMES; ingest needs no backend module
+    from gpulens.collector.backend import Backend
 
 BACKEND_NAMES = ("auto", "nvml", "amdsmi", "sim")
 
