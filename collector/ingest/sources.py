@@ -11,7 +11,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import sqlite3
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -171,6 +170,8 @@ def nsys_slurm_job(path: Path) -> str | None:
     """The Slurm job id an Nsight Systems SQLite export recorded in its
     target's environment (`TARGET_INFO_SYSTEM_ENV`, name/value rows), or
     None: not such an export, no such row, or unreadable."""
+    import sqlite3  # here: an ingest of Kineto traces needs none
+
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except (sqlite3.Error, OSError, ValueError):
