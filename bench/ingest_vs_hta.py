@@ -114,7 +114,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import results  # noqa: E402
-from node_site import build_node_site  # noqa: E402
+from node_site import build_node_venv  # noqa: E402
 from gpulens.collector.sim_trace import write_training_traces  # noqa: E402
 
 SHARED_KINETO = REPO_ROOT.parent / "shared" / "traces" / "kineto"
@@ -270,23 +270,21 @@ def load_hta(hta_python: str, folder: Path, timeout_s: float, pss: bool = False)
     return run_measured("hta", [hta_python, "-c", _HTA_CHILD, str(folder)], timeout_s, folder.parent, pss=pss)
 
 
-# Where gpulens runs: a node install's packages only (bench/node_site.py),
-# unless --gpulens-env current; set by main.
-_NODE_SITE: Path | None = None
+# Where gpulens runs: a virtual environment of a node install's packages
+# only (bench/node_site.py), unless --gpulens-env current; set by main.
+_NODE_PYTHON: Path | None = None
 
 
 def load_gpulens(folder: Path, jobs: int, timeout_s: float, work: Path, pss: bool = False) -> Load:
     # Written into the work folder, never beside a --trace-set folder of the user's.
     out = work / f"{folder.name}-gpulens-out"
     shutil.rmtree(out, ignore_errors=True)
-    command = [sys.executable, "-c", _GPULENS_CHILD, str(folder), str(out), str(jobs)]
-    env, cwd = None, REPO_ROOT
-    if _NODE_SITE is not None:
-        command.insert(1, "-S")
-        # Not from the repository's root, whose gpulens/ holds only the package's top.
-        env, cwd = {**os.environ, "PYTHONPATH": str(_NODE_SITE)}, _NODE_SITE
+    python = _NODE_PYTHON or Path(sys.executable)
+    command = [str(python), "-c", _GPULENS_CHILD, str(folder), str(out), str(jobs)]
+    # Not from the repository's root, whose gpulens/ holds only the package's top.
+    cwd = REPO_ROOT if _NODE_PYTHON is None else _NODE_PYTHON.parent
     try:
-        return run_measured("gpulens", command, timeout_s, cwd, env, pss)
+        return run_measured("gpulens", command, timeout_s, cwd, pss=pss)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -634,8 +632,9 @@ def main() -> None:
                         help=f"ranks of the run of small ranks, {SMALL_RANK_EVENTS:,} events each (0 skips it)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where inputs go (default: a temporary folder)")
     parser.add_argument("--gpulens-env", choices=["node", "current"], default="node",
-                        help="node: gpulens with its core dependencies alone, as `pip install gpulens` puts it on a "
-                             "node (no pandas, which pyarrow would import); current: this environment as it is")
+                        help="node: gpulens in a virtual environment of its core dependencies alone, as `pip install "
+                             "gpulens` puts it on a node (no pandas, which pyarrow would import); current: this "
+                             "environment as it is")
     args = parser.parse_args()
     events = args.events or (400_000 if args.quick else 5_000_000)
     hta_python = None if args.hta_python == "none" else (args.hta_python or default_hta_python())
@@ -654,10 +653,10 @@ def main() -> None:
         print("HTA not found (pip install holistictraceanalysis, or --hta-python): gpulens figures only")
     work = args.work = args.work_dir or Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    global _NODE_SITE
+    global _NODE_PYTHON
     if args.gpulens_env == "node":
-        _NODE_SITE = build_node_site(empty_folder(work / "node-site"))
-        print(f"gpulens runs as a node install has it: its core dependencies alone ({_NODE_SITE})")
+        _NODE_PYTHON = build_node_venv(empty_folder(work / "node-venv"))
+        print(f"gpulens runs as a node install has it: its core dependencies alone ({_NODE_PYTHON})")
     try:
         fixed_costs(work, args, hta_python)
         if not args.skip_real:

@@ -4,15 +4,18 @@ A development or test environment holds every extra (Streamlit and its
 pandas, pyspark, HTA), and pyarrow imports pandas whenever it finds it:
 about 0.4 s in every process that converts a Python value. A node has no
 pandas, so what runs there is measured (bench/ingest_vs_hta.py) and tested
-(tests/test_node_install.py) with this: a folder holding, by links, gpulens
-and the distributions its core dependencies pull in, and nothing else. Run
-`python -S` with the folder as PYTHONPATH, and any other module is not
-found, as on a fresh node.
+(tests/test_node_install.py) with this: a virtual environment whose
+site-packages holds, by links, gpulens and the distributions its core
+dependencies pull in, and nothing else. Its `python` starts as an
+installed one does (site, a .pth file), and any other module is not found,
+as on a fresh node.
 """
 
 from __future__ import annotations
 
 import re
+import sysconfig
+import venv
 from importlib import metadata
 from pathlib import Path
 
@@ -59,3 +62,15 @@ def build_node_site(site: Path) -> Path:
                 continue
             (site / top).symlink_to(Path(distribution.locate_file(top)))
     return site
+
+
+def build_node_venv(folder: Path) -> Path:
+    """A virtual environment in the empty folder `folder` whose packages are
+    gpulens' core closure alone (`build_node_site`, linked from a .pth file,
+    as an editable install links its source); its `python`."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
+    python = folder / "bin" / "python"
+    site_packages = Path(sysconfig.get_path("purelib", vars={"base": str(folder), "platbase": str(folder)}))
+    site = build_node_site(folder / "node-site")
+    (site_packages / "gpulens-node-site.pth").write_text(f"{site}\n", encoding="utf-8")
+    return python

@@ -34,23 +34,24 @@ def _sigint_handler_restored():
 
 
 @pytest.fixture(scope="session")
-def node_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """gpulens with its core dependencies alone, as `pip install gpulens`
-    puts it on a node (bench/node_site.py): run with `python -S` and this
-    folder as PYTHONPATH."""
+def node_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `python` of a virtual environment holding gpulens with its core
+    dependencies alone, as `pip install gpulens` puts it on a node
+    (bench/node_site.py)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("node_site", REPO_ROOT / "bench" / "node_site.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.build_node_site(tmp_path_factory.mktemp("node-site"))
+    return module.build_node_venv(tmp_path_factory.mktemp("node-venv"))
 
 
-def modules_loaded_by(command: list[str], names: tuple[str, ...], node_site: Path | None = None) -> list[str]:
+def modules_loaded_by(command: list[str], names: tuple[str, ...], python: Path | None = None) -> list[str]:
     """The modules of `names` (each, or a submodule of it) that `gpulens
-    COMMAND...` loads, run in a fresh interpreter to its end: as on a node
-    where `node_site` is given (this environment's extras, pandas among
-    them, would load modules a node never does), else in this environment."""
+    COMMAND...` loads, run in a fresh interpreter to its end: `python`'s
+    where given (`node_python`: as on a node, where this environment's
+    extras, pandas among them, would load modules a node never does), else
+    this environment's."""
     import ast
     import subprocess
     import sys
@@ -58,11 +59,9 @@ def modules_loaded_by(command: list[str], names: tuple[str, ...], node_site: Pat
     code = ("import sys; from gpulens.dashboard.cli import main; "
             f"assert main({command!r}) == 0; "
             f"print(sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in {names!r})))")
-    if node_site is None:
-        done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    else:  # not from the repository's root, whose gpulens/ folder holds only the package's top
-        done = subprocess.run([sys.executable, "-S", "-c", code], cwd=node_site, capture_output=True, text=True,
-                              check=True, env={**os.environ, "PYTHONPATH": str(node_site)})
+    # Not from the repository's root, whose gpulens/ folder holds only the package's top.
+    cwd = REPO_ROOT if python is None else python.parent
+    done = subprocess.run([str(python or sys.executable), "-c", code], cwd=cwd, capture_output=True, text=True, check=True)
     return ast.literal_eval(done.stdout.strip().splitlines()[-1])
 
 

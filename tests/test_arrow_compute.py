@@ -147,7 +147,7 @@ def _nccl(folder: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("write", [_kineto, _nsys, _rocprof, _nccl], ids=["kineto", "nsys", "rocprofv3", "nccl"])
-def test_ingest_of_each_format_imports_neither_pyarrow_compute_nor_pyarrow_parquet(tmp_path: Path, node_site: Path,
+def test_ingest_of_each_format_imports_neither_pyarrow_compute_nor_pyarrow_parquet(tmp_path: Path, node_python: Path,
                                                                                   write) -> None:
     # pyarrow.compute builds ~290 wrappers with parsed docstrings (21 ms and
     # 1.7 MB in every ingest process); pyarrow.parquet brings pyarrow.fs, with
@@ -156,4 +156,4 @@ def test_ingest_of_each_format_imports_neither_pyarrow_compute_nor_pyarrow_parqu
     (tmp_path / "in").mkdir()
     command = ["ingest", *write(tmp_path / "in"), "--out", str(tmp_path / "out")]
     names = ("pyarrow.compute", "pyarrow.acero", "pyarrow.parquet", "pyarrow.fs", "pyarrow._fs")
-    assert modules_loaded_by(command, names, node_site) == []
+    assert modules_loaded_by(command, names, node_python) == []

@@ -271,7 +271,7 @@ def test_a_lease_that_cannot_be_renewed_is_the_same_write_fault_said_once(tmp_pa
     assert kinds.count("write_failed") == 1 and kinds.index("write_failed") < kinds.index("write_recovered")
 
 
-def test_the_collect_command_loads_neither_pyarrow_parquet_nor_compute(tmp_path: Path, node_site: Path) -> None:
+def test_the_collect_command_loads_neither_pyarrow_parquet_nor_compute(tmp_path: Path, node_python: Path) -> None:
     # A daemon on every node: pyarrow.parquet brings the S3, GCS and Azure
     # filesystems and OpenSSL, pyarrow.compute ~290 wrapped functions, about
     # 10 MB of its RSS for as long as it runs (collector.parquet_io).
@@ -280,5 +280,5 @@ def test_the_collect_command_loads_neither_pyarrow_parquet_nor_compute(tmp_path:
     command = ["collect", "--backend", "sim", "--sim-gpus", "2", "--interval", "0.05", "--duration", "0.3",
                "--flush-every", "0.1", "--out", str(tmp_path / "out")]
     names = ("pyarrow.parquet", "pyarrow.fs", "pyarrow._fs", "pyarrow.compute")
-    assert modules_loaded_by(command, names, node_site) == []
+    assert modules_loaded_by(command, names, node_python) == []
     assert list((tmp_path / "out" / "telemetry").rglob("*.parquet"))
