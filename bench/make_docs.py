@@ -209,6 +209,19 @@ def engines(result: dict[str, Any]) -> str:
         ["analysis", "DuckDB", "Spark", "DuckDB peak", "Spark driver peak", "rows scanned", ""], rows)
 
 
+def spark_ingest(result: dict[str, Any]) -> str:
+    def same(row: dict[str, Any]) -> str:
+        return "same" if row["same"] else "DIFFERENT"
+
+    runs = [[f"{row['files']:,} rank files, {row['bytes'] / 1e6:,.1f} MB", f"{row['serial_wall_s']:.1f} s",
+             f"{row['spark_wall_s']:.1f} s", same(row)] for row in result["rows"] if row["kind"] == "ingest"]
+    tables = [[f"`{row['table']}`", f"{row['serial_rows']:,}", f"{row['spark_rows']:,}", same(row)]
+              for row in result["rows"] if row["kind"] == "table"]
+    params = _params(result, ["ranks", "jobs", "spark_master"])
+    return (provenance(result) + params + _table(["input", "serial ingest", "Spark ingest", "datasets"], runs) + "\n"
+            + _table(["table", "rows, serial", "rows, Spark", "rows"], tables))
+
+
 REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "ingest_vs_hta": ("ingest_vs_hta", ingest_vs_hta),
     "ingest_vs_hta_verdicts": ("ingest_vs_hta", ingest_vs_hta_verdicts),
@@ -222,6 +235,7 @@ REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "collector_overhead_jobs": ("collector_overhead_jobs", collector_overhead_jobs),
     "import_telemetry": ("import_telemetry", import_telemetry),
     "engines": ("engines", engines),
+    "spark_ingest": ("spark_ingest", spark_ingest),
 }
 
 
