@@ -459,9 +459,10 @@ class NvidiaSmiReader:
         """Keep each GPU's last row so far (converted to its devices row at
         the end, `devices`); `device_rows(rows)`: those rows' devices fields
         as text."""
-        index = table["gpu_index"].to_numpy()
-        reversed_first = np.unique(index[::-1], return_index=True)[1]
-        last_rows = pa.array(len(index) - 1 - reversed_first)
+        # By a hash aggregation: np.unique sorted the rows, 0.4 us a row.
+        rows = pa.table({"gpu": table["gpu_index"], "row": np.arange(table.num_rows)})
+        last = rows.group_by("gpu", use_threads=False).aggregate([("row", "max")]).sort_by("gpu")
+        last_rows = last["row_max"].combine_chunks()
         picked = table.take(last_rows)
         picked_raw = device_rows(last_rows)
         for i, (host, gpu) in enumerate(zip(picked["host"].to_pylist(), picked["gpu_index"].to_pylist())):
