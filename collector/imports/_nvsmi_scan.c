@@ -179,14 +179,11 @@ typedef struct {
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\v' || c == '\f'; }
 
 /* The characters `nvidia_smi._NUMBER_TRIM` trims around a number. */
-static int is_number_trim(char c) {
-    switch (c) {
-    case ' ': case '%': case 'W': case 'M': case 'i': case 'B': case 'H': case 'z': case 'u': case 's':
-        return 1;
-    default:
-        return 0;
-    }
-}
+static const uint8_t NUMBER_TRIM[256] = {
+    [' '] = 1, ['%'] = 1, ['W'] = 1, ['M'] = 1, ['i'] = 1, ['B'] = 1, ['H'] = 1, ['z'] = 1, ['u'] = 1, ['s'] = 1,
+};
+
+static int is_number_trim(char c) { return NUMBER_TRIM[(unsigned char)c]; }
 
 static int digits(const char *s, int n, int *out) {
     int v = 0;
@@ -301,7 +298,7 @@ static int read_number(entry_t *e, Py_ssize_t row, const char *s, Py_ssize_t n) 
     if (mant > (1ULL << 53)) return -1;
     /* Exact operands, one correctly rounded division: the double nearest
      * the decimal, as Arrow reads it. */
-    double d = (double)mant / POW10[places];
+    double d = places ? (double)mant / POW10[places] : (double)mant;
     if (negative) d = -d;
     if (e->scale != 1.0) d *= e->scale;
     switch (e->kind) {
@@ -314,7 +311,7 @@ static int read_number(entry_t *e, Py_ssize_t row, const char *s, Py_ssize_t n) 
             /* Arrow reads a float32 directly where a column has no NULL,
              * through a double where it has: both must agree. */
             if (mant > (1ULL << 24) || places > 10) return -1;
-            float direct = (float)mant / POW10F[places];
+            float direct = places ? (float)mant / POW10F[places] : (float)mant;
             if (negative) direct = -direct;
             if (memcmp(&direct, &f, sizeof f) != 0) return -1;
         }

@@ -26,6 +26,7 @@ the GPU index does not rise or more than POLL_GAP_US passes between rows.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,7 @@ class NvidiaSmiReader:
         self._last_rows: dict[tuple[str, int], tuple[pa.Table, pa.Table]] = {}
         self._uuid_index: dict[str, int] = {}
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
+        self._null_columns: dict[pa.DataType, pa.Array] = {}
         self._scan_plan = _scan_plan(self.plan) if nvsmi_native.available() else None
 
     def tables(self) -> Iterator[pa.Table]:
@@ -359,10 +361,18 @@ class NvidiaSmiReader:
             elif f.name in columns:
                 arrays.append(columns[f.name])
             else:
-                arrays.append(pa.nulls(n, f.type))
+                arrays.append(self._nulls(f.type, n))
         table = pa.Table.from_arrays(arrays, schema=TELEMETRY_SCHEMA)
         self._note_devices(device_rows, table)
         return table
+
+    def _nulls(self, dtype: pa.DataType, n: int) -> pa.Array:
+        """`n` NULLs of `dtype`: a slice of one array kept for every block
+        (a fresh one a block and column was memory to zero each time)."""
+        kept = self._null_columns.get(dtype)
+        if kept is None or len(kept) < n:
+            kept = self._null_columns[dtype] = pa.nulls(n, dtype)
+        return kept.slice(0, n)
 
     def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None) -> pa.Array:
         if spec.kind == "text":
@@ -530,20 +540,28 @@ def _scan_plan(plan: Plan) -> tuple[list[str], list[tuple[int, int, float]]] | N
 
 def _blocks(handle: Any, size: int) -> Iterator[memoryview]:
     """The rest of a file in blocks of about `size` bytes, each cut after a
-    newline (the last one: the end of the file)."""
-    rest = b""
+    newline (the last one: the end of the file). In a file, the line cut
+    off a block is read again with the next (a seek back) rather than the
+    next block copied behind it; a pipe's is copied."""
+    seekable = handle.seekable()
+    pending = b""  # the start of a line not yet ended
     while True:
         block = handle.read(size)
         if not block:
-            if rest.strip():
-                yield memoryview(rest)
+            if pending.strip():
+                yield memoryview(pending)
             return
-        data = rest + block if rest else block
+        data = pending + block if pending else block
         cut = data.rfind(b"\n") + 1
         if cut == 0:  # no newline yet: a line longer than a block
-            rest = data
+            pending = data
             continue
-        rest = data[cut:]
+        pending = b""
+        if cut < len(data):
+            if seekable:
+                handle.seek(cut - len(data), os.SEEK_CUR)
+            else:
+                pending = data[cut:]
         yield memoryview(data)[:cut]
 
 

@@ -75,16 +75,22 @@ class _Partition:
         self.pending.append(table)
         self.pending_rows += table.num_rows
         if self.pending_rows >= ROW_GROUP_ROWS:
-            self.flush()
+            self.flush(whole_groups_only=True)
 
-    def flush(self) -> None:
+    def flush(self, whole_groups_only: bool = False) -> None:
+        """Write the pending rows in row groups of ROW_GROUP_ROWS; with
+        `whole_groups_only`, the rows past the last whole group stay
+        pending (every group but a file's last is then whole)."""
         if not self.pending:
             return
         if self.writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.writer = pq.ParquetWriter(self.path, TELEMETRY_SCHEMA, **parquet_options(TELEMETRY_SCHEMA))
-        self.writer.write_table(pa.concat_tables(self.pending), row_group_size=ROW_GROUP_ROWS)
-        self.pending, self.pending_rows = [], 0
+        rows = pa.concat_tables(self.pending)
+        whole = rows.num_rows - rows.num_rows % ROW_GROUP_ROWS if whole_groups_only else rows.num_rows
+        self.writer.write_table(rows.slice(0, whole), row_group_size=ROW_GROUP_ROWS)
+        rest = rows.slice(whole)
+        self.pending, self.pending_rows = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
     def close(self) -> None:
         self.flush()
