@@ -311,7 +311,12 @@ class NvidiaSmiReader:
 
     def _convert(self, batch: pa.Table, polls: _Polls) -> pa.Table:
         plan = self.plan
-        raw_ts = pc.utf8_trim_whitespace(batch.column(plan.telemetry["ts"]))
+        try:
+            raw_ts = pc.utf8_trim_whitespace(batch.column(plan.telemetry["ts"]))
+        except pa.ArrowInvalid:  # bytes that are not UTF-8
+            row = _first_invalid_utf8(batch.column(plan.telemetry["ts"]))
+            raise self._row_error(row, None, f"{_cell(batch.column(plan.telemetry['ts']), row)!r} "
+                                             "is not a timestamp") from None
         repeated_header = pc.equal(raw_ts, "timestamp")
         if pc.any(repeated_header).as_py():  # a log appended to by a second nvidia-smi
             keep = pc.invert(repeated_header)
@@ -422,10 +427,14 @@ class NvidiaSmiReader:
                 masks.append(None)
                 continue
             try:
-                masks.append(int(text, 16))
+                mask = int(text, 16)
             except ValueError:
                 row = _first_row_of(encoded, len(masks))
                 raise self._row_error(row, offsets, f"{text!r} is not a number ({spec.column})") from None
+            if not -(1 << 63) <= mask < (1 << 63):  # the column is int64
+                row = _first_row_of(encoded, len(masks))
+                raise self._row_error(row, offsets, f"{text!r} is out of range ({spec.column})")
+            masks.append(mask)
         reasons = pa.array([None if m is None else decode_clock_event_reasons(m) for m in masks],
                            type=pa.list_(pa.string()))
         return pc.take(pa.array(masks, type=pa.int64()), encoded.indices), pc.take(reasons, encoded.indices)
@@ -469,7 +478,7 @@ class NvidiaSmiReader:
         """Keep each GPU's last row so far (converted to its devices row at
         the end, `devices`); `device_rows(rows)`: those rows' devices fields
         as text."""
-        # By a hash aggregation: np.unique sorted the rows, 0.4 us a row.
+        # By a hash aggregation (np.unique sorted the rows: far slower).
         rows = pa.table({"gpu": table["gpu_index"], "row": np.arange(table.num_rows)})
         last = rows.group_by("gpu", use_threads=False).aggregate([("row", "max")]).sort_by("gpu")
         last_rows = last["row_max"].combine_chunks()
