@@ -151,3 +151,23 @@ def test_nvsmi_scan_reads_units_and_null_markers():
 def test_nvsmi_scan_refuses_numbers_in_other_forms(value):
     plan = [(0, nvsmi_native.TIMESTAMP, 1.0), (1, nvsmi_native.INT64, 1.0)]
     assert nvsmi_native.scan(b"2024/05/01 12:00:00, " + value + b"\n", 2, plan) is None
+
+
+@needs_scanner
+def test_nvsmi_native_lines_longer_than_a_block_give_the_same_tables():
+    log = DATA / "nvidia-smi-l40s-load.csv"  # a line of about 3 KiB
+    assert _read(log, True, block_bytes=256, host="h") == _read(log, False, host="h")
+
+
+@needs_scanner
+def test_nvsmi_native_block_it_refuses_takes_the_pure_path_and_the_rest_do_not(tmp_path):
+    log = tmp_path / "log.csv"
+    _synthesise(log, 4000, seed=46)
+    lines = log.read_text().splitlines(keepends=True)
+    lines[2000] = lines[2000].replace(" 700.00 W", ' "700.00 W"', 1)  # a quote: the pure path reads it
+    log.write_text("".join(lines))
+    reader = NvidiaSmiReader(log, "n")
+    reader.block_bytes = 64 << 10
+    total = sum(1 for _ in reader._raw_blocks())
+    assert _scanned_blocks(log, block_bytes=64 << 10, host="n") == total - 1
+    assert _read(log, True, block_bytes=64 << 10, host="n") == _read(log, False, block_bytes=64 << 10, host="n")
