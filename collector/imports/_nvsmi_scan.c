@@ -7,9 +7,7 @@
  * buffers without copying:
  *
  *   - a timestamp (`2024/05/01 12:00:00.123`): int64 microseconds since
- *     the epoch, naive (the caller applies the log's time zone); a row
- *     whose timestamp field is `timestamp` is a header repeated in the log,
- *     counted and skipped;
+ *     the epoch, naive (the caller applies the log's time zone);
  *   - a number (float64, float32, int32 or int64, times a scale): the
  *     units nvidia-smi writes (` W`, ` %`, ` MiB`, ` MHz`, ` us`) and
  *     spaces trimmed, as `nvidia_smi._NUMBER_TRIM` trims them; `[...]`,
@@ -41,7 +39,7 @@
 #include <emmintrin.h>
 #endif
 
-/* Kinds of a plan entry (`nvsmi_native.KINDS`). */
+/* Kinds of a plan entry (`nvsmi_native.TIMESTAMP` ... `RAW`, in order). */
 enum { K_TS = 0, K_F64, K_F32, K_I32, K_I64, K_DICT };
 
 #define MAX_PLAN 64
