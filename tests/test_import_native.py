@@ -171,3 +171,15 @@ def test_nvsmi_native_block_it_refuses_takes_the_pure_path_and_the_rest_do_not(t
     total = sum(1 for _ in reader._raw_blocks())
     assert _scanned_blocks(log, block_bytes=64 << 10, host="n") == total - 1
     assert _read(log, True, block_bytes=64 << 10, host="n") == _read(log, False, block_bytes=64 << 10, host="n")
+
+
+@needs_scanner
+def test_nvsmi_native_gpulens_pure_python_turns_the_scanner_off():
+    import os
+    import subprocess
+    import sys
+
+    code = "from gpulens.collector.imports import nvsmi_native; print(nvsmi_native.available())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "GPULENS_PURE_PYTHON": "1"})
+    assert done.stdout.strip() == "False"
