@@ -17,8 +17,11 @@ apart; then imports it in a fresh process and prints
     what a process pays once (pyarrow loads pandas at its first conversion
     of a Python value);
   - the CPU time per row of each stage, each run again alone in the same
-    process: parsing (pyarrow's CSV reader, to text), converting (Arrow
-    compute), and writing (the second import's CPU time less the other two);
+    process: reading (the import's own path: the compiled scanner, which
+    parses and converts in one pass, where it is built), and writing (the
+    second import's CPU time less the reading); and, for comparison, the
+    pure path's parsing (pyarrow's CSV reader, to text) and converting
+    (Arrow compute);
   - the 1-minute load average (the machine may be shared: wall times
     depend on it, CPU times much less);
 and does the same for a log a quarter as long (at least 2 hours), to
@@ -112,6 +115,7 @@ def import_in_child(log: Path, out: Path) -> dict:
         "import json, os, resource, sys, time\n"
         "from pathlib import Path\n"
         "from gpulens.collector.imports import import_source\n"
+        "from gpulens.collector.imports import nvsmi_native\n"
         "from gpulens.collector.imports.nvidia_smi import NvidiaSmiReader\n"
         "import pyarrow.compute, pyarrow.csv, pyarrow.parquet\n"
         "def cpu_s():\n"
@@ -130,7 +134,13 @@ def import_in_child(log: Path, out: Path) -> dict:
         "before = cpu_s()\n"
         "import_source(sys.argv[1], Path(sys.argv[2] + '-again'), host='bench')\n"
         "again = cpu_s() - before\n"
-        "# The stages again, alone: parsing; parsing and converting (no writing).\n"
+        "# The stages again, alone: reading as the import reads (no writing);\n"
+        "# then the pure path's parsing, and parsing and converting.\n"
+        "before = cpu_s()\n"
+        "for table in NvidiaSmiReader(Path(sys.argv[1]), 'bench').tables(): pass\n"
+        "read = cpu_s() - before\n"
+        "scanner = nvsmi_native.available()\n"
+        "nvsmi_native._SCANNER = None\n"
         "before = cpu_s()\n"
         "for table in NvidiaSmiReader(Path(sys.argv[1]), 'bench').parsed_blocks(): pass\n"
         "parse = cpu_s() - before\n"
@@ -138,7 +148,8 @@ def import_in_child(log: Path, out: Path) -> dict:
         "for table in NvidiaSmiReader(Path(sys.argv[1]), 'bench').tables(): pass\n"
         "parse_convert = cpu_s() - before\n"
         "print(json.dumps({'rows': result.rows, 'wall_s': wall, 'cpu_s': cpu, 'peak_rss_mib': peak, 'again_cpu_s': again,\n"
-        "                  'parse_cpu_s': parse, 'parse_convert_cpu_s': parse_convert, 'loadavg_1m': load}))\n"
+        "                  'parse_cpu_s': parse, 'parse_convert_cpu_s': parse_convert, 'read_cpu_s': read,\n"
+        "                  'scanner': scanner, 'loadavg_1m': load}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(log), str(out)], capture_output=True, text=True,
                           check=True, cwd=REPO)
@@ -259,12 +270,16 @@ def main() -> int:
                 "again_cpu_s": round(measured["again_cpu_s"], 3),
                 "again_rows_per_cpu_s": round(n / measured["again_cpu_s"]),
                 "startup_cpu_s": round(measured["cpu_s"] - measured["again_cpu_s"], 3),
-                # CPU microseconds per row of each stage, run again: parsing
-                # (pyarrow's CSV reader, to text), converting (Arrow compute),
-                # writing (the rest of the import: staging, Parquet, renames).
+                # CPU microseconds per row of each stage, run again: reading
+                # as the import reads (the compiled scanner where `scanner`),
+                # writing (the rest of the import: staging, Parquet, renames);
+                # the pure path's parsing (pyarrow's CSV reader, to text) and
+                # converting (Arrow compute), for comparison.
+                "scanner": measured["scanner"],
+                "read_us_per_row": round(measured["read_cpu_s"] / n * 1e6, 3),
+                "write_us_per_row": round((measured["again_cpu_s"] - measured["read_cpu_s"]) / n * 1e6, 3),
                 "parse_us_per_row": round(measured["parse_cpu_s"] / n * 1e6, 3),
                 "convert_us_per_row": round((measured["parse_convert_cpu_s"] - measured["parse_cpu_s"]) / n * 1e6, 3),
-                "write_us_per_row": round((measured["again_cpu_s"] - measured["parse_convert_cpu_s"]) / n * 1e6, 3),
             }
             if args.variants and days == lengths[0]:
                 row["variants_us_per_row"] = variants = variants_in_child(log, scratch)
@@ -278,8 +293,10 @@ def main() -> int:
             print(f"  again in the same process: {row['again_cpu_s']:.2f} s CPU, "
                   f"{row['again_rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-second (the first paid "
                   f"{row['startup_cpu_s']:.2f} s once)")
-            print(f"  CPU per row: parse {row['parse_us_per_row']:.2f} us, convert {row['convert_us_per_row']:.2f} us, "
-                  f"write {row['write_us_per_row']:.2f} us (the target: 1.00 us in all)")
+            print(f"  CPU per row: read {row['read_us_per_row']:.2f} us "
+                  f"({'compiled scanner' if row['scanner'] else 'pure path: the scanner is not built'}), "
+                  f"write {row['write_us_per_row']:.2f} us (the target: 1.00 us in all); the pure path's "
+                  f"parse {row['parse_us_per_row']:.2f} us, convert {row['convert_us_per_row']:.2f} us")
             if args.keep is None:
                 log.unlink()
     finally:

@@ -199,6 +199,25 @@ def test_import_nvidia_smi_bad_throttle_mask_names_file_and_line(tmp_path):
         import_source(str(log), tmp_path / "out")
 
 
+def test_import_nvidia_smi_throttle_mask_past_64_bits_names_file_and_line(tmp_path):
+    log = tmp_path / "mask.csv"
+    lines = (DATA / "nvidia-smi-2gpu.csv").read_text().splitlines(keepends=True)
+    lines[4] = lines[4].replace("0x0000000000000024", "0x10000000000000000")
+    log.write_text("".join(lines))
+    with pytest.raises(ImportSourceError, match=r"mask.csv:5: '0x10000000000000000' is out of range "
+                                                r"\(throttle_reasons_mask\)"):
+        import_source(str(log), tmp_path / "out")
+
+
+def test_import_nvidia_smi_timestamp_not_utf8_names_file_and_line(tmp_path):
+    log = tmp_path / "stamp.csv"
+    lines = (DATA / "nvidia-smi-2gpu.csv").read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"2024/05/01", b"2024/05/\xff1", 1)
+    log.write_bytes(b"".join(lines))
+    with pytest.raises(ImportSourceError, match=r"stamp.csv:4: '2024/05/\ufffd1 12:00:01.102' is not a timestamp"):
+        import_source(str(log), tmp_path / "out")
+
+
 def test_import_nvidia_smi_short_line_names_file_and_line(tmp_path):
     log = tmp_path / "short.csv"
     lines = (DATA / "nvidia-smi-2gpu.csv").read_text().splitlines(keepends=True)

@@ -6,6 +6,9 @@ With the header (`power.draw [W]`, values `627.40 W`), with `nounits`
 holds are not read. Read by pyarrow's streaming CSV reader, one block at
 a time, and converted column by column with Arrow compute functions (no
 Python loop over rows): memory does not grow with the log's length.
+Where the compiled scanner is built (`nvsmi_native`), a block is read and
+converted by it in one pass instead, and a block it does not read takes
+the path above; both give the same tables.
 
 Values: `[N/A]`, `[Not Supported]` and any other bracketed answer, `N/A`
 and empty cells are NULL; units after a number are dropped (`W`, `%`,
@@ -23,6 +26,7 @@ the GPU index does not rise or more than POLL_GAP_US passes between rows.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +38,7 @@ import pyarrow.compute as pc
 from pyarrow import csv
 
 from gpulens.collector.errors import ImportSourceError, one_line
+from gpulens.collector.imports import nvsmi_native
 from gpulens.collector.schema import TELEMETRY_SCHEMA
 from gpulens.collector.throttle import decode_clock_event_reasons
 
@@ -195,25 +200,51 @@ class NvidiaSmiReader:
         self._last_rows: dict[tuple[str, int], tuple[pa.Table, pa.Table]] = {}
         self._uuid_index: dict[str, int] = {}
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
+        self._null_columns: dict[pa.DataType, pa.Array] = {}
+        self._scan_plan = _scan_plan(self.plan) if nvsmi_native.available() else None
 
     def tables(self) -> Iterator[pa.Table]:
         """The log's rows as telemetry tables, a block of about
-        `block_bytes` at a time."""
+        `block_bytes` at a time: read by the compiled scanner where it is
+        built and reads the block, else parsed by pyarrow and converted."""
         polls = _Polls()
-        for table in self.parsed_blocks():
-            converted = self._convert(table, polls)
-            self._rows_before += table.num_rows
-            if converted.num_rows:
+        parse = self._parser()
+        for block in self._raw_blocks():
+            scanned = self._scanned(block, polls)
+            if scanned is None:
+                parsed = parse(block)
+                rows = 0 if parsed is None else parsed.num_rows
+                converted = self._convert(parsed, polls) if rows else None
+            else:
+                converted, rows = scanned
+            self._rows_before += rows
+            if converted is not None and converted.num_rows:
                 yield converted
 
     def parsed_blocks(self) -> Iterator[pa.Table]:
-        """The log's wanted fields as text, a block at a time (the stage
-        before conversion; the benchmark times it alone).
+        """The log's wanted fields as text, a block at a time, parsed by
+        pyarrow (the pure path's stage before conversion; the benchmark
+        times it alone)."""
+        parse = self._parser()
+        for block in self._raw_blocks():
+            table = parse(block)
+            if table is not None and table.num_rows:
+                yield table
 
-        The blocks are read here and cut at their last newline, each parsed
-        by pyarrow's CSV reader (on several threads): its own streaming
-        reader held more memory the longer the file (0.15 GB more at 1.4 M
-        rows, outside Arrow's pool), these blocks none."""
+    def _raw_blocks(self) -> Iterator[memoryview]:
+        """The log past its header in blocks of whole lines.
+
+        The blocks are read here and cut at their last newline: pyarrow's
+        own streaming CSV reader held more memory the longer the file (0.15
+        GB more at 1.4 M rows, outside Arrow's pool), these blocks none."""
+        with open(self.path, "rb") as handle:
+            for _ in range(self.plan.header_lines):
+                handle.readline()
+            yield from _blocks(handle, self.block_bytes)
+
+    def _parser(self):
+        """A function parsing a block with pyarrow's CSV reader (on several
+        threads) to the wanted fields as text; None for blank lines only."""
         plan = self.plan
         wanted = sorted(set(plan.telemetry.values()) | set(plan.devices.values()))
         read_options = csv.ReadOptions(column_names=plan.names)
@@ -229,25 +260,63 @@ class NvidiaSmiReader:
             return "error"
 
         parse_options = csv.ParseOptions(invalid_row_handler=on_invalid)
-        with open(self.path, "rb") as handle:
-            for _ in range(plan.header_lines):
-                handle.readline()
-            for block in _blocks(handle, self.block_bytes):
-                try:
-                    table = csv.read_csv(pa.py_buffer(block), read_options=read_options,
-                                         parse_options=parse_options, convert_options=convert_options)
-                except pa.ArrowInvalid as error:
-                    if "Empty CSV" in str(error):  # blank lines only
-                        continue
-                    raise self._parse_error(error, invalid) from error
-                if table.num_rows:
-                    yield table
+
+        def parse(block: memoryview) -> pa.Table | None:
+            try:
+                return csv.read_csv(pa.py_buffer(block), read_options=read_options,
+                                    parse_options=parse_options, convert_options=convert_options)
+            except pa.ArrowInvalid as error:
+                if "Empty CSV" in str(error):  # blank lines only
+                    return None
+                raise self._parse_error(error, invalid) from error
+
+        return parse
+
+    def _scanned(self, block: memoryview, polls: _Polls) -> tuple[pa.Table | None, int] | None:
+        """A block read by the compiled scanner: its table and rows; None
+        where the scanner is not built or does not read it (or its rows
+        fail a check: the pure path then says which line)."""
+        if self._scan_plan is None:
+            return None
+        fields, entries = self._scan_plan
+        scanned = nvsmi_native.scan(block, len(self.plan.names), entries)
+        if scanned is None:
+            return None
+        n, outputs = scanned
+        if n == 0:
+            return None, 0
+        raw = dict(zip(fields, nvsmi_native.arrays(n, entries, outputs)))
+        plan = self.plan
+        try:
+            columns: dict[str, pa.Array] = {}
+            for column, name in plan.telemetry.items():
+                spec = TELEMETRY_FIELDS[name]
+                if spec.kind == "hex":
+                    columns[column], columns["throttle_reasons"] = self._masks(raw[name], spec, None)
+                elif spec.kind == "text":
+                    columns[column] = self._values(raw[name], spec, _TYPES[column], None)
+                elif column != "ts":
+                    columns[column] = raw[name]
+            device_fields = list(plan.devices.values())
+
+            def device_rows(rows: pa.Array) -> pa.Table:
+                return pa.table({name: raw[name].take(rows).dictionary_decode() for name in device_fields})
+
+            table = self._assemble(columns, self._zoned(raw[plan.telemetry["ts"]]), n, None, polls, device_rows)
+        except ImportSourceError:
+            return None
+        return table, n
 
     # --- conversion --------------------------------------------------------
 
     def _convert(self, batch: pa.Table, polls: _Polls) -> pa.Table:
         plan = self.plan
-        raw_ts = pc.utf8_trim_whitespace(batch.column(plan.telemetry["ts"]))
+        try:
+            raw_ts = pc.utf8_trim_whitespace(batch.column(plan.telemetry["ts"]))
+        except pa.ArrowInvalid:  # bytes that are not UTF-8
+            row = _first_invalid_utf8(batch.column(plan.telemetry["ts"]))
+            raise self._row_error(row, None, f"{_cell(batch.column(plan.telemetry['ts']), row)!r} "
+                                             "is not a timestamp") from None
         repeated_header = pc.equal(raw_ts, "timestamp")
         if pc.any(repeated_header).as_py():  # a log appended to by a second nvidia-smi
             keep = pc.invert(repeated_header)
@@ -269,15 +338,23 @@ class NvidiaSmiReader:
             else:
                 columns[column] = self._values(batch.column(name), spec, _TYPES[column], offsets)
         ts = self._timestamps(raw_ts, offsets)
+        device_fields = list(plan.devices.values())
+        return self._assemble(columns, ts, n, offsets, polls,
+                              lambda rows: batch.select(device_fields).take(rows))
+
+    def _assemble(self, columns: dict[str, pa.Array], ts: pa.Array, n: int, offsets: np.ndarray | None,
+                  polls: _Polls, device_rows: Any) -> pa.Table:
+        """The telemetry table of a block's converted columns (either path);
+        `device_rows(rows)` gives the devices fields of those rows as text."""
         if "gpu_index" not in columns:
             columns["gpu_index"] = self._index_from_uuid(columns["gpu_uuid"])
         index = columns["gpu_index"]
         if index.null_count:
             row = int(np.flatnonzero(np.asarray(index.is_null()))[0])
             raise self._row_error(row, offsets, "no GPU index")
+        host = self._hosts(columns.pop("host", None), n, offsets)
         ts_us = ts.cast(pa.int64()).to_numpy()
         aligned = polls.align(ts_us, index.to_numpy())
-        host = self._hosts(columns.pop("host", None), n, offsets)
         arrays = []
         for f in TELEMETRY_SCHEMA:
             if f.name == "ts":
@@ -289,10 +366,18 @@ class NvidiaSmiReader:
             elif f.name in columns:
                 arrays.append(columns[f.name])
             else:
-                arrays.append(pa.nulls(n, f.type))
+                arrays.append(self._nulls(f.type, n))
         table = pa.Table.from_arrays(arrays, schema=TELEMETRY_SCHEMA)
-        self._note_devices(batch, table)
+        self._note_devices(device_rows, table)
         return table
+
+    def _nulls(self, dtype: pa.DataType, n: int) -> pa.Array:
+        """`n` NULLs of `dtype`: a slice of one array kept for every block
+        (a fresh one a block and column was memory to zero each time)."""
+        kept = self._null_columns.get(dtype)
+        if kept is None or len(kept) < n:
+            kept = self._null_columns[dtype] = pa.nulls(n, dtype)
+        return kept.slice(0, n)
 
     def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None) -> pa.Array:
         if spec.kind == "text":
@@ -342,10 +427,14 @@ class NvidiaSmiReader:
                 masks.append(None)
                 continue
             try:
-                masks.append(int(text, 16))
+                mask = int(text, 16)
             except ValueError:
                 row = _first_row_of(encoded, len(masks))
                 raise self._row_error(row, offsets, f"{text!r} is not a number ({spec.column})") from None
+            if not -(1 << 63) <= mask < (1 << 63):  # the column is int64
+                row = _first_row_of(encoded, len(masks))
+                raise self._row_error(row, offsets, f"{text!r} is out of range ({spec.column})")
+            masks.append(mask)
         reasons = pa.array([None if m is None else decode_clock_event_reasons(m) for m in masks],
                            type=pa.list_(pa.string()))
         return pc.take(pa.array(masks, type=pa.int64()), encoded.indices), pc.take(reasons, encoded.indices)
@@ -360,6 +449,10 @@ class NvidiaSmiReader:
         if naive.null_count:
             row = int(np.flatnonzero(np.asarray(naive.is_null()))[0])
             raise self._row_error(row, offsets, "no timestamp")
+        return self._zoned(naive)
+
+    def _zoned(self, naive: pa.Array) -> pa.Array:
+        """Naive local times (`timestamp('us')`) of the log's zone → UTC."""
         if self.timezone == "UTC":
             return naive.cast(pa.timestamp("us", tz="UTC"))
         return pc.assume_timezone(naive, self.timezone, ambiguous="earliest", nonexistent="earliest")
@@ -381,14 +474,16 @@ class NvidiaSmiReader:
         return pc.cast(pc.index_in(uuids, value_set=pa.array(list(known))), pa.int32()) if known else \
             pa.nulls(len(uuids), pa.int32())
 
-    def _note_devices(self, batch: pa.Table, table: pa.Table) -> None:
+    def _note_devices(self, device_rows: Any, table: pa.Table) -> None:
         """Keep each GPU's last row so far (converted to its devices row at
-        the end, `devices`)."""
-        index = table["gpu_index"].to_numpy()
-        reversed_first = np.unique(index[::-1], return_index=True)[1]
-        last_rows = pa.array(len(index) - 1 - reversed_first)
+        the end, `devices`); `device_rows(rows)`: those rows' devices fields
+        as text."""
+        # By a hash aggregation (np.unique sorted the rows: far slower).
+        rows = pa.table({"gpu": table["gpu_index"], "row": np.arange(table.num_rows)})
+        last = rows.group_by("gpu", use_threads=False).aggregate([("row", "max")]).sort_by("gpu")
+        last_rows = last["row_max"].combine_chunks()
         picked = table.take(last_rows)
-        picked_raw = batch.select(list(self.plan.devices.values())).take(last_rows)
+        picked_raw = device_rows(last_rows)
         for i, (host, gpu) in enumerate(zip(picked["host"].to_pylist(), picked["gpu_index"].to_pylist())):
             self._last_rows[(host, gpu)] = (picked.slice(i, 1), picked_raw.slice(i, 1))
 
@@ -428,22 +523,54 @@ class NvidiaSmiReader:
         return ImportSourceError(self.source, f"not an nvidia-smi CSV log ({one_line(error)})")
 
 
+def _scan_plan(plan: Plan) -> tuple[list[str], list[tuple[int, int, float]]] | None:
+    """What the compiled scanner reads of a log: the fields, and for each
+    (its position, kind, scale); None where a field name repeats (the pure
+    path decides what that log means)."""
+    if len(set(plan.names)) != len(plan.names):
+        return None
+    position = {name: i for i, name in enumerate(plan.names)}
+    fields, entries = [], []
+    for column, name in plan.telemetry.items():
+        spec = TELEMETRY_FIELDS[name]
+        if spec.kind == "timestamp":
+            kind = nvsmi_native.TIMESTAMP
+        elif spec.kind in ("text", "hex"):
+            kind = nvsmi_native.RAW
+        else:
+            kind = nvsmi_native.number_kind(_TYPES[column])
+        fields.append(name)
+        entries.append((position[name], kind, float(spec.scale)))
+    for name in plan.devices.values():
+        fields.append(name)
+        entries.append((position[name], nvsmi_native.RAW, 1.0))
+    return fields, entries
+
+
 def _blocks(handle: Any, size: int) -> Iterator[memoryview]:
     """The rest of a file in blocks of about `size` bytes, each cut after a
-    newline (the last one: the end of the file)."""
-    rest = b""
+    newline (the last one: the end of the file). In a file, the line cut
+    off a block is read again with the next (a seek back) rather than the
+    next block copied behind it; a pipe's is copied."""
+    seekable = handle.seekable()
+    pending = b""  # the start of a line not yet ended
     while True:
         block = handle.read(size)
         if not block:
-            if rest.strip():
-                yield memoryview(rest)
+            if pending.strip():
+                yield memoryview(pending)
             return
-        data = rest + block if rest else block
+        data = pending + block if pending else block
         cut = data.rfind(b"\n") + 1
         if cut == 0:  # no newline yet: a line longer than a block
-            rest = data
+            pending = data
             continue
-        rest = data[cut:]
+        pending = b""
+        if cut < len(data):
+            if seekable:
+                handle.seek(cut - len(data), os.SEEK_CUR)
+            else:
+                pending = data[cut:]
         yield memoryview(data)[:cut]
 
 

@@ -9,8 +9,8 @@ host and UTC day and streamed into one file per partition,
     devices/host=H/import-<key>.parquet
 
 written under `.staging/` first, each in row groups of ROW_GROUP_ROWS, so
-memory holds at most one row group per open partition whatever the
-source's length. Only when the whole source has been read are the files
+memory holds at most a row group of each partition the latest rows
+reached, whatever the source's length. Only when the whole source has been read are the files
 renamed into place; a source that fails halfway (a bad line, a server
 that stops answering) leaves the dataset as it was.
 
@@ -75,16 +75,22 @@ class _Partition:
         self.pending.append(table)
         self.pending_rows += table.num_rows
         if self.pending_rows >= ROW_GROUP_ROWS:
-            self.flush()
+            self.flush(whole_groups_only=True)
 
-    def flush(self) -> None:
+    def flush(self, whole_groups_only: bool = False) -> None:
+        """Write the pending rows in row groups of ROW_GROUP_ROWS; with
+        `whole_groups_only`, the rows past the last whole group stay
+        pending (every group but a file's last is then whole)."""
         if not self.pending:
             return
         if self.writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.writer = pq.ParquetWriter(self.path, TELEMETRY_SCHEMA, **parquet_options(TELEMETRY_SCHEMA))
-        self.writer.write_table(pa.concat_tables(self.pending), row_group_size=ROW_GROUP_ROWS)
-        self.pending, self.pending_rows = [], 0
+        rows = pa.concat_tables(self.pending)
+        whole = rows.num_rows - rows.num_rows % ROW_GROUP_ROWS if whole_groups_only else rows.num_rows
+        self.writer.write_table(rows.slice(0, whole), row_group_size=ROW_GROUP_ROWS)
+        rest = rows.slice(whole)
+        self.pending, self.pending_rows = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
     def close(self) -> None:
         self.flush()
@@ -133,6 +139,7 @@ class ImportStore:
         days = ts_us // _US_PER_DAY
         hosts = table["host"].unique().to_pylist()
         first_day, last_day = int(days.min()), int(days.max())
+        touched = set()
         for host in hosts:
             if host is None:
                 raise ValueError("telemetry rows need a host")
@@ -144,9 +151,18 @@ class ImportStore:
                 parts = [(int(day), host_rows.filter(pa.array(host_days == day))) for day in np.unique(host_days)]
             for day, part in parts:
                 self._partition(host, day).add(part)
+                touched.add((host, day))
             self._hosts.add(host)
             for gpu in pc.unique(host_rows["gpu_index"]).to_pylist():
                 self._gpus.add((host, gpu))
+        # A partition these rows did not reach is likely done (a log is in
+        # time order): its pending rows are written now, not held to the
+        # end, so that memory holds the rows of the partitions in progress
+        # only, however many days the source covers. A later row of it
+        # makes another row group.
+        for key, partition in self._partitions.items():
+            if partition.pending and key not in touched:
+                partition.flush()
         result = self.result
         result.rows += table.num_rows
         low, high = int(ts_us.min()), int(ts_us.max())
