@@ -217,13 +217,17 @@ def decode_leniently(decode: Callable[[Any], Decoded], data: bytes | bytearray |
     try:
         return decode(data)
     except UnicodeDecodeError:
-        return decode_leniently(decode, bytes(data).decode("utf-8", errors="replace").encode("utf-8"))
+        return decode_leniently(decode, _invalid_utf8_replaced(data))
     except RecursionError:
         repaired = _deep_values_as_null(bytes(data))
         if repaired is None:
             raise msgspec.DecodeError(f"JSON nested deeper than {MAX_NESTING:,} levels") from None
         return decode_leniently(decode, repaired)
     except msgspec.DecodeError as error:
+        # msgspec 0.23 and later say "Invalid UTF-8" as a DecodeError where
+        # earlier releases raised UnicodeDecodeError.
+        if "UTF-8" in str(error) and not _is_utf8(data):
+            return decode_leniently(decode, _invalid_utf8_replaced(data))
         repaired = _lone_surrogates_replaced(data, error)
         if repaired is not None:
             return decode_leniently(decode, repaired)
@@ -233,6 +237,19 @@ def decode_leniently(decode: Callable[[Any], Decoded], data: bytes | bytearray |
         # Again: a text may hold both kinds of value (each repair removes
         # every value of its kind, so this ends).
         return decode_leniently(decode, repaired)
+
+
+def _is_utf8(data: bytes | bytearray | msgspec.Raw) -> bool:
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _invalid_utf8_replaced(data: bytes | bytearray | msgspec.Raw) -> bytes:
+    """The text with each byte sequence that is not UTF-8 written U+FFFD."""
+    return bytes(data).decode("utf-8", errors="replace").encode("utf-8")
 
 
 def _lone_surrogates_replaced(data: bytes | bytearray | msgspec.Raw, error: msgspec.DecodeError) -> bytes | None:
