@@ -98,3 +98,58 @@ def test_hostile_import_markup_in_names_is_escaped_in_the_html_report(cases, tmp
     # The Markdown link is harmless text in HTML; as a link it would not be.
     assert ([payload for payload in (SCRIPT, IMG, 'href="javascript:', "href='javascript:") if payload in html],
             "&lt;img src=x onerror=alert(2)&gt;" in html, LINK in html) == ([], True, True)
+
+
+# --- a live Prometheus that answers badly --------------------------------------------------
+
+_SERIES = '{"metric": {"gpu": "0", "Hostname": "n"}, "values": [[1714564800, %s]]}'
+PROMETHEUS_ANSWERS = {
+    "a_list": (b"[1, 2]", "the answer is not a Prometheus API object"),
+    "deep_nesting": (b"[" * 100_000 + b"]" * 100_000, "the answer is JSON nested too deep"),
+    "not_json": (b"<html>502 Bad Gateway</html>", "cannot query it"),
+    "data_a_list": (b'{"status": "success", "data": []}', "not a range answer (list)"),
+    "result_not_series": (b'{"status": "success", "data": {"resultType": "matrix", "result": [1]}}',
+                          "a range answer whose result is not a list of series"),
+    "value_not_a_number": (('{"status": "success", "data": {"resultType": "matrix", "result": [%s]}}'
+                            % (_SERIES % '"abc"')).encode(), "'abc' in the answer is not a number"),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_prometheus():
+    """A loopback server answering every query with the body named by the
+    path's first part (`http://127.0.0.1:PORT/a_list/api/v1/query_range`)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the http.server name)
+            body = PROMETHEUS_ANSWERS[self.path.split("/")[1]][0]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.mark.parametrize("answer", list(PROMETHEUS_ANSWERS))
+def test_hostile_prometheus_answer_is_one_line_and_writes_nothing(answer, hostile_prometheus, seeded, tmp_path):
+    out = tmp_path / "data"
+    shutil.copytree(seeded, out)
+    before = _checksums(out)
+    url = f"{hostile_prometheus}/{answer}"
+    code, lines = _import(url, out, "--since", "2024-05-01T12:00:00Z", "--until", "2024-05-01T12:01:00Z")
+    assert (code, len(lines), lines[0].startswith(f"gpulens: error: {url}: "),
+            PROMETHEUS_ANSWERS[answer][1] in lines[0]) == (1, 1, True, True), lines
+    assert _checksums(out) == before
