@@ -27,7 +27,8 @@ flush written into the partition while it was being merged is moved into
 the new one right after the exchange (a query in that instant may miss
 that newest file, as one a moment earlier would have). The old folder,
 now under `.staging/`, is then removed. A plan file beside it
-(`compact-<pid>-<n>.json`) names the partition: a crash before the
+(`compact-<pid>-<n>.json`) names the partition and the files the merge
+read or linked: a crash before the
 exchange leaves the dataset as it was, one after it is finished by the
 next writer on that dataset (`finish_interrupted`), which also moves any
 newer flush left in the old folder. A query already running may miss
@@ -170,7 +171,9 @@ def _merge_locked(files: list[Path], staging: Path) -> Path:
     try:
         linked = _link_the_rest(folder, upcoming, inputs)
         _same_owner_and_mode(folder, upcoming)
-        plan.write_text(json.dumps({"partition": str(folder.relative_to(staging.parent)), "merged": name}))
+        # What the next writer needs to finish the merge if this process dies.
+        plan.write_text(json.dumps({"partition": str(folder.relative_to(staging.parent)), "merged": name,
+                                    "known": sorted(inputs | linked)}))
         exchange(upcoming, folder)
         parquet_io.fsync_dir(folder.parent)
     except (SwapUnsupported, _NoLinks):
@@ -358,26 +361,17 @@ def _finish_exchanges(staging: Path) -> int:
         files = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
         try:
             facts = json.loads(plan.read_text())
-            partition, merged = staging.parent / facts["partition"], facts["merged"]
+            partition, merged, known = staging.parent / facts["partition"], facts["merged"], set(facts["known"])
         except (OSError, ValueError, KeyError, TypeError):
             _remove_tree(folder)  # no plan: stopped before the exchange
         else:
-            _settle(folder, partition, merged, _sources(partition / merged), plan)
+            _settle(folder, partition, merged, known, plan)
         plan.unlink(missing_ok=True)
         removed += files
     for plan in staging.glob(f"{SWAP_PREFIX}*.json"):
         if _dead(plan.stem) and not plan.with_suffix("").exists():
             plan.unlink(missing_ok=True)
     return removed
-
-
-def _sources(merged: Path) -> set[str]:
-    """The names of the files `merged` replaced (none where it cannot be
-    read: then every file of the old folder moves back, and nothing is lost)."""
-    try:
-        return set(json.loads((parquet_io.read_schema(merged).metadata or {}).get(_SOURCES_KEY, b"[]")))
-    except (OSError, ValueError, pa.ArrowException):
-        return set()
 
 
 def _dead(name: str) -> bool:

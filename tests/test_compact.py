@@ -375,6 +375,25 @@ def test_a_merge_that_died_after_its_exchange_is_finished_on_the_next_start(tmp_
     del writer
 
 
+def test_finishing_a_merge_that_died_does_not_bring_back_a_file_since_merged_away(tmp_path, monkeypatch):
+    writer = _flushes(tmp_path, 3)
+    [earlier] = maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    for second in range(3, 6):
+        writer.add("telemetry", {"ts": T0_US + second * 1_000_000, "gpu_index": 0, "gpu_uuid": "GPU-0",
+                                 "vendor": "sim", "power_w": 1.0})
+        writer.flush()
+    monkeypatch.setattr(compact, "_settle", lambda *args: None)  # killed right after the exchange
+    maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    monkeypatch.undo()
+    [old] = [p for p in (tmp_path / ".staging").glob("compact-*") if p.is_dir()]
+    earlier.unlink()  # the earlier merged file (linked in the old folder too) merged away since, say
+    dead = _dead_pid()
+    for path in (old, old.with_name(old.name + ".json")):
+        path.rename(path.with_name(path.name.replace(f"compact-{os.getpid()}-", f"compact-{dead}-")))
+    finish_interrupted(tmp_path)
+    assert (len(_files(tmp_path)), len(_power_rows(tmp_path))) == (1, 3)
+
+
 def test_a_merge_that_died_before_its_exchange_leaves_the_partition_as_it_was(tmp_path, monkeypatch):
     _flushes(tmp_path, 3)
     before = _files(tmp_path)
