@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard"
 SOURCES = [DASHBOARD / "app.py", *sorted((DASHBOARD / "app_pages").glob("*.py"))]
 
@@ -159,3 +161,53 @@ def test_widget_labels_check_finds_an_unescaped_name(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "SOURCES", [page])
     assert unescaped_markdown() == [("page.py", 2, "job"), ("page.py", 4, "host"),
                                     ("page.py", 5, "[name for name in runs]")]
+
+
+# --- in a real browser ---------------------------------------------------------------------
+
+RUN = "**bold** [a](javascript:alert(2)) <img src=x onerror=alert(1)> `tick"
+
+
+@pytest.mark.slow
+def test_widget_labels_a_hostile_run_name_shows_literally_in_chromium(tmp_path):
+    """The overview names each trace run in Markdown: served by `gpulens
+    dashboard` and opened in Chromium, a run named with bold, a javascript:
+    link, an `<img onerror>` and a backtick shows as that text."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from conftest import write_telemetry, write_trace_table
+    from test_dashboard_e2e import CHROMIUM, CHROMIUM_ARGS, _free_port, _gpulens_dashboard_command, _serving, \
+        _wait_until_rendered
+
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    root = tmp_path / "data"
+    rows = 50
+    write_trace_table(root, RUN, "kernels", {
+        "run": [RUN] * rows, "rank": [0] * rows, "name": ["gemm"] * rows, "category": ["compute"] * rows,
+        "kind": ["kernel"] * rows, "stream": [7] * rows, "device": [0] * rows,
+        "start_ns": [k * 1_000 for k in range(rows)], "end_ns": [k * 1_000 + 600 for k in range(rows)],
+        "dur_ns": [600] * rows})
+    write_trace_table(root, RUN, "runs", {"run": [RUN], "rank": [0], "world_size": [1], "host": ["node-a"],
+                                          "source_path": ["rank0.json"], "source_format": ["kineto"],
+                                          "time_base": ["trace"]})
+    write_telemetry(root, "node-a", [{"ts": 1_767_225_600_000_000 + k * 1_000_000, "gpu_index": 0, "power_w": 300.0}
+                                     for k in range(5)])
+    port = _free_port()
+    with _serving(_gpulens_dashboard_command(root, port), port, tmp_path / "server.log") as url, \
+            playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            dialogs: list[str] = []
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(url, wait_until="domcontentloaded")
+            page.get_by_text("Traces:", exact=False).first.wait_for(timeout=60_000)
+            _wait_until_rendered(page)
+            shown = page.locator('[data-testid="stMarkdownContainer"]', has_text="Traces").first.inner_text()
+            live = (page.locator('img[src="x"]').count(), page.locator('a[href^="javascript"]').count())
+        finally:
+            browser.close()
+    assert (RUN in shown, live, dialogs) == (True, (0, 0), [])
