@@ -30,9 +30,10 @@ TABLES: tuple[str, ...] = tuple(TABLE_GLOBS)
 
 # How DuckDB says a file it was reading has gone: a file its glob listed and
 # that was removed before the scan opened it, or a glob that now matches
-# nothing. A collector merging its flush files (collector/compact.py) renames
-# the merged file into place and then removes the files merged, so a query
-# that listed them just before fails once and works when run again.
+# nothing. A collector merging its flush files (collector/compact.py)
+# exchanges the partition's folder for one holding the merged file, so a
+# query that listed the old files just before fails once and works when
+# run again.
 _VANISHED_FILE = re.compile(
     r'Cannot open file "(?P<file>[^"]+)": No such file or directory'
     r'|No files found that match the pattern "(?P<pattern>[^"]+)"'

@@ -440,6 +440,8 @@ def import_telemetry(source, out, host, fmt, columns, since, until, timezone, st
             columns=[c.strip() for c in columns.split(",") if c.strip()] if columns else None,
             since=parse_time(since, "--since"), until=parse_time(until, "--until"), timezone=timezone, step_s=step_s,
         )
+    for warning in result.warnings:
+        click.echo(f"gpulens: warning: {source}: {warning}", err=True)
     click.echo(
         f"gpulens: imported {result.rows:,} telemetry rows of {result.gpus} GPUs on "
         f"{', '.join(result.hosts)} from {source} into {out}"

@@ -34,6 +34,8 @@ from typing import Any
 
 import duckdb
 
+from gpulens.dashboard.escape import markdown_code
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATASET = REPO_ROOT / "sample_traces" / "demo-training"
 DATASET_ENV = "GPULENS_DATASET"
@@ -308,14 +310,15 @@ EMPTY_FINGERPRINT = hashlib.blake2b(digest_size=12).hexdigest()
 
 
 def problem(dataset: Dataset) -> str | None:
-    """Why the dataset cannot be shown (one line), or None."""
+    """Why the dataset cannot be shown (one line of Markdown, its path in a
+    code span), or None."""
     root = Path(dataset.path)
     if not root.exists():
-        return f"{root}: no such dataset directory."
+        return f"{markdown_code(root)}: no such dataset directory."
     if not root.is_dir():
-        return f"{root}: not a directory (a dataset is a folder of Parquet tables)."
+        return f"{markdown_code(root)}: not a directory (a dataset is a folder of Parquet tables)."
     if dataset.fingerprint == EMPTY_FINGERPRINT:
-        return (f"{root}: the dataset holds no Parquet files yet. Collect telemetry into it "
+        return (f"{markdown_code(root)}: the dataset holds no Parquet files yet. Collect telemetry into it "
                 "(`gpulens collect --out DIR`) or ingest traces (`gpulens ingest TRACES --out DIR`).")
     return None
 

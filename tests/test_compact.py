@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -183,10 +185,31 @@ def test_gpulens_compact_on_a_dataset_it_may_not_write_is_one_line_and_changes_n
 # --- stopped by SIGTERM or Ctrl-C ----------------------------------------------------
 
 
-def test_a_merge_stopped_while_it_removes_its_inputs_still_removes_them_all(tmp_path, monkeypatch):
-    # Stopped halfway, the merged file and the inputs left beside it would
-    # both be read until the next writer's finish_interrupted.
+def test_a_merge_stopped_while_it_removes_the_old_folder_still_finishes(tmp_path, monkeypatch):
     _flushes(tmp_path, 3)
+    remove_tree = compact._remove_tree
+    calls = []
+
+    def interrupted_at_the_second(folder):
+        calls.append(folder)  # the first: clearing the way before the merge
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        remove_tree(folder)
+
+    monkeypatch.setattr(compact, "_remove_tree", interrupted_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    monkeypatch.undo()
+    assert (len(_files(tmp_path)), len(_power_rows(tmp_path))) == (1, 6)
+    assert list((tmp_path / ".staging").glob("compact-*")) == []
+
+
+def test_a_merge_by_rename_stopped_while_it_removes_its_inputs_still_removes_them_all(tmp_path, monkeypatch):
+    # Where folders cannot be exchanged (NFS): stopped halfway, the merged
+    # file and the inputs left beside it would both be read until the next
+    # writer's finish_interrupted.
+    _flushes(tmp_path, 3)
+    monkeypatch.setattr(compact, "exchange", _cannot_exchange)
     unlink = Path.unlink
     calls = []
 
@@ -202,6 +225,10 @@ def test_a_merge_stopped_while_it_removes_its_inputs_still_removes_them_all(tmp_
     monkeypatch.undo()
     assert len(_files(tmp_path)) == 1
     assert len(_power_rows(tmp_path)) == 6
+
+
+def _cannot_exchange(a, b):
+    raise compact.SwapUnsupported(errno.EINVAL, "Invalid argument", str(a))
 
 
 def test_gpulens_compact_stopped_by_sigterm_exits_143_and_keeps_every_file(tmp_path, capsys, monkeypatch):
@@ -222,3 +249,171 @@ def test_gpulens_compact_stopped_by_sigterm_exits_143_and_keeps_every_file(tmp_p
         signal.signal(signal.SIGTERM, previous)
     assert (_files(tmp_path), _power_rows(tmp_path)) == (before, rows_before)
     assert list((tmp_path / ".staging").glob("*.tmp")) == []
+
+
+# --- readers during a merge ------------------------------------------------------------
+
+READER = """
+import json, os, sys, time
+import duckdb
+root, ready, stop = sys.argv[1:4]
+con = duckdb.connect()
+seen, vanished, other = {}, 0, []
+while True:
+    done = os.path.exists(stop)  # one more query after the merges ended
+    try:
+        total = con.execute("select count(*) from read_parquet(?)", [root + "/telemetry/**/*.parquet"]).fetchone()[0]
+        seen[total] = seen.get(total, 0) + 1
+    except duckdb.Error as error:  # a file merged away between the listing and its opening: run again
+        if "No such file or directory" in str(error):
+            vanished += 1
+        else:
+            other.append(str(error)[:200])
+    open(ready, "a").close()
+    if done:
+        break
+print(json.dumps({"seen": seen, "vanished": vanished, "other": other}))
+"""
+
+
+@pytest.mark.slow
+def test_a_reader_counting_rows_while_gpulens_compact_runs_never_sees_a_row_twice(tmp_path):
+    # Real processes: a reader counts the telemetry rows in a loop while
+    # `gpulens compact` merges 20 partitions of 12 flush files each, twice
+    # over; every count it gets must be the true one (a query that meets a
+    # file merged away fails, and is run again by analysis.tables).
+    partitions, flushes, gpus = 20, 12, 4
+    counts: dict[int, int] = {}
+    for round_ in range(2):
+        root = tmp_path / f"round{round_}"
+        for host in range(partitions):
+            writer = DatasetWriter(root, f"node-{host:02d}")
+            for second in range(flushes):
+                for gpu in range(gpus):
+                    writer.add("telemetry", {"ts": T0_US + second * 1_000_000, "gpu_index": gpu,
+                                             "gpu_uuid": f"GPU-{gpu}", "vendor": "sim", "power_w": 1.0 * second})
+                writer.flush()
+        ready, stop = tmp_path / f"ready{round_}", tmp_path / f"stop{round_}"
+        reader = subprocess.Popen([sys.executable, "-c", READER, str(root), str(ready), str(stop)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            while not ready.exists() and reader.poll() is None:
+                time.sleep(0.01)
+            done = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "compact", str(root)],
+                                  capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+            stop.touch()
+            out, _ = reader.communicate(timeout=120)
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait()
+        assert (done.returncode, len(list((root / "telemetry").glob("host=*/date=*/*.parquet")))) == (0, partitions)
+        result = json.loads(out)
+        assert (set(result["seen"]), result["other"]) == ({str(partitions * flushes * gpus)}, [])
+        for total, n in result["seen"].items():
+            counts[int(total)] = counts.get(int(total), 0) + n
+    assert sum(counts.values()) >= 2
+
+
+def _rows_listed(folder: Path) -> int:
+    """The rows a reader that lists `folder` now would count."""
+    return sum(pq.read_metadata(path).num_rows for path in folder.glob("*.parquet"))
+
+
+def test_a_partition_holds_each_row_once_at_every_step_of_a_merge(tmp_path, monkeypatch):
+    _flushes(tmp_path, 3)
+    folder = tmp_path / PARTITION
+    seen = []
+    real_exchange, real_settle = compact.exchange, compact._settle
+
+    def exchange(a, b):
+        seen.append(_rows_listed(folder))
+        real_exchange(a, b)
+        seen.append(_rows_listed(folder))
+
+    def settle(*args):
+        real_settle(*args)
+        seen.append(_rows_listed(folder))
+
+    monkeypatch.setattr(compact, "exchange", exchange)
+    monkeypatch.setattr(compact, "_settle", settle)
+    maybe_compact(folder, tmp_path / ".staging", parts_at=3)
+    assert (seen, len(_files(tmp_path))) == ([6, 6, 6], 1)
+
+
+def test_a_flush_written_during_a_merge_moves_into_the_merged_partition(tmp_path, monkeypatch):
+    writer = _flushes(tmp_path, 3)
+    real_exchange = compact.exchange
+
+    def flushed_just_before(a, b):  # a collector's flush lands after the links were made
+        writer.add("telemetry", {"ts": T0_US + 9_000_000, "gpu_index": 0, "gpu_uuid": "GPU-0", "vendor": "sim",
+                                 "power_w": 9.0})
+        writer.flush()
+        real_exchange(a, b)
+
+    monkeypatch.setattr(compact, "exchange", flushed_just_before)
+    maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    assert (len(_files(tmp_path)), len(_power_rows(tmp_path))) == (2, 7)
+    assert list((tmp_path / ".staging").glob("compact-*")) == []
+
+
+def test_a_merge_that_died_after_its_exchange_is_finished_on_the_next_start(tmp_path, monkeypatch):
+    writer = _flushes(tmp_path, 3)
+    monkeypatch.setattr(compact, "_settle", lambda *args: None)  # as if killed right after the exchange
+    maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    monkeypatch.undo()
+    [old] = [p for p in (tmp_path / ".staging").glob("compact-*") if p.is_dir()]
+    newer = old / "part-9999-flushed-late.parquet"  # a flush that landed in the old folder
+    shutil.copy(next(old.glob("part-*.parquet")), newer)
+    dead = _dead_pid()
+    for path in (old, old.with_name(old.name + ".json")):
+        path.rename(path.with_name(path.name.replace(f"compact-{os.getpid()}-", f"compact-{dead}-")))
+    assert (len(_files(tmp_path)), len(_power_rows(tmp_path))) == (1, 6)
+    finish_interrupted(tmp_path)
+    assert (len(_files(tmp_path)), len(_power_rows(tmp_path))) == (2, 8)
+    assert list((tmp_path / ".staging").glob("compact-*")) == []
+    del writer
+
+
+def test_finishing_a_merge_that_died_does_not_bring_back_a_file_since_merged_away(tmp_path, monkeypatch):
+    writer = _flushes(tmp_path, 3)
+    [earlier] = maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    for second in range(3, 6):
+        writer.add("telemetry", {"ts": T0_US + second * 1_000_000, "gpu_index": 0, "gpu_uuid": "GPU-0",
+                                 "vendor": "sim", "power_w": 1.0})
+        writer.flush()
+    monkeypatch.setattr(compact, "_settle", lambda *args: None)  # killed right after the exchange
+    maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    monkeypatch.undo()
+    [old] = [p for p in (tmp_path / ".staging").glob("compact-*") if p.is_dir()]
+    earlier.unlink()  # the earlier merged file (linked in the old folder too) merged away since, say
+    dead = _dead_pid()
+    for path in (old, old.with_name(old.name + ".json")):
+        path.rename(path.with_name(path.name.replace(f"compact-{os.getpid()}-", f"compact-{dead}-")))
+    finish_interrupted(tmp_path)
+    assert (len(_files(tmp_path)), len(_power_rows(tmp_path))) == (1, 3)
+
+
+def test_a_merge_that_died_before_its_exchange_leaves_the_partition_as_it_was(tmp_path, monkeypatch):
+    _flushes(tmp_path, 3)
+    before = _files(tmp_path)
+
+    def killed(a, b):
+        raise SystemExit  # stands for kill -9: nothing after this runs in the real case
+    monkeypatch.setattr(compact, "exchange", killed)
+    monkeypatch.setattr(compact, "even_if_interrupted", lambda step, *args: None)
+    with pytest.raises(SystemExit):
+        maybe_compact(tmp_path / PARTITION, tmp_path / ".staging", parts_at=3)
+    monkeypatch.undo()
+    [upcoming] = [p for p in (tmp_path / ".staging").glob("compact-*") if p.is_dir()]
+    dead = _dead_pid()
+    for path in (upcoming, upcoming.with_name(upcoming.name + ".json")):
+        path.rename(path.with_name(path.name.replace(f"compact-{os.getpid()}-", f"compact-{dead}-")))
+    finish_interrupted(tmp_path)
+    assert (_files(tmp_path), len(_power_rows(tmp_path))) == (before, 6)
+    assert list((tmp_path / ".staging").glob("compact-*")) == []
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)

@@ -399,7 +399,7 @@ def test_page_on_an_empty_dataset_says_so_without_a_stack_trace(monkeypatch, tmp
 def test_page_on_a_missing_path_names_it(monkeypatch, tmp_path, page):
     missing = tmp_path / "nowhere"
     at = _run(monkeypatch, missing, page)
-    assert [e.value for e in at.error] == [f"{missing}: no such dataset directory."]
+    assert [e.value for e in at.error] == [f"`{missing}`: no such dataset directory."]
 
 
 def test_trace_pages_on_a_telemetry_only_dataset_ask_for_traces(monkeypatch, tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import time
 import zoneinfo
 from pathlib import Path
 
@@ -37,6 +38,9 @@ FORMATS = ("nvidia-smi", "scrape", "prometheus", "rocm-smi", "amd-smi")
 KEY_BYTES = 64 << 10
 KEY_LINES = 2
 SNIFF_BYTES = 8 << 10
+# Rows dated before 1970 or more than this far past the importing machine's
+# clock are dropped (counted): the clock of the node that wrote them was off.
+FUTURE_SLACK_US = 86_400_000_000
 
 
 def is_url(source: str) -> bool:
@@ -155,15 +159,39 @@ def import_source(
     window = f"{since.isoformat() if since else ''}/{until.isoformat() if until else ''}/{step_s}"
     key = source_key(source, fmt, host, extra=window if is_url(source) else "")
     reader = _reader(source, fmt, host, columns, timezone, since, until, step_s)
+    latest_us = time.time_ns() // 1000 + FUTURE_SLACK_US
+    misdated = 0
     with ImportStore(Path(out), key) as store:
         for table in reader.tables():
+            table, dropped = _dated_now(table, latest_us)
+            misdated += dropped
             table = _in_window(table, since, until)
             store.add(table)
         for device in reader.devices.values():
             store.set_device(device)
         if store.result.rows == 0:
-            raise ImportSourceError(source, "no telemetry rows" + (" in the window given" if since or until else ""))
-        return store.commit()
+            raise ImportSourceError(source, "no telemetry rows" + (" in the window given" if since or until else "")
+                                    + (f" ({_misdated(misdated)})" if misdated else ""))
+        result = store.commit()
+    result.warnings = list(reader.warnings) + ([_misdated(misdated) + ", the rest kept"] if misdated else [])
+    return result
+
+
+def _dated_now(table: pa.Table, latest_us: int) -> tuple[pa.Table, int]:
+    """`table` without its rows dated before 1970 or after `latest_us`,
+    and how many those were."""
+    ts_us = table["ts"].cast(pa.int64())
+    low, high = pc.min_max(ts_us).values()
+    if low.as_py() is None or (low.as_py() >= 0 and high.as_py() <= latest_us):
+        return table, 0
+    keep = pc.and_(pc.greater_equal(ts_us, 0), pc.less_equal(ts_us, latest_us))
+    kept = table.filter(keep)
+    return kept, table.num_rows - kept.num_rows
+
+
+def _misdated(rows: int) -> str:
+    return (f"{rows:,} row{'s' if rows != 1 else ''} dated before 1970 or more than a day ahead of this machine's "
+            "clock dropped")
 
 
 def _reader(source: str, fmt: str, host: str | None, columns: list[str] | None, timezone: str,

@@ -24,10 +24,17 @@ from typing import Any
 import pyarrow as pa
 
 from gpulens.collector.errors import ImportSourceError, UsageError, one_line
-from gpulens.collector.imports.rows import WideRows, fill_devices
+from gpulens.collector.imports.rows import WideRows, counted, fill_devices, is_odd
+from gpulens.collector.imports.scrape import read_text
 
 _MIB = 1 << 20
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# A rocm-smi value: a number, perhaps in parentheses, perhaps followed by
+# its unit (`"36.0"`, `"(300Mhz)"`); the number as Python reads one
+# (`nan`, `inf` and `1e400` too: those are odd values, counted).
+_ROCM_VALUE = re.compile(r"\(?\s*([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf(?:inity)?))\s*[A-Za-z%]*\s*\)?",
+                         re.IGNORECASE)
+# The largest GPU index (the gpu_index column is int32).
+_MAX_GPU_INDEX = (1 << 31) - 1
 
 # rocm-smi key → (column, factor), first present wins per column.
 ROCM_SMI_FIELDS: list[tuple[str, str, float]] = [
@@ -83,16 +90,29 @@ class AmdJsonReader:
         self.host = host
         self.fmt = fmt
         self.devices: dict[tuple[str, int], dict[str, Any]] = {}
+        self._dropped: dict[str, int] = {}
+
+    @property
+    def warnings(self) -> list[str]:
+        """The odd values dropped, counted."""
+        line = counted("odd value{s} dropped", self._dropped)
+        return [line] if line else []
+
+    def _odd(self, column: str) -> None:
+        self._dropped[column] = self._dropped.get(column, 0) + 1
 
     def tables(self) -> Iterator[pa.Table]:
+        text = read_text(self.path, self.source)
         try:
-            document = json.loads(self.path.read_text(encoding="utf-8"))
+            document = json.loads(text)
             ts_us = os.stat(self.path).st_mtime_ns // 1000
         except json.JSONDecodeError as error:
             raise ImportSourceError(self.source, f"not JSON ({error.msg})", error.lineno) from error
-        except (OSError, UnicodeDecodeError) as error:
+        except RecursionError:
+            raise ImportSourceError(self.source, "JSON nested too deep to be a snapshot") from None
+        except OSError as error:
             raise ImportSourceError(self.source, f"cannot read it ({one_line(error)})") from error
-        rows = WideRows(vendor="amd")
+        rows = WideRows(vendor="amd", dropped=self._dropped)
         if self.fmt == "rocm-smi":
             self._rocm_smi(document, ts_us, rows)
         else:
@@ -117,10 +137,12 @@ class AmdJsonReader:
                 device[column] = None if _missing(value) else str(value)
             for field, column, factor in ROCM_SMI_FIELDS:
                 number = _rocm_number(card.get(field))
-                if number is not None:
+                if number == "odd":
+                    self._odd(column)
+                elif number is not None:
                     rows.set(self.host, gpu, ts_us, column, number * factor, gpu_uuid=device["gpu_uuid"])
-            device["power_limit_w"] = _rocm_number(card.get("Max Graphics Package Power (W)"))
-            device["mem_total_bytes"] = _int(_rocm_number(card.get("VRAM Total Memory (B)")))
+            device["power_limit_w"] = _plain(_rocm_number(card.get("Max Graphics Package Power (W)")), "power_limit_w")
+            device["mem_total_bytes"] = _int(_plain(_rocm_number(card.get("VRAM Total Memory (B)")), "mem_total_bytes"))
             self.devices[(self.host, gpu)] = device
 
     def _amd_smi(self, document: Any, ts_us: int, rows: WideRows) -> None:
@@ -128,30 +150,47 @@ class AmdJsonReader:
         if not isinstance(gpus, list):
             raise ImportSourceError(self.source, "not amd-smi metric JSON (a list of GPUs, or gpu_data)")
         for entry in gpus:
-            if not isinstance(entry, dict) or not isinstance(entry.get("gpu"), int):
+            gpu = entry.get("gpu") if isinstance(entry, dict) else None
+            if isinstance(gpu, bool) or not isinstance(gpu, int):
                 raise ImportSourceError(self.source, "an amd-smi GPU entry without its gpu number")
-            gpu = entry["gpu"]
+            if not 0 <= gpu <= _MAX_GPU_INDEX:
+                raise ImportSourceError(self.source, f"gpu {gpu if abs(gpu) < 10**12 else 'number'} is not a GPU index")
+            if (self.host, gpu) in self.devices:
+                raise ImportSourceError(self.source, f"gpu {gpu} is listed twice")
             seen: set[str] = set()
             for path, column in AMD_SMI_FIELDS:
                 if column in seen:
                     continue
                 value = _amd_value(_dig(entry, path), column)
-                if value is not None:
+                if value == "odd":
+                    self._odd(column)
+                    seen.add(column)
+                elif value is not None:
                     rows.set(self.host, gpu, ts_us, column, value)
                     seen.add(column)
             self.devices[(self.host, gpu)] = {"ts": ts_us, "host": self.host, "gpu_index": gpu, "vendor": "amd"}
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip() in ("", "N/A"))
+    """`N/A`, empty, or a bracketed answer (`[Not Supported]`)."""
+    return value is None or (isinstance(value, str) and (value.strip() in ("", "N/A") or value.strip().startswith("[")))
 
 
-def _rocm_number(value: Any) -> float | None:
-    """`"36.0"` → 36.0, `"(300Mhz)"` → 300.0; `N/A` → None."""
+def _rocm_number(value: Any) -> float | str | None:
+    """`"36.0"` → 36.0, `"(300Mhz)"` → 300.0; `N/A` → None; text that is
+    no number (`"1,036.0"`, `"abc"`) → `"odd"`."""
     if _missing(value):
         return None
-    match = _NUMBER.search(str(value))
-    return float(match.group()) if match else None
+    match = _ROCM_VALUE.fullmatch(str(value).strip())
+    try:
+        return float(match.group(1)) if match else "odd"
+    except ValueError:
+        return "odd"
+
+
+def _plain(value: float | str | None, column: str) -> float | None:
+    """A devices column's value: None where it is missing or odd."""
+    return None if value is None or value == "odd" or is_odd(column, value) else value
 
 
 def _int(value: float | None) -> int | None:
@@ -167,13 +206,20 @@ def _dig(entry: dict[str, Any], path: tuple[str, ...]) -> Any:
     return value
 
 
-def _amd_value(value: Any, column: str) -> float | None:
+def _amd_value(value: Any, column: str) -> float | str | None:
+    """A metric's value in the column's unit; None where amd-smi has none
+    (`"N/A"`, missing); `"odd"` where its unit is none amd-smi writes."""
     if isinstance(value, dict):
         unit = value.get("unit")
         number = value.get("value")
-        factor = _UNIT_FACTORS.get(unit, 1) if unit else _BARE_FACTORS.get(column, 1)
+        if unit and unit not in _UNIT_FACTORS:
+            return "odd" if isinstance(number, (int, float)) and not isinstance(number, bool) else None
+        factor = _UNIT_FACTORS[unit] if unit else _BARE_FACTORS.get(column, 1)
     else:
         number, factor = value, _BARE_FACTORS.get(column, 1)
     if isinstance(number, bool) or not isinstance(number, (int, float)):
         return None  # "N/A", or missing
-    return number * factor
+    try:
+        return float(number) * factor
+    except OverflowError:  # an integer beyond any float
+        return "odd"

@@ -13,6 +13,10 @@ the path above; both give the same tables.
 Values: `[N/A]`, `[Not Supported]` and any other bracketed answer, `N/A`
 and empty cells are NULL; units after a number are dropped (`W`, `%`,
 `MiB`, `MHz`, `us`); numbers are locale-free, as nvidia-smi writes them.
+`ERR!` (nvidia-smi could not read the value) is NULL, and so is an odd
+value (`rows.is_odd`: NaN, infinite, negative, beyond its column); both
+are counted in `warnings`. Any other text where a number belongs stops
+the import at its line.
 
 Times: `timestamp` is the node's local time without a zone
 (`2024/05/01 12:00:00.123`); `timezone` names that zone (default UTC).
@@ -39,6 +43,7 @@ from pyarrow import csv
 
 from gpulens.collector.errors import ImportSourceError, one_line
 from gpulens.collector.imports import nvsmi_native
+from gpulens.collector.imports.rows import counted, odd_mask
 from gpulens.collector.schema import TELEMETRY_SCHEMA
 from gpulens.collector.throttle import decode_clock_event_reasons
 
@@ -202,6 +207,16 @@ class NvidiaSmiReader:
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
         self._null_columns: dict[pa.DataType, pa.Array] = {}
         self._scan_plan = _scan_plan(self.plan) if nvsmi_native.available() else None
+        # Per column: values nvidia-smi could not read (ERR!), odd values.
+        self._unreadable: dict[str, int] = {}
+        self._dropped: dict[str, int] = {}
+
+    @property
+    def warnings(self) -> list[str]:
+        """The values set to NULL, counted: `ERR!`, and odd values."""
+        lines = [counted("unreadable value{s} (ERR!) NULL", self._unreadable),
+                 counted("odd value{s} dropped", self._dropped)]
+        return [line for line in lines if line]
 
     def tables(self) -> Iterator[pa.Table]:
         """The log's rows as telemetry tables, a block of about
@@ -287,6 +302,7 @@ class NvidiaSmiReader:
             return None, 0
         raw = dict(zip(fields, nvsmi_native.arrays(n, entries, outputs)))
         plan = self.plan
+        dropped: dict[str, int] = {}  # counted once the block is read: else the pure path counts them
         try:
             columns: dict[str, pa.Array] = {}
             for column, name in plan.telemetry.items():
@@ -296,7 +312,14 @@ class NvidiaSmiReader:
                 elif spec.kind == "text":
                     columns[column] = self._values(raw[name], spec, _TYPES[column], None)
                 elif column != "ts":
-                    columns[column] = raw[name]
+                    # The scanner reads a negative number as the pure path
+                    # does: the same odd values are NULL and counted.
+                    values = raw[name]
+                    odd = odd_mask(spec.column, values, values.type)
+                    if odd is not None:
+                        dropped[spec.column] = pc.sum(odd.cast(pa.int64())).as_py()
+                        values = pc.if_else(odd, pa.scalar(None, values.type), values)
+                    columns[column] = values
             device_fields = list(plan.devices.values())
 
             def device_rows(rows: pa.Array) -> pa.Table:
@@ -305,6 +328,8 @@ class NvidiaSmiReader:
             table = self._assemble(columns, self._zoned(raw[plan.telemetry["ts"]]), n, None, polls, device_rows)
         except ImportSourceError:
             return None
+        for column, count in dropped.items():
+            self._dropped[column] = self._dropped.get(column, 0) + count
         return table, n
 
     # --- conversion --------------------------------------------------------
@@ -379,7 +404,8 @@ class NvidiaSmiReader:
             kept = self._null_columns[dtype] = pa.nulls(n, dtype)
         return kept.slice(0, n)
 
-    def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None) -> pa.Array:
+    def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None,
+                count: bool = True) -> pa.Array:
         if spec.kind == "text":
             # A UUID, host or model takes few values: cleaned once each.
             encoded = _dictionary(raw)
@@ -391,28 +417,35 @@ class NvidiaSmiReader:
             text = pc.utf8_trim_whitespace(encoded.dictionary)
             cleaned = pc.if_else(_missing(text), pa.scalar(None, pa.string()), text)
             return pc.take(cleaned, encoded.indices)
-        trimmed = pc.ascii_trim(raw, _NUMBER_TRIM)
+        values = None
         if spec.scale == 1:
             try:  # the usual column, all numbers: no pass to find NULL markers
-                return pc.cast(trimmed, dtype)
+                values = pc.cast(pc.ascii_trim(raw, _NUMBER_TRIM), dtype)
             except pa.ArrowInvalid:
                 pass
-        cleaned = pc.if_else(_missing(trimmed), pa.scalar(None, pa.string()), trimmed)
-        try:
-            if spec.kind == "int" and spec.scale == 1:
-                values = pc.cast(cleaned, dtype)
-            else:
+        if values is None:
+            # Units trimmed on the right only: `inf` keeps its `i`.
+            trimmed = pc.ascii_rtrim(pc.ascii_ltrim(raw, " "), _NUMBER_TRIM)
+            unreadable = pc.equal(trimmed, "ERR!")
+            errors = pc.sum(unreadable.cast(pa.int64())).as_py() or 0
+            if errors and count:
+                self._unreadable[spec.column] = self._unreadable.get(spec.column, 0) + errors
+            cleaned = pc.if_else(pc.or_(_missing(trimmed), unreadable), pa.scalar(None, pa.string()), trimmed)
+            try:
                 values = pc.cast(cleaned, pa.float64())
-                if spec.scale != 1:
-                    values = pc.multiply(values, spec.scale)
-                if pa.types.is_integer(dtype):
-                    values = pc.cast(pc.round(values), dtype)
-                else:
-                    values = pc.cast(values, dtype)
-        except (pa.ArrowInvalid, ValueError) as error:
-            row = _first_unparsable(cleaned, spec.kind)
-            raise self._row_error(row, offsets, f"{_cell(raw, row).strip()!r} is not a number "
-                                                f"({spec.column})") from error
+            except (pa.ArrowInvalid, ValueError) as error:
+                row = _first_unparsable(cleaned, spec.kind)
+                raise self._row_error(row, offsets, f"{_cell(raw, row).strip()!r} is not a number "
+                                                    f"({spec.column})") from error
+            if spec.scale != 1:
+                values = pc.multiply(values, spec.scale)
+        odd = odd_mask(spec.column, values, dtype)
+        if odd is not None:
+            if count:
+                self._dropped[spec.column] = self._dropped.get(spec.column, 0) + pc.sum(odd.cast(pa.int64())).as_py()
+            values = pc.if_else(odd, pa.scalar(None, values.type), values)
+        if values.type != dtype:
+            values = pc.cast(pc.round(values) if pa.types.is_integer(dtype) else values, dtype)
         return values
 
     def _masks(self, raw: pa.Array | pa.ChunkedArray, spec: Field, offsets: np.ndarray | None) -> tuple[pa.Array, pa.Array]:
@@ -502,7 +535,7 @@ class NvidiaSmiReader:
             for column, name in self.plan.devices.items():
                 spec = DEVICE_FIELDS[name]
                 dtype = pa.string() if spec.kind == "text" else pa.float64() if spec.kind == "float" else pa.int32()
-                device[column] = self._values(raw.column(name), spec, dtype, None)[0].as_py()
+                device[column] = self._values(raw.column(name), spec, dtype, None, count=False)[0].as_py()
             devices[key] = device
         return devices
 

@@ -30,11 +30,15 @@ import pyarrow as pa
 
 from gpulens.collector.errors import ImportSourceError, one_line
 from gpulens.collector.imports.metric_names import DCGM_LABELS, DCGM_METRICS, PREFERENCE, gpu_uuid
-from gpulens.collector.imports.rows import WideRows, fill_devices
+from gpulens.collector.imports.rows import WideRows, counted, fill_devices
 
 # Points per series a query asks for, under Prometheus's limit of 11,000.
 CHUNK_POINTS = 10_000
 REQUEST_TIMEOUT_S = 60.0
+# The largest GPU index a label may give (the gpu_index column is int32).
+_MAX_GPU_INDEX = (1 << 31) - 1
+# Seconds since 1970 that a timestamp[us] holds.
+_MAX_TIME_S = ((1 << 63) - 1) / 1e6
 
 
 class PrometheusReader:
@@ -46,6 +50,14 @@ class PrometheusReader:
         self.until_s = until.timestamp()
         self.step_s = step_s
         self.devices: dict[tuple[str, int], dict[str, Any]] = {}
+        self._dropped: dict[str, int] = {}
+
+    @property
+    def warnings(self) -> list[str]:
+        """The odd values dropped, counted (a range query answers one sample
+        at several steps: those are not duplicates)."""
+        line = counted("odd value{s} dropped", self._dropped)
+        return [line] if line else []
 
     def chunks(self) -> Iterator[tuple[float, float]]:
         """[start, end] of each query, both evaluated, on one grid of `step_s`
@@ -67,7 +79,7 @@ class PrometheusReader:
         # chunk's first point.
         done_until: dict[tuple[str, int], int] = {}
         for start, end in self.chunks():
-            rows = WideRows()
+            rows = WideRows(dropped=self._dropped)
             latest: dict[tuple[str, int], int] = {}
             for name, metric in DCGM_METRICS.items():
                 values = self._query(f"{name}{selector}", start, end)
@@ -79,18 +91,18 @@ class PrometheusReader:
                     if sample_times is None:
                         continue
                     host, gpu, uuid = self._keys(labels, name)
-                    sample_at = {float(t): float(v) for t, v in sample_times}
+                    sample_at = {self._number(t, name): self._number(v, name) for t, v in sample_times}
                     for t, value in series["values"]:
-                        sample_s = sample_at.get(float(t))
-                        if sample_s is None:
-                            continue
+                        sample_s = sample_at.get(self._number(t, name))
+                        if sample_s is None or not abs(sample_s) <= _MAX_TIME_S:
+                            continue  # no sample, or a time no timestamp holds: outside any window
                         ts_us = round(sample_s * 1e6)
                         if ts_us < self.since_s * 1e6:
                             continue  # a sample older than the window, seen by its first step
                         if ts_us <= done_until.get((host, gpu), -1):
                             continue
                         latest[(host, gpu)] = max(ts_us, latest.get((host, gpu), ts_us))
-                        rows.set(host, gpu, ts_us, metric.column, float(value) * metric.scale, PREFERENCE[name], uuid)
+                        rows.set(host, gpu, ts_us, metric.column, self._number(value, name) * metric.scale, PREFERENCE[name], uuid)
                         self._note_device(labels, host, gpu, uuid, ts_us)
             done_until.update(latest)
             if len(rows):
@@ -98,10 +110,18 @@ class PrometheusReader:
                 fill_devices(table, self.devices)
                 yield table
 
+    def _number(self, text: Any, name: str) -> float:
+        """A time or a value of an answer (Prometheus writes values as text)."""
+        try:
+            return float(text)
+        except (TypeError, ValueError):
+            raise ImportSourceError(self.source, f"{name}: {one_line(text)[:40]!r} in the answer is not a number") from None
+
     def _keys(self, labels: dict[str, str], name: str) -> tuple[str, int, str | None]:
         gpu = labels.get("gpu")
-        if gpu is None or not gpu.isdigit():
-            raise ImportSourceError(self.source, f"a {name} series has no gpu label: {labels}")
+        if gpu is None or not gpu.isdigit() or int(gpu) > _MAX_GPU_INDEX:
+            raise ImportSourceError(self.source, f"a {name} series has no gpu label that is a GPU index: "
+                                                 f"{one_line(labels)[:200]}")
         host = self.host or labels.get("Hostname")
         if not host:
             raise ImportSourceError(self.source, f"a {name} series names no host (no Hostname label): give --host NAME")
@@ -131,12 +151,20 @@ class PrometheusReader:
         except (urllib.error.URLError, OSError, ValueError) as error:
             reason = getattr(error, "reason", error)
             raise ImportSourceError(self.source, f"cannot query it ({one_line(reason)})") from error
+        except RecursionError:
+            raise ImportSourceError(self.source, f"{query}: the answer is JSON nested too deep") from None
+        if not isinstance(answer, dict):
+            raise ImportSourceError(self.source, f"{query}: the answer is not a Prometheus API object")
         if answer.get("status") != "success":
             raise ImportSourceError(self.source, f"{query}: {one_line(answer.get('error', answer))}")
-        data = answer.get("data", {})
-        if data.get("resultType") != "matrix":
-            raise ImportSourceError(self.source, f"{query}: not a range answer ({data.get('resultType')})")
-        return data.get("result", [])
+        data = answer.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+            raise ImportSourceError(self.source, f"{query}: not a range answer ({one_line(kind)[:80]})")
+        result = data.get("result", [])
+        if not isinstance(result, list) or not all(_is_series(series) for series in result):
+            raise ImportSourceError(self.source, f"{query}: a range answer whose result is not a list of series")
+        return result
 
 
 def _error_body(error: urllib.error.HTTPError) -> dict[str, Any] | None:
@@ -146,6 +174,14 @@ def _error_body(error: urllib.error.HTTPError) -> dict[str, Any] | None:
     except (ValueError, OSError):
         return None
     return body if isinstance(body, dict) and "error" in body else None
+
+
+def _is_series(series: Any) -> bool:
+    """A matrix series: its labels (text) and its [time, "value"] pairs."""
+    return (isinstance(series, dict) and isinstance(series.get("metric"), dict)
+            and all(isinstance(v, str) for v in series["metric"].values())
+            and isinstance(series.get("values"), list)
+            and all(isinstance(p, list) and len(p) == 2 for p in series["values"]))
 
 
 def _labels_key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:

@@ -12,16 +12,79 @@ import math
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpulens.collector.schema import TELEMETRY_SCHEMA
 from gpulens.collector.throttle import decode_clock_event_reasons
 
 _INTEGER_COLUMNS = frozenset(f.name for f in TELEMETRY_SCHEMA if pa.types.is_integer(f.type))
+# The metrics that may be below zero (a GPU in a cold room); every other
+# one (power, energy, utilisation, clocks, bytes, counters) may not.
+SIGNED_COLUMNS = frozenset({"temp_c", "mem_temp_c"})
+# The largest value each integer column holds (int32 clocks, int64 bytes).
+_INTEGER_MAX = {f.name: (1 << (f.type.bit_width - 1)) - 1 for f in TELEMETRY_SCHEMA if pa.types.is_integer(f.type)}
+
+
+def is_odd(column: str, value: float) -> bool:
+    """Whether a metric's value cannot be a reading: NaN or infinite,
+    below zero where the metric cannot be, or beyond its column's type."""
+    if not math.isfinite(value):
+        return True
+    if value < 0 and column not in SIGNED_COLUMNS:
+        return True
+    return column in _INTEGER_MAX and abs(value) >= _INTEGER_MAX[column]
+
+
+def odd_mask(column: str, values: pa.Array, dtype: pa.DataType | None = None) -> pa.Array | None:
+    """`is_odd` of each of `values` (numbers, NULL where missing), to be
+    stored as `dtype` (an integer type bounds them; default: the column's);
+    None where none is odd (the usual column: no mask is built)."""
+    floating = pa.types.is_floating(values.type)
+    limit = (1 << (dtype.bit_width - 1)) - 1 if dtype is not None and pa.types.is_integer(dtype) else \
+        _INTEGER_MAX.get(column)
+    # One pass for the usual column, where nothing is odd: min and max
+    # (which skip NaN; the sum of floats does not).
+    low, high = (scalar.as_py() for scalar in pc.min_max(values).values())
+    if low is None:
+        return None
+    if ((low >= 0 or column in SIGNED_COLUMNS) and (limit is None or max(abs(low), abs(high)) < limit)
+            and (not floating or math.isfinite(pc.sum(values).as_py()))):
+        return None
+    checks = []
+    if floating:
+        checks.append(pc.invert(pc.is_finite(values)))
+    if column not in SIGNED_COLUMNS:
+        checks.append(pc.less(values, 0))
+    if floating and limit is not None:
+        checks.append(pc.greater_equal(pc.abs(values), float(limit)))
+    mask = None
+    for check in checks:
+        mask = check if mask is None else pc.or_kleene(mask, check)
+    if mask is None or not pc.any(mask).as_py():
+        return None
+    return pc.fill_null(mask, False)
+
+
+def counted(what: str, counts: dict[str, int], kept: str = "the rest kept") -> str | None:
+    """`3 odd values dropped, the rest kept (power_w 2, temp_c 1)`-style:
+    the total of `counts` with `what` (`"odd value{s} dropped"`) and `kept`,
+    then each column's count by name; None where nothing was counted."""
+    counts = {column: n for column, n in counts.items() if n}
+    if not counts:
+        return None
+    total = sum(counts.values())
+    by_column = ", ".join(f"{column} {n:,}" for column, n in sorted(counts.items()))
+    return f"{total:,} {what.format(s='' if total == 1 else 's')}, {kept} ({by_column})"
 
 
 class WideRows:
-    def __init__(self, vendor: str = "nvidia") -> None:
+    def __init__(self, vendor: str = "nvidia", dropped: dict[str, int] | None = None,
+                 duplicates: dict[str, int] | None = None) -> None:
         self.vendor = vendor
+        # Per column: the odd values set to NULL (`is_odd`), and the values
+        # of a series and time given again (the first is kept).
+        self.dropped = {} if dropped is None else dropped
+        self.duplicates = {} if duplicates is None else duplicates
         self._rows: dict[tuple[str, int, int], dict[str, Any]] = {}
         self._ranks: dict[tuple[str, int, int], dict[str, int]] = {}
 
@@ -41,9 +104,12 @@ class WideRows:
             row["gpu_uuid"] = gpu_uuid
         ranks = self._ranks[key]
         if column in ranks and ranks[column] <= rank:
+            if ranks[column] == rank:
+                self.duplicates[column] = self.duplicates.get(column, 0) + 1
             return
-        if value is not None and not math.isfinite(value):
-            value = None  # NaN: the exporter had no reading
+        if value is not None and is_odd(column, value):
+            self.dropped[column] = self.dropped.get(column, 0) + 1
+            value = None
         if value is not None and column in _INTEGER_COLUMNS:
             value = int(round(value))
         row[column] = value

@@ -31,7 +31,12 @@ from gpulens.collector.imports.metric_names import (
     PREFERENCE,
     gpu_uuid,
 )
-from gpulens.collector.imports.rows import WideRows, fill_devices
+from gpulens.collector.imports.rows import WideRows, counted, fill_devices
+
+# The largest GPU index a label may give (the gpu_index column is int32).
+_MAX_GPU_INDEX = (1 << 31) - 1
+# Sample times a timestamp[us] holds: int64 microseconds.
+_MAX_TIME_US = (1 << 63) - 1
 
 
 class ScrapeReader:
@@ -40,12 +45,22 @@ class ScrapeReader:
         self.source = str(path)
         self.host = host
         self.devices: dict[tuple[str, int], dict[str, Any]] = {}
+        self._dropped: dict[str, int] = {}
+        self._duplicates: dict[str, int] = {}
+        self._text = ""
+
+    @property
+    def warnings(self) -> list[str]:
+        """What was skipped, counted: odd values, samples given twice."""
+        lines = [counted("odd value{s} dropped", self._dropped),
+                 counted("duplicate sample{s} dropped", self._duplicates, "the first of each series and time kept")]
+        return [line for line in lines if line]
 
     def tables(self) -> Iterator[pa.Table]:
+        text = self._text = read_text(self.path, self.source)
         try:
-            text = self.path.read_text(encoding="utf-8")
             modified_us = os.stat(self.path).st_mtime_ns // 1000
-        except (OSError, UnicodeDecodeError) as error:
+        except OSError as error:
             raise ImportSourceError(self.source, f"cannot read it ({one_line(error)})") from error
         samples = self._samples(text)
         index_by_uuid: dict[str, int] = {}
@@ -53,6 +68,8 @@ class ScrapeReader:
         device_values: dict[str, dict[str, float]] = {}
         for name, labels, value, _ in samples:
             if name == NVIDIA_GPU_EXPORTER_INDEX and labels.get("uuid"):
+                if not (value.is_integer() and 0 <= value <= _MAX_GPU_INDEX):
+                    raise ImportSourceError(self.source, f"{name} of GPU {labels['uuid']} is {value:g}, not a GPU index")
                 index_by_uuid[gpu_uuid(labels["uuid"])] = int(value)
             elif name == NVIDIA_GPU_EXPORTER_INFO and labels.get("uuid"):
                 info_by_uuid[gpu_uuid(labels["uuid"])] = labels
@@ -62,7 +79,7 @@ class ScrapeReader:
         for uuid, info in info_by_uuid.items():
             if uuid not in index_by_uuid and info.get("index", "").isdigit():
                 index_by_uuid[uuid] = int(info["index"])
-        rows = WideRows()
+        rows = WideRows(dropped=self._dropped, duplicates=self._duplicates)
         for name, labels, value, timestamp_us in samples:
             metric = ALL_METRICS.get(name)
             if metric is None:
@@ -102,7 +119,11 @@ class ScrapeReader:
                 if timestamp is not None:
                     # the parser gives seconds (a float, or a Timestamp of sec and nsec)
                     seconds = float(timestamp) if not hasattr(timestamp, "sec") else timestamp.sec + timestamp.nsec / 1e9
-                    timestamp = round(seconds * 1e6)
+                    timestamp = round(seconds * 1e6) if abs(seconds) < _MAX_TIME_US / 1e6 else None
+                    if timestamp is None:
+                        raise ImportSourceError(self.source, f"{name}: sample time {sample.timestamp} is beyond any "
+                                                             "time a timestamp holds (milliseconds since 1970)",
+                                                _line_of(text, name, sample.labels))
                 samples.append((name, dict(sample.labels), float(sample.value), timestamp))
         return samples
 
@@ -127,6 +148,9 @@ class ScrapeReader:
         gpu = labels.get("gpu")
         if gpu is None or not gpu.isdigit():
             raise ImportSourceError(self.source, f"{name} has no gpu label")
+        if int(gpu) > _MAX_GPU_INDEX:
+            raise ImportSourceError(self.source, f"{name}: gpu label {gpu[:40]} is not a GPU index",
+                                    _line_of(self._text, name, labels))
         return self._host(labels.get("Hostname"), name), int(gpu), gpu_uuid(labels.get("UUID"))
 
     def _note_dcgm_device(self, labels: dict[str, str], host: str, gpu: int, uuid: str | None, ts_us: int) -> None:
@@ -149,3 +173,25 @@ class ScrapeReader:
         for column, value in values.items():
             device[column] = int(value) if column in ("pcie_gen", "pcie_width") else value
         self.devices[(host, gpu)] = device
+
+
+def read_text(path: Path, source: str) -> str:
+    """A file as UTF-8 text; bytes that are not name the line they are on."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ImportSourceError(source, f"cannot read it ({one_line(error)})") from error
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ImportSourceError(source, f"byte 0x{data[error.start]:02x} is not UTF-8 text", line) from None
+
+
+def _line_of(text: str, name: str, labels: dict[str, str]) -> int | None:
+    """The first line of a sample of `name` with `labels`' values (the error
+    path only)."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith(name) and all(value in line for value in labels.values()):
+            return number
+    return None

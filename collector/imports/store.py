@@ -60,6 +60,8 @@ class ImportResult:
     files: list[Path] = field(default_factory=list)
     # Files of an earlier import of the same source that this one replaced.
     replaced: int = 0
+    # What the source's reader skipped, counted (one line each).
+    warnings: list[str] = field(default_factory=list)
 
 
 class _Partition:

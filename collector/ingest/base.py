@@ -109,6 +109,18 @@ def timing_warnings(tables: dict[str, pa.Table]) -> list[str]:
     return warnings
 
 
+def odd_values_warning(dropped: dict[str, int]) -> str | None:
+    """The one warning counting the odd values a reader set to NULL, by
+    `table.column`: `3 odd values dropped, the rest kept (collectives.bytes 1,
+    ...)`; None where there were none."""
+    dropped = {what: n for what, n in dropped.items() if n}
+    if not dropped:
+        return None
+    total = sum(dropped.values())
+    by_column = ", ".join(f"{what} {n:,}" for what, n in sorted(dropped.items()))
+    return f"{total:,} odd value{'s' if total != 1 else ''} dropped, the rest kept ({by_column})"
+
+
 def build_table(table: str, columns: dict[str, Iterable[Any]], num_rows: int | None = None,
                 dropped: dict[str, int] | None = None) -> pa.Table:
     """An Arrow table with `table`'s schema from a dict of column lists.

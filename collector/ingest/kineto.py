@@ -38,7 +38,7 @@ from gpulens.collector.errors import TraceError
 from gpulens.collector.ingest import kineto_stream
 from gpulens.collector.ingest.arrays import constant, to_int
 from gpulens.collector.ingest.base import (NO_GPU_EVENTS, ParsedTrace, build_table, duplicate_events, ingested_now,
-                                           rank_from_filename)
+                                           odd_values_warning, rank_from_filename)
 from gpulens.collector.ingest.buffer import read_buffer
 from gpulens.collector.ingest.kineto_collectives import build_collectives
 from gpulens.collector.ingest.kineto_columns import TABLES, Accumulator
@@ -153,10 +153,9 @@ def _parsed(path: Path, run: str, metadata: KinetoTrace, events: Accumulator,
         warnings.append(f"{sum(duplicates.values()):,} duplicate event{'s' if sum(duplicates.values()) != 1 else ''} "
                         f"kept, each the same as an earlier one in every field ({_by_category(duplicates)}): "
                         "was the trace written twice?")
-    dropped = {what: n for what, n in dropped.items() if n}
-    if dropped:
-        warnings.append(f"{sum(dropped.values()):,} odd value{'s' if sum(dropped.values()) != 1 else ''} dropped, "
-                        f"the rest kept ({_by_category(dropped)})")
+    odd = odd_values_warning(dropped)
+    if odd:
+        warnings.append(odd)
     return ParsedTrace(format=FORMAT, tables=tables, events=events.events, warnings=warnings)
 
 

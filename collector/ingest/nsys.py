@@ -67,7 +67,8 @@ from typing import Any
 import pyarrow as pa
 
 from gpulens.collector.errors import TraceError
-from gpulens.collector.ingest.base import INSTANT_KIND, NO_GPU_EVENTS, ParsedTrace, profiler_step, rank_from_filename
+from gpulens.collector.ingest.base import (INSTANT_KIND, NO_GPU_EVENTS, ParsedTrace, odd_values_warning, profiler_step,
+                                           rank_from_filename)
 from gpulens.collector.ingest.categories import categorise
 from gpulens.collector.ingest.kernel_collectives import add_collectives_from_kernels
 from gpulens.collector.ingest.sqlite_db import (
@@ -94,14 +95,35 @@ def _times(alias: str) -> str:
     session start. A time that the session start would push past int64
     (`start` = INT64_MAX) is NULL: SQLite would make it a float, and one
     odd value must cost that value, not the file (such events are kept,
-    and counted as having no start or end)."""
+    and counted as having no start or end). Each is flagged in a column of
+    its own (`start_ns_beyond_int64`, ...: 1 where it went NULL so), which
+    `_count_beyond_int64` turns into the odd-values warning."""
     start, end = f"{alias}.start", f'{alias}."end"'
+    dur_overflows = f"typeof({start}) = 'integer' and typeof({end}) = 'integer' and typeof({end} - {start}) <> 'integer'"
     return ",\n    ".join([
         f"{_on_epoch(start)} as start_ns",
         f"{_on_epoch(end)} as end_ns",
-        f"case when typeof({start}) = 'integer' and typeof({end}) = 'integer' and typeof({end} - {start}) <> 'integer' "
-        f"then null else {end} - {start} end as dur_ns",
+        f"case when {dur_overflows} then null else {end} - {start} end as dur_ns",
+        f"{_pushed_past_int64(start)} as start_ns{_BEYOND_INT64}",
+        f"{_pushed_past_int64(end)} as end_ns{_BEYOND_INT64}",
+        f"({dur_overflows}) as dur_ns{_BEYOND_INT64}",
     ])
+
+
+_BEYOND_INT64 = "_beyond_int64"
+
+
+def _pushed_past_int64(time: str) -> str:
+    return f"(typeof({time}) = 'integer' and typeof({time} + :epoch_ns) <> 'integer')"
+
+
+def _count_beyond_int64(columns: Columns, table: str, dropped: dict[str, int]) -> None:
+    """Remove the flag columns of `_times` from `columns`, counting the
+    flags set under `table.column` in `dropped`."""
+    for name in ("start_ns", "end_ns", "dur_ns"):
+        flags = columns.pop(name + _BEYOND_INT64, None)
+        if flags:
+            dropped[f"{table}.{name}"] = dropped.get(f"{table}.{name}", 0) + sum(flags)
 
 
 def _on_epoch(time: str) -> str:
@@ -236,6 +258,9 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
     graphs_whole = len(graphs.get("start_ns", ()))
     processes = _processes(gpu, path)
     cpu = {"api_calls": _runtime_calls(conn, tables, params), "annotations": _nvtx_ranges(conn, tables, params)}
+    dropped: dict[str, int] = {}
+    for table, columns in [*(("kernels", columns) for columns in gpu), *cpu.items()]:
+        _count_beyond_int64(columns, table, dropped)
 
     parsed = ParsedTrace(format=FORMAT)
     parsed.tables = gpu_and_cpu_tables(gpu, cpu, run, processes)
@@ -248,6 +273,9 @@ def _parse_connection(conn: sqlite3.Connection, path: Path, run: str) -> ParsedT
             f"{counted(graphs_whole, 'CUDA graph execution')} traced whole (nsys --cuda-graph-trace=graph, the default): "
             "each is one kernels row (kind graph), since the kernels it ran are not in the export; "
             "profile with --cuda-graph-trace=node to see them")
+    odd = odd_values_warning(dropped)
+    if odd:
+        parsed.warnings.append(odd)
     return parsed
 
 

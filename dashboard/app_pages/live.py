@@ -11,6 +11,7 @@ import streamlit as st
 from gpulens.analysis import timeline
 from gpulens.dashboard import charts
 from gpulens.dashboard import data
+from gpulens.dashboard.escape import markdown_text
 from gpulens.dashboard.app_pages.common import (
     NO_TELEMETRY, caption_dataset, caption_hosts_shown, chart, dataset, default_hosts, frame, host_scope, hosts_of,
     naive,
@@ -70,7 +71,7 @@ def live_view() -> None:
         for i, row in enumerate(latest.iter_rows(named=True)):
             power = row["power_w_mean"]
             cols[i % len(cols)].metric(
-                charts.gpu_label(row["host"], row["gpu_index"], len(hosts_all)),
+                markdown_text(charts.gpu_label(row["host"], row["gpu_index"], len(hosts_all))),
                 "–" if power is None else f"{power:.0f} W",
                 help="Mean power in the last bucket",
             )

@@ -10,7 +10,7 @@ from gpulens.analysis.all_findings import all_findings
 from gpulens.analysis import timeline
 from gpulens.collector.wording import noun_for
 from gpulens.dashboard import charts
-from gpulens.dashboard.escape import markdown_text
+from gpulens.dashboard.escape import markdown_code, markdown_text
 from gpulens.dashboard.app_pages.common import (
     PAGES, caption_dataset, chart, counts, evidence_markdown, fetch, frame, page_key, require_dataset, table,
 )
@@ -43,9 +43,9 @@ if runs.height:
     for row in runs.iter_rows(named=True):
         if row["first_ns"] is not None and row["time_base"] == "epoch":
             start = pl.Series([row["first_ns"]]).cast(pl.Datetime("ns", "UTC"))[0]
-            spans.append(f"`{row['run']}` from {start:%Y-%m-%d %H:%M:%S} UTC, {(row['last_ns'] - row['first_ns']) / 1e9:.3g} s")
+            spans.append(f"{markdown_code(row['run'])} from {start:%Y-%m-%d %H:%M:%S} UTC, {(row['last_ns'] - row['first_ns']) / 1e9:.3g} s")
         else:
-            spans.append(f"`{row['run']}` ({row['time_base'] or 'unknown'} clock)")
+            spans.append(f"{markdown_code(row['run'])} ({markdown_text(row['time_base'] or 'unknown')} clock)")
     st.markdown("**Traces**: " + "; ".join(spans) + ".")
 if not rows.get("telemetry") and not rows.get("kernels"):
     st.info("This dataset has neither telemetry nor kernel traces yet.", icon=":material/info:")

@@ -134,7 +134,7 @@ if job_energy.height:
             .alias("energy_kwh"), pl.col("mean_power_w").round(1), pl.col("p99_power_w").round(1), "throttled_s"),
         hide_index=True, width="stretch")
     held = frame(ds, jobs.job_gpus).filter(pl.col("job") == job)
-    with st.expander(f"The GPUs {job} held"):
+    with st.expander(f"The GPUs {markdown_text(job)} held"):
         table(held.select("host", "gpu_index", "hold_no", "held_s", pl.col("mean_util_pct").round(1), "idle_s",
                           "longest_idle_s"),
               hide_index=True, width="stretch")
@@ -160,8 +160,8 @@ if runs.height:
         with right:
             chart(charts.phase_energy_figure(phases), key="power_phase_energy")
         if unmatched.height:
-            st.caption("Not joined: " + "; ".join(f"rank {row['rank']}: {row['unmatched_reason']}"
-                                                 for row in unmatched.iter_rows(named=True)))
+            st.caption("Not joined: " + markdown_text("; ".join(f"rank {row['rank']}: {row['unmatched_reason']}"
+                                                               for row in unmatched.iter_rows(named=True))))
     with st.expander("Which GPU each rank ran on"):
         table(matched.select("rank", "host", "device", "gpu_index", "matched_by", "host_inferred",
                              "telemetry_covers", "unmatched_reason"),

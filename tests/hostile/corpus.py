@@ -20,8 +20,11 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 from test_ingest_kineto import event, gpu, synthetic_trace  # noqa: E402
 from test_ingest_nccl_log import TWO_NODES_LOG  # noqa: E402
-from test_ingest_nsys import build_export  # noqa: E402
+from test_ingest_nsys import GLOBAL_PID, build_export  # noqa: E402
 from test_ingest_rocprof import KERNEL_TRACE  # noqa: E402
+
+
+INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ def corpus(folder: Path) -> tuple[list[Case], dict[str, Path]]:
     nsys = good["nsys"].read_bytes()
     add("nsys_truncated", nsys[: len(nsys) // 3], False, ".sqlite")
     add("nsys_garbage", b"SQLite format 3\x00" + bytes(1000), False, ".sqlite")
+    # A kernel at INT64_MAX: the session start pushes it past int64; its times are NULL, counted.
+    beyond = build_export(folder / "nsys_start_int64_max.sqlite", extra_rows={"CUPTI_ACTIVITY_KIND_KERNEL": [
+        (INT64_MAX, INT64_MAX, 0, 1, 7, 13, GLOBAL_PID, 1, 2, None, 16, 512, 1, 1, 128, 1, 1, 0, 0, 101)]})
+    cases.append(Case("nsys_start_int64_max", beyond, True))
     other = folder / "nsys_other_sqlite.sqlite"
     connection = sqlite3.connect(other)
     connection.execute("create table t (a)")

@@ -92,6 +92,14 @@ def test_odd_value_nsys_start_at_int64_max_keeps_the_file(tmp_path, reader):
     assert [row["start_ns"] for row in kernels if row["correlation_id"] == 13] == [None]
 
 
+def test_odd_value_nsys_start_at_int64_max_is_counted(tmp_path, reader):
+    if reader == "native":
+        pytest.skip("nsys has one reader")
+    path = build_export(tmp_path / "big.sqlite", extra_rows={"CUPTI_ACTIVITY_KIND_KERNEL": [
+        (INT64_MAX, INT64_MAX, 0, 1, 7, 13, GLOBAL_PID, 1, 2, None, 16, 512, 1, 1, 128, 1, 1, 0, 0, 101)]})
+    assert nsys.parse(path, "r").warnings == ["2 odd values dropped, the rest kept (kernels.end_ns 1, kernels.start_ns 1)"]
+
+
 def test_duplicate_events_are_kept_with_a_warning_counting_them(tmp_path):
     trace = synthetic_trace()
     trace["traceEvents"] += [item for item in trace["traceEvents"] if item.get("cat") == "kernel"][:2]
