@@ -41,10 +41,7 @@ VIEWS = tuple(load_analyses())
 SPARK_ONLY_COLUMNS = {"date"}
 # Views that do not reach parity yet, and why (none is the target). Not
 # run: each would take minutes to fail.
-XFAIL: dict[str, str] = {
-    "step_energy": "Spark's planner runs out of a 1 GiB driver heap on the inlined chain of views beneath it "
-                   "(power_trace_gpus' evidence joins): the views beneath need materialising on Spark",
-}
+XFAIL: dict[str, str] = {}
 REL_TOLERANCE = 1e-9
 
 # A small JVM: the suite runs on 2 cores beside other work.
