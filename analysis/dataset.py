@@ -112,7 +112,7 @@ def open_dataset(
                     f"select * from read_parquet({pattern}, union_by_name = true, hive_partitioning = false)")
             try:
                 retry_vanished_files(functools.partial(con.execute, view))
-                if table in _NULL_FILLED:
+                if table in NULL_FILLED_TABLES:
                     _fill_missing_columns(con, table, schemas[table], view)
             except duckdb.Error as error:
                 message = one_line(error)
@@ -137,7 +137,7 @@ def open_dataset(
 
 # Node tables that gained columns in a schema version (collector.schema):
 # files of an older version are read with those columns NULL.
-_NULL_FILLED = ("processes",)
+NULL_FILLED_TABLES = ("processes",)
 
 
 def _fill_missing_columns(con: duckdb.DuckDBPyConnection, table: str, schema: pa.Schema, view: str) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from gpulens.analysis.dataset import TABLE_GLOBS, TABLES
+from gpulens.analysis.dataset import NULL_FILLED_TABLES, TABLE_GLOBS, TABLES
 from gpulens.analysis.spark_sql import to_spark, twin, with_params
 from gpulens.collector.errors import DatasetError, QueryError, one_line
 from gpulens.collector.schema import NODE_SCHEMAS, TRACE_SCHEMAS
@@ -40,6 +40,17 @@ if TYPE_CHECKING:
 
 # The node tables, hive-partitioned by host= (and date=).
 NODE_TABLES = ("telemetry", "devices", "events", "processes")
+# Analyses that others build on and whose plans Spark cannot inline beneath
+# them: each becomes a local checkpoint (DataFrame.localCheckpoint, not
+# eager: its rows are computed when a query first reads them, then kept by
+# the executors), so that the views above see one leaf, not the plan
+# beneath. Caching is not enough: Spark's analyzer still walks the whole
+# inlined plan (DeduplicateRelations). DuckDB plans the same SQL as written.
+MATERIALISED_VIEWS = {
+    "power_trace_gpus": "its evidence joins, inlined at each of power_trace_segments' six reads of it and "
+                        "again beneath step_energy's, took Spark's analyzer past a 1 GiB driver heap",
+    "power_trace_segments": "step_energy reads it twice (its `segments as materialized` CTE, which Spark inlines)",
+}
 
 
 def open_spark_dataset(path: str | Path, master: str = "local[*]", session: SparkSession | None = None,
@@ -119,7 +130,12 @@ class SparkConnection:
         return self.sql(sql)
 
     def close(self) -> None:
-        """Leave the session running: it is the process's (getOrCreate)."""
+        """Drop the views of MATERIALISED_VIEWS (Spark's cleaner then frees
+        their rows); leave the session running: it is the process's
+        (getOrCreate)."""
+        for name in MATERIALISED_VIEWS:
+            with contextlib.suppress(Exception):  # a session stopped already
+                self.session.catalog.dropTempView(name)
 
     def interrupt(self) -> None:
         with contextlib.suppress(Exception):
@@ -138,10 +154,12 @@ class SparkConnection:
         from gpulens.analysis.dataset import table_files
 
         for table in TABLES:
+            schema = {**NODE_SCHEMAS, **TRACE_SCHEMAS}[table]
             if table_files(self.root, table):
                 frame = self._read_table(table)
+                if table in NULL_FILLED_TABLES:
+                    frame = self._null_filled(frame, schema)
             else:
-                schema = {**NODE_SCHEMAS, **TRACE_SCHEMAS}[table]
                 frame = self.session.createDataFrame(schema.empty_table())
             frame.createOrReplaceTempView(table)
         self._register_hardware_peaks()
@@ -153,6 +171,17 @@ class SparkConnection:
             # Partition discovery from the table's folder: host= and date=.
             return reader.parquet(str(location / table))
         return reader.parquet(str(location / TABLE_GLOBS[table]))
+
+    def _null_filled(self, frame: DataFrame, schema: pa.Schema) -> DataFrame:
+        """`frame` with the columns of `schema` that its files (an older
+        schema version's) lack, NULL: as open_dataset reads them."""
+        missing = pa.schema([field for field in schema if field.name not in frame.columns])
+        if not len(missing):
+            return frame
+        from pyspark.sql.functions import lit
+
+        types = self.session.createDataFrame(missing.empty_table()).schema
+        return frame.withColumns({field.name: lit(None).cast(field.dataType) for field in types.fields})
 
     def _register_hardware_peaks(self) -> None:
         from gpulens.analysis.peaks import hardware_peaks_table
@@ -184,7 +213,10 @@ class SparkConnection:
     def _create_view(self, name: str, duckdb_sql: str) -> None:
         spark_sql = spark_text(name, duckdb_sql, self._params)
         try:
-            self.session.sql(spark_sql).createOrReplaceTempView(name)
+            frame = self.session.sql(spark_sql)
+            if name in MATERIALISED_VIEWS:
+                frame = frame.localCheckpoint(eager=False)
+            frame.createOrReplaceTempView(name)
         except Exception as error:  # Spark's analysis error, py4j's
             raise QueryError(f"analysis/sql/{name}.sql on Spark: {one_line(error)[:500]}") from error
 

@@ -132,6 +132,18 @@ def test_ingest_on_spark_writes_the_tables_of_a_serial_ingest(spark, tmp_path: P
 
 
 @pytest.mark.slow
+def test_ingest_on_spark_of_a_file_another_run_holds_says_it_moved(spark, tmp_path: Path):
+    from gpulens.collector.ingest import ingest_paths
+    from gpulens.collector.ingest.distributed import ingest_paths_on_spark
+    from gpulens.collector.sim_trace import write_training_traces
+
+    (trace,) = write_training_traces(tmp_path / "traces", ranks=1, steps=1, kernels_per_step=60, seed=7)
+    ingest_paths([trace], tmp_path / "data", run="old", jobs=1)
+    report = ingest_paths_on_spark([trace], tmp_path / "data", run="new", session=spark)
+    assert report.moved == [(str(trace), ("old",), "new")]
+
+
+@pytest.mark.slow
 def test_query_engine_spark_prints_duckdb_rows(tmp_path: Path):
     _spark_or_skip()
     dataset = str(REPO_ROOT / "sample_traces" / "demo-training")

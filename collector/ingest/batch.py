@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -63,40 +64,71 @@ def ingest_paths(paths: Iterable[str | Path], out: Path, run: str | None = None,
     `jobs - 1` workers (default: the CPU count). Files that fail are reported, never raised;
     the others are still ingested.
     """
-    started = time.perf_counter()
-    out = Path(out)
-    new_dataset = not out.exists()
-    check_writable(out)
-    tasks, failures = _expand(list(paths), out, run, host)
-    report = IngestReport(failures=failures)
-    ids = {source_id(member.path) for task in tasks for member in task.members}
-    elsewhere = runs_holding(out, ids, tasks[0].run) if tasks else {}
+    plan = plan_ingest(paths, Path(out), run, host)
+    tasks = plan.tasks
     # Read once for the planning steps: a gzip file's size is in its last bytes
     # (53 ms a pass over 2,000 files, before any file is parsed).
     file_sizes = {file: content_bytes(file) for task in tasks for file in task.files}
     planned = group_small_sources(_split_big_files(tasks, jobs, file_sizes), jobs, file_sizes)
     # Closed at once if this stops early (SIGTERM, Ctrl-C), so that it stops
     # its workers and removes its staging folder now, not when collected.
-    with contextlib.closing(_run(planned, out, jobs, progress, ingest_task, file_sizes)) as outcomes:
+    with contextlib.closing(_run(planned, plan.out, jobs, progress, ingest_task, file_sizes)) as outcomes:
         for outcome in outcomes:
             raise_if_terminated()  # a stop (SIGTERM, Ctrl-C) whose exception was swallowed where it landed
-            if isinstance(outcome, FileResult):
-                report.results.append(outcome)
-            elif isinstance(outcome, SkippedFile):
-                report.skipped.append(outcome)
-            else:
-                report.failures.append(outcome)
-    report.results.sort(key=lambda r: r.path)
-    report.failures.sort(key=lambda f: f.path)
-    report.moved = [(result.path, tuple(before), result.run)
-                    for result in report.results if (before := elsewhere.get(source_id(result.path)))]
-    if run is not None and report.results and (stored := sanitise_run(run)) != run:
-        report.run_renamed = (run, stored)
-    report.earlier = sources_in_runs(out, report.runs)
-    if new_dataset and not report.results:
-        _remove_if_empty(out / STAGING_DIR, out)  # nothing ingested: leave no empty dataset behind
-    report.seconds = time.perf_counter() - started
-    return report
+            plan.add(outcome)
+    return plan.finished()
+
+
+@dataclass
+class IngestPlan:
+    """One ingest call, planned before any file is parsed: its sources (one
+    run), and the report its outcomes go into. Serial and Spark ingest
+    (`distributed`) both plan with `plan_ingest` and end with `finished`."""
+
+    out: Path
+    run: str | None  # as the caller named it (None: the default name)
+    tasks: list[Source]
+    report: IngestReport  # holds the arguments that named no file, so far
+    elsewhere: dict[str, list[str]]  # source id → the other runs that hold it now
+    new_dataset: bool
+    started: float = field(default_factory=time.perf_counter)
+
+    def add(self, outcome: FileResult | FileFailure | SkippedFile) -> None:
+        if isinstance(outcome, FileResult):
+            self.report.results.append(outcome)
+        elif isinstance(outcome, SkippedFile):
+            self.report.skipped.append(outcome)
+        else:
+            self.report.failures.append(outcome)
+
+    def finished(self) -> IngestReport:
+        """The report, in path order, with what moved between runs, the run's
+        stored name, and every source of its runs."""
+        report = self.report
+        report.results.sort(key=lambda r: r.path)
+        report.failures.sort(key=lambda f: f.path)
+        report.moved = [(result.path, tuple(before), result.run)
+                        for result in report.results if (before := self.elsewhere.get(source_id(result.path)))]
+        if self.run is not None and report.results and (stored := sanitise_run(self.run)) != self.run:
+            report.run_renamed = (self.run, stored)
+        report.earlier = sources_in_runs(self.out, report.runs)
+        if self.new_dataset and not report.results:
+            _remove_if_empty(self.out / STAGING_DIR, self.out)  # nothing ingested: leave no empty dataset behind
+        report.seconds = time.perf_counter() - self.started
+        return report
+
+
+def plan_ingest(paths: Iterable[str | Path], out: Path, run: str | None = None,
+                host: str | None = None) -> IngestPlan:
+    """Check that `out` can be written, expand `paths` into sources (one
+    run), and find which of them other runs of the dataset hold now."""
+    started = time.perf_counter()
+    new_dataset = not out.exists()
+    check_writable(out)
+    tasks, failures = _expand(list(paths), out, run, host)
+    ids = {source_id(member.path) for task in tasks for member in task.members}
+    elsewhere = runs_holding(out, ids, tasks[0].run) if tasks else {}
+    return IngestPlan(out, run, tasks, IngestReport(failures=failures), elsewhere, new_dataset, started)
 
 
 def _remove_if_empty(*folders: Path) -> None:
@@ -293,8 +325,8 @@ def _assembled(task: Source, parts: list[PartOutcome], out: str) -> FileResult |
 # Besides this module's own: what moved to `results`, `sources`, `plan` and
 # `pool` that callers import from here.
 __all__ = [
-    "FileFailure", "FileResult", "IngestReport", "SkippedFile", "Source", "STAGING_DIR", "TRACE_SUFFIXES",
+    "FileFailure", "FileResult", "IngestPlan", "IngestReport", "SkippedFile", "Source", "STAGING_DIR", "TRACE_SUFFIXES",
     "common_stem", "default_run_name", "find_traces", "group_small_sources", "ingest_file", "ingest_group",
-    "ingest_task", "ingest_paths", "prepare_ingest_process", "sources_of", "sources_in_runs",
+    "ingest_task", "ingest_paths", "plan_ingest", "prepare_ingest_process", "sources_of", "sources_in_runs",
     "trace_stem",
 ]
