@@ -210,7 +210,8 @@ def _synthesise_host(root: Path, host: str, gpus: int, seconds: int, rng: np.ran
     devices = pa.table({
         "ts": pa.array([T0_NS // 1000] * gpus, pa.int64()).cast(TELEMETRY_SCHEMA.field("ts").type), "host": [host] * gpus,
         "gpu_index": pa.array(range(gpus), pa.int32()), "gpu_uuid": [f"GPU-{g}" for g in range(gpus)], "vendor": ["nvidia"] * gpus,
-        "model": ["NVIDIA H100 80GB HBM3"] * gpus, "power_limit_w": [700.0] * gpus, "link_kind": ["nvlink"] * gpus,
+        "model": ["NVIDIA H100 80GB HBM3"] * gpus, "pci_bus_id": [f"00000000:{0x18 + g:02X}:00.0" for g in range(gpus)],
+        "power_limit_w": [700.0] * gpus, "link_kind": ["nvlink"] * gpus,
         "link_count": pa.array([18] * gpus, pa.int32()), "link_peak_bytes_per_s": [450e9] * gpus, "pcie_peak_bytes_per_s": [63.015e9] * gpus,
     })
     _write(devices, root / "devices" / f"host={host}" / "part-bench.parquet")
