@@ -1,13 +1,13 @@
-"""Make the benchmark tables of docs/performance.md from the latest results
-files in bench/results/ (see bench/results.py), so that no figure there is
-typed by hand.
+"""Make the benchmark tables of docs/performance.md (and the README's
+fleet summary) from the latest results files in bench/results/ (see
+bench/results.py), so that no figure there is typed by hand.
 
     python bench/make_docs.py            # rewrite the marked regions
     python bench/make_docs.py --check    # exit 1 where the page differs
 
 Each table sits between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`;
 everything between the two marks is replaced. A test (tests/test_docs.py)
-checks that the page equals what this script makes.
+checks that each page equals what this script makes.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results  # noqa: E402
 
 PAGE = results.REPO_ROOT / "docs" / "performance.md"
+PAGES = [results.REPO_ROOT / "README.md", PAGE]
 _REGION = re.compile(r"(<!-- bench:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)", re.S)
 
 
@@ -233,6 +234,32 @@ def spark_ingest(result: dict[str, Any]) -> str:
             + _table(["table", "rows, serial", "rows, Spark", "rows"], tables))
 
 
+def engines_summary(result: dict[str, Any]) -> str:
+    """The README's short form of `engines`: each analysis on each engine."""
+    walls: dict[str, dict[str, float | None]] = {}
+    for row in result["rows"]:
+        walls.setdefault(row["analysis"], {})[row["engine"]] = None if row.get("error") else row.get("wall_s")
+    first = result["rows"][0] if result["rows"] else {}
+    scale = (f"{first.get('hosts', '?')} hosts, {first.get('telemetry_rows', 0):,} telemetry rows, "
+             f"{first.get('ranks', '?')} ranks, {first.get('kernels', 0):,} kernels")
+    rows = [[f"`{name}`", f"{_number(engines_run.get('duckdb'))} s", f"{_number(engines_run.get('spark'))} s"]
+            for name, engines_run in walls.items()]
+    return (f"Measured {result['date']} at commit `{result['commit'][:12]}` on {result['machine']['cpus']} cores, "
+            f"Spark `{result['params'].get('spark_master')}`, {scale}:\n\n"
+            + _table(["analysis", "DuckDB", "Spark"], rows))
+
+
+def spark_ingest_summary(result: dict[str, Any]) -> str:
+    runs = [row for row in result["rows"] if row["kind"] == "ingest"]
+    if not runs:
+        return "No ingest was recorded.\n"
+    row = runs[-1]
+    verdict = "the same rows, table for table," if row["same"] else "DIFFERENT rows"
+    return (f"A job of {row['files']:,} rank files ingested on Spark gives {verdict} as a serial ingest "
+            f"({result['date']}, commit `{result['commit'][:12]}`: {row['serial_wall_s']:.1f} s serial, "
+            f"{row['spark_wall_s']:.1f} s on Spark `{result['params'].get('spark_master')}`).\n")
+
+
 REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "ingest_vs_hta": ("ingest_vs_hta", ingest_vs_hta),
     "ingest_vs_hta_verdicts": ("ingest_vs_hta", ingest_vs_hta_verdicts),
@@ -247,6 +274,8 @@ REGIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "import_telemetry": ("import_telemetry", import_telemetry),
     "engines": ("engines", engines),
     "spark_ingest": ("spark_ingest", spark_ingest),
+    "engines_summary": ("engines", engines_summary),
+    "spark_ingest_summary": ("spark_ingest", spark_ingest_summary),
 }
 
 
@@ -271,18 +300,20 @@ def regions(text: str) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where the page differs")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a page differs")
     args = parser.parse_args()
-    text = PAGE.read_text(encoding="utf-8")
-    made = render(text)
-    if args.check:
-        if made != text:
-            print(f"{PAGE}: its tables differ from bench/results/; run python bench/make_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(made, encoding="utf-8")
-    print(f"{PAGE}: {len(regions(made))} tables made from bench/results/")
-    return 0
+    differ = False
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        made = render(text)
+        if args.check:
+            if made != text:
+                print(f"{page}: its tables differ from bench/results/; run python bench/make_docs.py", file=sys.stderr)
+                differ = True
+            continue
+        page.write_text(made, encoding="utf-8")
+        print(f"{page}: {len(regions(made))} tables made from bench/results/")
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":
