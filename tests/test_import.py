@@ -553,3 +553,21 @@ def test_import_dashboard_views_run_on_an_imported_dataset(imported_dataset, vie
     result = run_analysis(imported_dataset, view)
     if rows is not None:
         assert result.height == rows
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["scanner", "pure"])
+def test_a_ragged_line_of_bytes_that_are_not_utf8_is_one_error_line_naming_it(tmp_path, pure):
+    # pyarrow cannot hand such a row to the invalid-row handler; Python
+    # would print that as "Exception ignored ... Traceback" beside the error.
+    import subprocess
+    import sys
+
+    lines = (DATA / "nvidia-smi-2gpu.csv").read_bytes().splitlines(keepends=True)
+    log = tmp_path / "ragged.csv"
+    log.write_bytes(b"".join([*lines[:3], b"2024/05/01 12:00:01.101, \xf8\xff broken, 1\n", *lines[3:]]))
+    env = {**os.environ, **({"GPULENS_PURE_PYTHON": "1"} if pure else {})}
+    done = subprocess.run([sys.executable, "-m", "gpulens.dashboard.cli", "import", str(log), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"gpulens: error: {log}:4: a line of other than the log's 13 fields, "
+                                        "with bytes that are not UTF-8"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,13 +278,28 @@ class NvidiaSmiReader:
         parse_options = csv.ParseOptions(invalid_row_handler=on_invalid)
 
         def parse(block: memoryview) -> pa.Table | None:
+            # A ragged row whose bytes are not UTF-8 cannot be handed to
+            # `on_invalid` (pyarrow decodes it first): Python would print
+            # that failure as "Exception ignored" beside the one line.
+            undecodable: list[BaseException] = []
+            previous = sys.unraisablehook
+
+            def keep(unraisable: Any) -> None:
+                if isinstance(unraisable.exc_value, UnicodeDecodeError):
+                    undecodable.append(unraisable.exc_value)
+                else:
+                    previous(unraisable)
+
+            sys.unraisablehook = keep
             try:
                 return csv.read_csv(pa.py_buffer(block), read_options=read_options,
                                     parse_options=parse_options, convert_options=convert_options)
             except pa.ArrowInvalid as error:
                 if "Empty CSV" in str(error):  # blank lines only
                     return None
-                raise self._parse_error(error, invalid) from error
+                raise self._parse_error(error, invalid, bool(undecodable)) from error
+            finally:
+                sys.unraisablehook = previous
 
         return parse
 
@@ -546,7 +562,12 @@ class NvidiaSmiReader:
         line = data_row_line(self.path, self.plan.header_lines, self._rows_before + row_in_block)
         return ImportSourceError(self.source, problem, line)
 
-    def _parse_error(self, error: Exception, invalid: list[Any]) -> ImportSourceError:
+    def _parse_error(self, error: Exception, invalid: list[Any], undecodable: bool = False) -> ImportSourceError:
+        if not invalid and undecodable:
+            fields = len(self.plan.names)
+            line = first_ragged_line(self.path, self.plan.header_lines, fields)
+            return ImportSourceError(self.source, f"a line of other than the log's {fields} fields, with bytes "
+                                                  "that are not UTF-8", line)
         if invalid:
             row = invalid[0]
             # The streaming reader does not know the row's number: found here.
