@@ -16,8 +16,8 @@ and with it the S3, GCS, Azure and HDFS filesystems and OpenSSL: 13 ms of
 every `gpulens ingest` before its first file (6 % of its fixed cost), and
 8.6 MB of memory in each of its processes and in the collector daemon.
 Local files need none of it: `pyarrow.parquet`'s writer, `ParquetFile` and
-`read_schema` hand a local path or an open file to the compiled
-compiled Parquet writer and reader. So this calls those classes
+`read_schema` hand a local path or an open file to pyarrow's compiled
+Parquet writer and reader. So this calls those classes
 directly, with the defaults `pyarrow.parquet` gives them (the files are
 byte for byte the same, and `tests/test_parquet_io.py` fails when a pyarrow
 release moves or changes them), and falls back to `pyarrow.parquet` where
