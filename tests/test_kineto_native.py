@@ -197,9 +197,16 @@ def test_scan_reads_what_it_skips_loosely() -> None:
     assert piece is not None and piece.events == 2
 
 
+def _load(version: int = kineto_native.VERSION):
+    """The scanner as kineto_native loads it: (module or None, not built)."""
+    from gpulens.collector.compiled import load_compiled
+
+    return load_compiled("gpulens.collector.ingest._kineto_scan", version, "Kineto scanner")
+
+
 def test_pure_python_env_turns_the_scanner_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPULENS_PURE_PYTHON", "1")
-    assert kineto_native._load() is None
+    assert _load() == (None, False)
 
 
 # --- whole traces, both paths --------------------------------------------------------
@@ -332,9 +339,8 @@ def test_random_traces_read_the_same_by_both_paths(seed: int, tmp_path: Path, mo
 
 @built
 def test_a_scanner_built_from_older_sources_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kineto_native, "VERSION", kineto_native.VERSION + 1)
-    with pytest.warns(RuntimeWarning, match="out of date"):
-        assert kineto_native._load() is None
+    with pytest.warns(RuntimeWarning, match="compiled Kineto scanner is out of date"):
+        assert _load(kineto_native.VERSION + 1) == (None, False)
 
 
 @built
@@ -372,6 +378,4 @@ def test_a_scanner_that_cannot_be_imported_is_noted_as_not_built(monkeypatch: py
     # As where no compiler built it: the import fails.
     monkeypatch.setitem(sys.modules, "gpulens.collector.ingest._kineto_scan", None)
     monkeypatch.delattr(gpulens.collector.ingest, "_kineto_scan", raising=False)
-    monkeypatch.setattr(kineto_native, "_NOT_BUILT", False)
-    assert kineto_native._load() is None
-    assert kineto_native._NOT_BUILT
+    assert _load() == (None, True)

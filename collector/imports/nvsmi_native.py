@@ -18,12 +18,9 @@ Python's headers are at hand, and goes on without it elsewhere.
 
 from __future__ import annotations
 
-import importlib
-import os
-import warnings
-from types import ModuleType
-
 import pyarrow as pa
+
+from gpulens.collector.compiled import load_compiled
 
 # The scanner's output this module reads (`SCAN_VERSION` in the C file).
 VERSION = 1
@@ -34,24 +31,7 @@ _NUMBER_KINDS = {pa.float64(): FLOAT64, pa.float32(): FLOAT32, pa.int32(): INT32
 _TYPES = {kind: dtype for dtype, kind in _NUMBER_KINDS.items()}
 
 
-def _load() -> ModuleType | None:
-    if os.environ.get("GPULENS_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        # By name: an optional compiled module, which a build without a C
-        # compiler lacks.
-        scanner = importlib.import_module(f"{__package__}._nvsmi_scan")
-    except ImportError:
-        return None
-    if getattr(scanner, "VERSION", None) != VERSION:
-        # A build from older sources (an editable install after a pull).
-        warnings.warn("gpulens: the compiled nvidia-smi scanner is out of date and not used; "
-                      "`pip install -e .` rebuilds it", RuntimeWarning, stacklevel=2)
-        return None
-    return scanner
-
-
-_SCANNER = _load()
+_SCANNER, _ = load_compiled(f"{__package__}._nvsmi_scan", VERSION, "nvidia-smi scanner")
 
 
 def available() -> bool:

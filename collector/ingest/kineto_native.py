@@ -19,12 +19,9 @@ Python's headers are at hand, and goes on without it elsewhere.
 
 from __future__ import annotations
 
-import importlib
-import os
-import warnings
 from dataclasses import dataclass
-from types import ModuleType
 
+from gpulens.collector.compiled import load_compiled
 from gpulens.collector.ingest.kineto_schema import BULK_SKIPPED, EVENT_TABLES
 
 
@@ -38,30 +35,9 @@ HINT_EVENTS = 1_000_000
 NOT_BUILT_HINT = ("Kineto traces were read without the compiled scanner, which was not built at install "
                   "(no C compiler or Python headers): with them (`apt-get install gcc python3-dev`), "
                   "`pip install` again for about twice the speed")
-# Whether the extension could not be imported (not: turned off, out of date).
-_NOT_BUILT = False
 
 
-def _load() -> ModuleType | None:
-    global _NOT_BUILT
-    if os.environ.get("GPULENS_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        # By name, as formats.py loads format modules: an optional compiled
-        # module, which a build without a C compiler lacks.
-        _kineto_scan = importlib.import_module(f"{__package__}._kineto_scan")
-    except ImportError:
-        _NOT_BUILT = True
-        return None
-    if getattr(_kineto_scan, "VERSION", None) != VERSION:
-        # A build from older sources (an editable install after a pull).
-        warnings.warn("gpulens: the compiled Kineto scanner is out of date and not used; "
-                      "`pip install -e .` rebuilds it", RuntimeWarning, stacklevel=2)
-        return None
-    return _kineto_scan
-
-
-_SCANNER = _load()
+_SCANNER, _NOT_BUILT = load_compiled(f"{__package__}._kineto_scan", VERSION, "Kineto scanner")
 
 # The categories the scanner codes, by code: the routed ones first (their
 # complete events are read in full), then those skipped in bulk.
