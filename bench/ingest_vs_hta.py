@@ -41,7 +41,7 @@ file; on inputs that small the speed ratio can be no more than about the
 ratio of the two, and each missed speed target is printed with it.
 
 Both children end as Python processes do, teardown included (as the
-`gpulens ingest` command now does, without `os._exit`).
+`gpulens ingest` command does: no early exit that skips it).
 
 Both tools run as installed packages do, their modules compiled to
 bytecode: HTA's were compiled by pip, and gpulens' are compiled here first
