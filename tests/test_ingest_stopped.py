@@ -351,3 +351,14 @@ def test_a_stop_calls_on_stop_before_its_exception(signum: int) -> None:
         with terminated_on_sigterm(on_stop=lambda: calls.append("interrupted")):
             signal_self(signum)
     assert calls == ["interrupted"]
+
+
+def test_a_worker_whose_parent_ended_kills_itself_where_the_kernel_cannot() -> None:
+    # Off Linux there is no PR_SET_PDEATHSIG: a thread watches the parent and,
+    # once it is gone, does what the kernel would (SIGKILL), not an os._exit.
+    code = ("import sys, time; sys.platform = 'darwin'\n"
+            "from gpulens.collector.ingest import pool\n"
+            "pool._end_with_parent(parent=-1)  # not this process' parent: it has 'ended'\n"
+            "time.sleep(10)")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    assert (child.returncode, child.stderr) == (-signal.SIGKILL, "")

@@ -429,17 +429,15 @@ def _worker_start(parent: int, spill_dir: str, memory_bytes: int | None = None) 
 
 def _end_with_parent(parent: int) -> None:
     """Have the kernel kill this process when `parent` ends (Linux); elsewhere
-    a thread that looks every second.
-
-    This worker is a forked child, so it ends with `os._exit`, as Python's
-    documentation asks of a child after fork (and a thread cannot end its
-    process otherwise): the one place gpulens calls it."""
+    a thread that looks every second and does what the kernel would: a
+    SIGKILL to this process (a thread cannot end its process otherwise, and
+    a worker has nothing to flush: its parent removes what it left)."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
                 if os.getppid() != parent:  # it ended before the call
-                    os._exit(1)
+                    _kill_self()
                 return
         except (OSError, AttributeError):
             pass
@@ -447,9 +445,13 @@ def _end_with_parent(parent: int) -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1)
-        os._exit(1)
+        _kill_self()
 
     threading.Thread(target=watch, name="gpulens-parent-watch", daemon=True).start()
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def prepare_ingest_process() -> None:
