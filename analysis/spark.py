@@ -82,6 +82,12 @@ class SparkResult:
 
     arrow = to_arrow_table
 
+    @property
+    def frame(self) -> DataFrame | None:
+        """The Spark DataFrame, not yet computed: to write or aggregate
+        on the executors rather than bring its rows to this process."""
+        return self._frame
+
     def fetchall(self) -> list[tuple]:
         if self._rows is None:
             table = self.to_arrow_table()

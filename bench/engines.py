@@ -9,13 +9,25 @@ generators of bench/analysis_latency.py): `--hosts` nodes of 8 GPUs with
 `--telemetry-hours` of 1 Hz telemetry, and a run of `--ranks` ranks with
 `--kernels` GPU kernels in all. Then each engine runs in its own process
 (so one's memory does not count against the other): each analysis of
-`analysis/sql/` in turn, its wall time, the peak memory so far (resident
-set of the process, with the Spark driver's JVM, its child), and the rows
-it scans (the rows of the tables it reads) per second. The figures go to
-stdout and to bench/results/ (bench/results.py), one row per engine and
-analysis. No speed target: the figures show where
-Spark's fixed cost stops mattering, and whether its driver's memory grows
-with the number of hosts (it should not: the rows stay on the executors).
+`analysis/sql/` in turn, its wall time, the peak memory so far, and the
+rows it scans (the rows of the tables it reads) per second. The figures go
+to stdout and to bench/results/ (bench/results.py), one row per engine and
+analysis. No speed target: the figures show where Spark's fixed cost stops
+mattering.
+
+Each analysis is computed in full, every row and column, but its rows are
+counted where they are made, not brought into the Python process: some
+views are a row per sample or kernel (`power_samples` is 44 M rows at the
+default scale), which nobody collects over a fleet. DuckDB streams the
+result in Arrow batches and drops them; Spark writes it to its `noop`
+sink, counting the rows on the way (an Observation).
+
+Memory is the peak resident set of the Python process and, on Spark, of
+the JVM apart (in `local[N]` the driver and the executors share that JVM,
+bounded by `spark.driver.memory`). `--memory-sweep 8,16,32,64` also runs
+the telemetry analyses on Spark alone over the first 8, 16, ... hosts of
+the dataset, each in a fresh JVM, to show whether the driver's memory
+grows with the number of hosts (the target: it does not).
 """
 
 from __future__ import annotations
@@ -52,10 +64,13 @@ def synthesise(root: Path, hosts: int, hours: float, ranks: int, kernels: int) -
     return {"hosts": hosts, "telemetry_rows": telemetry_rows, "ranks": ranks, "kernels": per_rank * ranks}
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident set, and its children's now alive (the JVM)."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return own + sum(_peak_of(pid) for pid in _children(os.getpid()))
+def python_peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def jvm_peak_rss_mib() -> float:
+    """The peak resident set of this process's children now alive (the JVM)."""
+    return sum(_peak_of(pid) for pid in _children(os.getpid()))
 
 
 def _children(pid: int) -> list[int]:
@@ -78,10 +93,24 @@ def _peak_of(pid: int) -> float:
     return 0.0
 
 
+def computed_rows(con, engine: str, name: str) -> int:
+    """Compute the analysis `name` in full on the engine; its rows, counted
+    where they are made (see the module's docstring)."""
+    result = con.sql(f"select * from {name}")
+    if engine == "duckdb":
+        return sum(batch.num_rows for batch in result.fetch_record_batch(1 << 16))
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    counted = Observation(f"rows_{name}")
+    result.frame.observe(counted, F.count(F.lit(1)).alias("rows")).write.format("noop").mode("overwrite").save()
+    return counted.get["rows"]
+
+
 def run_engine(engine: str, root: Path, analyses: list[str], master: str) -> list[dict]:
     """Each analysis on `engine`, in this process: one row each."""
     from gpulens.analysis.engine import open_engine
-    from gpulens.analysis.registry import run_analysis, tables_named_in
+    from gpulens.analysis.registry import tables_named_in
 
     started = time.perf_counter()
     con = open_engine(root, engine, master if engine == "spark" else None)
@@ -98,16 +127,60 @@ def run_engine(engine: str, root: Path, analyses: list[str], master: str) -> lis
         scanned = sum(table_rows(table) for table in sorted(tables_named_in(name) or ()))
         wall0 = time.perf_counter()
         try:
-            out_rows, error = run_analysis(con, name).height, None
+            out_rows, error = computed_rows(con, engine, name), None
         except Exception as failure:  # a bench reports a failure and goes on
             out_rows, error = None, " ".join(str(failure).split())[:300]
         wall_s = time.perf_counter() - wall0
+        python_mib, jvm_mib = python_peak_rss_mib(), jvm_peak_rss_mib()
         rows.append({"engine": engine, "analysis": name, "wall_s": round(wall_s, 4), "open_s": round(open_s, 3),
-                     "peak_rss_mib": round(peak_rss_mib(), 1), "rows_scanned": scanned,
+                     "peak_rss_mib": round(python_mib + jvm_mib, 1), "python_peak_rss_mib": round(python_mib, 1),
+                     "jvm_peak_rss_mib": round(jvm_mib, 1), "rows_scanned": scanned,
                      "rows_scanned_per_s": round(scanned / wall_s) if wall_s > 0 else None,
                      "rows_out": out_rows, "error": error})
-        print(f"{engine:<7} {name:<26} {wall_s:>8.2f} s {rows[-1]['peak_rss_mib']:>8.0f} MiB "
-              f"{scanned:>13,} rows scanned" + (f"  FAILED: {error}" if error else ""), file=sys.stderr, flush=True)
+        print(f"{engine:<7} {name:<26} {wall_s:>8.2f} s {python_mib:>7.0f} + {jvm_mib:>5.0f} MiB "
+              f"{scanned:>13,} rows scanned {out_rows if out_rows is not None else '-':>11} out"
+              + (f"  FAILED: {error}" if error else ""), file=sys.stderr, flush=True)
+    return rows
+
+
+# The analyses that read telemetry alone: what grows with the hosts.
+TELEMETRY_ANALYSES = ("power_headroom", "node_power", "power_samples", "telemetry_timeline")
+
+
+def host_subset(root: Path, hosts: int, into: Path) -> Path:
+    """A dataset of `root`'s traces and its first `hosts` hosts' telemetry
+    and devices, as hard links (nothing copied; Spark's file listing does
+    not follow symbolic links to folders)."""
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in ("telemetry", "devices") and len(relative.parts) > 1:
+            if relative.parts[1] not in sorted(p.name for p in (root / relative.parts[0]).iterdir())[:hosts]:
+                continue
+        if path.is_file():
+            (into / relative).parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, into / relative)
+    return into
+
+
+def memory_sweep(root: Path, host_counts: list[int], master: str) -> list[dict]:
+    """The telemetry analyses on Spark over the first N hosts, for each N,
+    each in a fresh process (and JVM): one row per N."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpulens-engines-sweep-") as scratch:
+        for hosts in host_counts:
+            subset = host_subset(root, hosts, Path(scratch) / f"hosts-{hosts}")
+            child = subprocess.run([sys.executable, __file__, "--engine-only", "spark", "--dataset", str(subset),
+                                    "--spark-master", master, "--analyses", ",".join(TELEMETRY_ANALYSES)],
+                                   stdout=subprocess.PIPE, text=True, check=True)
+            runs = json.loads(child.stdout.strip().splitlines()[-1])
+            rows.append({"kind": "memory_sweep", "hosts": hosts, "analyses": list(TELEMETRY_ANALYSES),
+                         "rows_scanned_max": max(run["rows_scanned"] for run in runs),
+                         "wall_s": round(sum(run["wall_s"] for run in runs), 2),
+                         "python_peak_rss_mib": max(run["python_peak_rss_mib"] for run in runs),
+                         "jvm_peak_rss_mib": max(run["jvm_peak_rss_mib"] for run in runs),
+                         "errors": [run["error"] for run in runs if run["error"]]})
+            print(f"memory sweep: {hosts} hosts: Python {rows[-1]['python_peak_rss_mib']:.0f} MiB, "
+                  f"JVM {rows[-1]['jvm_peak_rss_mib']:.0f} MiB peak", file=sys.stderr, flush=True)
     return rows
 
 
@@ -119,6 +192,8 @@ def main() -> int:
     parser.add_argument("--kernels", type=float, default=4e6, help="GPU kernels in all, over the ranks")
     parser.add_argument("--spark-master", default="local[2]")
     parser.add_argument("--analyses", default=None, help="comma-separated (default: every analysis)")
+    parser.add_argument("--memory-sweep", default=None, metavar="N,N,...",
+                        help="also the telemetry analyses on Spark over the first N hosts, for each N")
     parser.add_argument("--keep", type=Path, default=None, help="write the dataset here and keep it (reused if there)")
     parser.add_argument("--engine-only", choices=["duckdb", "spark"], help=argparse.SUPPRESS)
     parser.add_argument("--dataset", type=Path, help=argparse.SUPPRESS)
@@ -133,7 +208,7 @@ def main() -> int:
 
     record = results.start("engines", {"hosts": args.hosts, "telemetry_hours": args.telemetry_hours,
                                        "ranks": args.ranks, "kernels": int(args.kernels),
-                                       "spark_master": args.spark_master})
+                                       "spark_master": args.spark_master, "memory_sweep": args.memory_sweep})
     root = args.keep or Path(tempfile.mkdtemp(prefix="gpulens-engines-bench-"))
     started = time.perf_counter()
     scale = {"hosts": args.hosts, "ranks": args.ranks}
@@ -146,6 +221,9 @@ def main() -> int:
                                 "--spark-master", args.spark_master, "--analyses", ",".join(analyses)],
                                stdout=subprocess.PIPE, text=True, check=True)
         rows.extend({**row, **scale} for row in json.loads(child.stdout.strip().splitlines()[-1]))
+    if args.memory_sweep:
+        counts = [int(n) for n in args.memory_sweep.split(",")]
+        rows.extend(memory_sweep(root, [n for n in counts if n <= args.hosts], args.spark_master))
     for row in rows:
         record.add(row)
     print(f"results: {record.write()}", file=sys.stderr)
