@@ -204,21 +204,46 @@ def _stages(row: dict[str, Any]) -> str:
     return f"{_number(row['read_us_per_row'])}{reader} / {_number(row['write_us_per_row'])} ({pure})"
 
 
-def engines(result: dict[str, Any]) -> str:
+def _engine_runs(result: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each analysis' row on each engine."""
     by_analysis: dict[str, dict[str, dict[str, Any]]] = {}
     for row in result["rows"]:
-        by_analysis.setdefault(row["analysis"], {})[row["engine"]] = row
+        if "engine" in row:
+            by_analysis.setdefault(row["analysis"], {})[row["engine"]] = row
+    return by_analysis
+
+
+def _peak(row: dict[str, Any]) -> str:
+    """Python's peak, and the JVM's where there is one (results before the
+    two were apart have their sum only)."""
+    if row.get("python_peak_rss_mib") is None:
+        return _mib(None if row.get("peak_rss_mib") is None else row["peak_rss_mib"] * 2**20)
+    python = _mib(row["python_peak_rss_mib"] * 2**20)
+    return python if not row.get("jvm_peak_rss_mib") else f"{python} + JVM {_mib(row['jvm_peak_rss_mib'] * 2**20)}"
+
+
+def _sweep_table(result: dict[str, Any]) -> str:
+    sweep = [row for row in result["rows"] if row.get("kind") == "memory_sweep"]
+    if not sweep:
+        return ""
+    rows = [[f"{row['hosts']:,}", f"{row['rows_scanned_max']:,}", _mib(row["python_peak_rss_mib"] * 2**20),
+             _mib(row["jvm_peak_rss_mib"] * 2**20), f"{row['wall_s']:,.1f} s",
+             "ran" if not row["errors"] else "failed"] for row in sweep]
+    return ("\nSpark's driver memory against the number of hosts (the telemetry analyses "
+            f"{', '.join(f'`{name}`' for name in sweep[0]['analyses'])}, each host count in a fresh JVM):\n\n"
+            + _table(["hosts", "telemetry rows", "Python peak", "JVM peak", "wall, in all", ""], rows))
+
+
+def engines(result: dict[str, Any]) -> str:
     rows = []
-    for name, engines_run in by_analysis.items():
+    for name, engines_run in _engine_runs(result).items():
         duck, spark = engines_run.get("duckdb", {}), engines_run.get("spark", {})
         rows.append([f"`{name}`", f"{_number(duck.get('wall_s'))} s", f"{_number(spark.get('wall_s'))} s",
-                     _mib(None if duck.get("peak_rss_mib") is None else duck["peak_rss_mib"] * 2**20),
-                     _mib(None if spark.get("peak_rss_mib") is None else spark["peak_rss_mib"] * 2**20),
-                     f"{duck.get('rows_scanned', 0):,}", "ran" if not (duck.get("error") or spark.get("error"))
-                     else "failed"])
+                     _peak(duck), _peak(spark), f"{duck.get('rows_scanned', 0):,}", _number(duck.get("rows_out")),
+                     "ran" if not (duck.get("error") or spark.get("error")) else "failed"])
     params = _params(result, ["hosts", "telemetry_hours", "ranks", "kernels", "spark_master"])
     return provenance(result) + params + _table(
-        ["analysis", "DuckDB", "Spark", "DuckDB peak", "Spark driver peak", "rows scanned", ""], rows)
+        ["analysis", "DuckDB", "Spark", "DuckDB peak", "Spark peak", "rows scanned", "rows out", ""], rows) + _sweep_table(result)
 
 
 def spark_ingest(result: dict[str, Any]) -> str:
@@ -235,18 +260,30 @@ def spark_ingest(result: dict[str, Any]) -> str:
 
 
 def engines_summary(result: dict[str, Any]) -> str:
-    """The README's short form of `engines`: each analysis on each engine."""
-    walls: dict[str, dict[str, float | None]] = {}
-    for row in result["rows"]:
-        walls.setdefault(row["analysis"], {})[row["engine"]] = None if row.get("error") else row.get("wall_s")
-    first = result["rows"][0] if result["rows"] else {}
+    """The README's short form of `engines`: each engine's totals, the
+    slowest analyses, and the driver's memory against the hosts."""
+    runs = _engine_runs(result)
+    first = next((row for row in result["rows"] if "engine" in row), {})
     scale = (f"{first.get('hosts', '?')} hosts, {first.get('telemetry_rows', 0):,} telemetry rows, "
              f"{first.get('ranks', '?')} ranks, {first.get('kernels', 0):,} kernels")
-    rows = [[f"`{name}`", f"{_number(engines_run.get('duckdb'))} s", f"{_number(engines_run.get('spark'))} s"]
-            for name, engines_run in walls.items()]
+    rows = []
+    for engine, label in (("duckdb", "DuckDB"), ("spark", "Spark")):
+        ran = [r[engine] for r in runs.values() if engine in r and not r[engine].get("error")]
+        if not ran:
+            continue
+        walls = sorted(row["wall_s"] for row in ran)
+        slowest = max(ran, key=lambda row: row["wall_s"])
+        rows.append([label, f"{len(ran)} of {len(runs)}", f"{sum(walls):,.1f} s", f"{walls[len(walls) // 2]:,.2f} s",
+                     f"`{slowest['analysis']}` {slowest['wall_s']:,.1f} s", _peak(max(ran, key=lambda row: row['peak_rss_mib']))])
+    sweep = [row for row in result["rows"] if row.get("kind") == "memory_sweep"]
+    memory = ""
+    if sweep:
+        memory = ("\nSpark's peak memory over the telemetry of " + ", ".join(f"{row['hosts']}" for row in sweep)
+                  + " hosts: JVM " + ", ".join(_mib(row["jvm_peak_rss_mib"] * 2**20) for row in sweep)
+                  + "; Python " + ", ".join(_mib(row["python_peak_rss_mib"] * 2**20) for row in sweep) + ".\n")
     return (f"Measured {result['date']} at commit `{result['commit'][:12]}` on {result['machine']['cpus']} cores, "
             f"Spark `{result['params'].get('spark_master')}`, {scale}:\n\n"
-            + _table(["analysis", "DuckDB", "Spark"], rows))
+            + _table(["engine", "analyses run", "in all", "median", "slowest", "peak memory"], rows) + memory)
 
 
 def spark_ingest_summary(result: dict[str, Any]) -> str:
