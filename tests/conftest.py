@@ -11,6 +11,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
 
 
+def free_port() -> int:
+    """A TCP port free on the loopback address now (the OS's pick), for a
+    server a test starts there."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     """`../shared/traces`; tests using it skip where the folder is absent."""

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -63,12 +64,6 @@ def browser():
         browser.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _gpulens_dashboard_command(dataset: Path, port: int) -> list[str]:
     return [sys.executable, "-m", "gpulens.dashboard.cli", "dashboard", str(dataset), "--port", str(port)]
 
@@ -105,7 +100,7 @@ def _serving(command: list[str], port: int, log: Path, env: dict[str, str] | Non
 @pytest.fixture(scope="module")
 def server(sample_dataset, tmp_path_factory):
     log = tmp_path_factory.mktemp("dashboard_server") / "server.log"
-    port = _free_port()
+    port = free_port()
     with _serving(_gpulens_dashboard_command(sample_dataset, port), port, log) as url:
         yield url
 
@@ -175,7 +170,7 @@ def _screenshot(page, path: Path) -> None:
 def test_a_first_visit_to_a_pages_own_address_under_streamlit_run_gets_the_apps_menu(browser, sample_dataset, tmp_path):
     # Streamlit runs a page file alone, and lists every file of dashboard/app_pages/ (common.py too) in the
     # sidebar, when a server's first visitor opens a page's address, until something calls st.navigation.
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.port", str(port),
                "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     env = {**os.environ, "GPULENS_DATASET": str(sample_dataset), "GPULENS_WARM_UP": "0"}

@@ -524,8 +524,10 @@ def test_import_files_have_the_collectors_schema_and_encodings(tmp_path):
     schema = pq.read_schema(path)
     assert schema.remove_metadata() == TELEMETRY_SCHEMA.remove_metadata()
     assert schema.metadata[b"gpulens.table"] == b"telemetry"
-    column = pq.ParquetFile(path).metadata.row_group(0).column(TELEMETRY_SCHEMA.get_field_index("power_w"))
-    assert (column.compression, "BYTE_STREAM_SPLIT" in column.encodings) == ("ZSTD", True)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    power_w, ts = (group.column(TELEMETRY_SCHEMA.get_field_index(name)) for name in ("power_w", "ts"))
+    assert (power_w.compression, "BYTE_STREAM_SPLIT" in power_w.encodings) == ("ZSTD", True)
+    assert (ts.compression, "DELTA_BINARY_PACKED" in ts.encodings) == ("ZSTD", True)
 
 
 @pytest.fixture(scope="module")

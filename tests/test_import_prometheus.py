@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ import pytest
 
 from gpulens.collector.imports import import_source
 from gpulens.collector.imports import prometheus as prometheus_import
+from conftest import free_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 HOST = "node-a"
@@ -90,12 +90,6 @@ class Exporter:
         self.thread.join(timeout=5)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture()
 def exporter():
     with Exporter() as running:
@@ -104,7 +98,7 @@ def exporter():
 
 @pytest.fixture()
 def prometheus_url(tmp_path, exporter):
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"

@@ -22,7 +22,7 @@ from gpulens.collector.metrics_endpoint import (
 )
 from gpulens.collector.schema import TELEMETRY_METRICS
 from gpulens.collector.sim import SimBackend
-from conftest import modules_loaded_by
+from conftest import free_port, modules_loaded_by
 
 H100 = DeviceInfo(gpu_index=3, gpu_uuid="GPU-aaaa", vendor="nvidia", model="NVIDIA H100 80GB HBM3",
                   pci_bus_id="00000000:4A:00.0", driver_version="550.54.15", link_kind="nvlink", link_count=18)
@@ -206,14 +206,8 @@ def test_the_default_port_is_none_of_the_gpu_and_node_exporters():
     assert DEFAULT_METRICS_PORT not in (9100, 9400, 9835)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_the_server_answers_openmetrics_with_units_on_metrics():
-    server = MetricsServer(_endpoint(SAMPLE), f"127.0.0.1:{_free_port()}")
+    server = MetricsServer(_endpoint(SAMPLE), f"127.0.0.1:{free_port()}")
     try:
         request = urllib.request.Request(f"http://127.0.0.1:{server.port}/metrics",
                                          headers={"Accept": "application/openmetrics-text; version=1.0.0"})

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.analysis.dataset import open_dataset
+from conftest import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus")
@@ -52,12 +52,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus server (.ci/run installs it)"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -88,7 +82,7 @@ class Prometheus:
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory, request):
     folder = tmp_path_factory.mktemp("prometheus")
-    port, gpulens_port, dcgm_port = _free_port(), _free_port(), _free_port()
+    port, gpulens_port, dcgm_port = free_port(), free_port(), free_port()
     (folder / "prometheus.yml").write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
         "scrape_configs:\n"

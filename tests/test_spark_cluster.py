@@ -20,6 +20,7 @@ from tests.conftest import REPO_ROOT
 pyspark = pytest.importorskip("pyspark")
 
 from gpulens.collector.spark_env import java_executable  # noqa: E402
+from conftest import free_port
 
 if java_executable() is None:
     pytest.skip("no Java runtime for Spark", allow_module_level=True)
@@ -29,12 +30,6 @@ pytestmark = pytest.mark.slow
 # The views the cluster runs: telemetry, kernels, collectives, the as-of join.
 CORE_VIEWS = ("time_breakdown", "kernel_stats", "collective_skew", "power_headroom", "dash_skew_steps")
 START_TIMEOUT_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, log: Path) -> None:
@@ -68,7 +63,7 @@ def cluster(tmp_path_factory):
            "SPARK_LOG_DIR": str(folder), "SPARK_WORKER_DIR": str(folder / "work"),
            "SPARK_DAEMON_MEMORY": "256m"}
     spark_class = str(home / "bin" / "spark-class")
-    port, ui_port, worker_ui_port = _free_port(), _free_port(), _free_port()
+    port, ui_port, worker_ui_port = free_port(), free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
     started: list[subprocess.Popen] = []
     try:
