@@ -98,7 +98,7 @@ def computed_rows(con, engine: str, name: str) -> int:
     where they are made (see the module's docstring)."""
     result = con.sql(f"select * from {name}")
     if engine == "duckdb":
-        return sum(batch.num_rows for batch in result.fetch_record_batch(1 << 16))
+        return sum(batch.num_rows for batch in result.to_arrow_reader(1 << 16))
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
