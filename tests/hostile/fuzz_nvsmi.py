@@ -15,12 +15,13 @@ input (kept under --keep); prints one summary line otherwise.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from mutation import load_scanner, mutate
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "data" / "import"
@@ -28,14 +29,6 @@ NOHEADER_COLUMNS = ["timestamp", "index", "power.draw", "utilization.gpu", "temp
 ODD = [b'"', b",", b"\r", b"\r\n", b"\n", b"\n\n", b" ", b"\t", b"\x00", b"\xff", b"\xc3", b"[N/A]", b"N/A",
        b"-", b".", b"1e5", b"nan", b"inf", b"0x", b"007", b"99999999999999999999", b"2147483648", b"1.5",
        b"0.1234567890123", b" W", b" MiB", b"us", b"timestamp", b"2024/02/30 25:61:61.1234567", b"/", b":"]
-
-
-def _load_scanner(path: Path) -> None:
-    name = "gpulens.collector.imports._nvsmi_scan"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
 
 
 def _outcome(path: Path, native: bool, options: dict):
@@ -69,25 +62,6 @@ def _agree(path: Path, options: dict) -> bool:
     return tables_equal and native_devices == plain_devices
 
 
-def _mutate(data: bytes, rng: random.Random) -> bytes:
-    data = bytearray(data)
-    for _ in range(rng.randint(1, 6)):
-        kind = rng.randrange(5)
-        at = rng.randrange(len(data)) if data else 0
-        if kind == 0 and data:
-            data[at] = rng.randrange(256)
-        elif kind == 1:
-            del data[at:]
-        elif kind == 2:
-            data[at:at] = data[at : at + rng.randint(1, 64)] * rng.randint(2, 20)
-        elif kind == 3:
-            data[at:at] = rng.choice(ODD)
-        elif data:
-            other = rng.randrange(len(data))
-            data[at : at + 16] = data[other : other + 16]
-    return bytes(data)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scanner", type=Path, default=None)
@@ -97,7 +71,7 @@ def main() -> int:
     parser.add_argument("--record", action="store_true", help="add the counts to tests/hostile/results.json")
     args = parser.parse_args()
     if args.scanner is not None:
-        _load_scanner(args.scanner)
+        load_scanner("gpulens.collector.imports._nvsmi_scan", args.scanner)
     from gpulens.collector.imports import nvsmi_native
 
     if not nvsmi_native.available():
@@ -114,7 +88,7 @@ def main() -> int:
         options = {"host": "h", "columns": NOHEADER_COLUMNS if "noheader" in name else None,
                    "timezone": rng.choice(["UTC", "Europe/Paris"])}
         path = work / "mutated.csv"
-        path.write_bytes(_mutate(seed, rng))
+        path.write_bytes(mutate(seed, rng, ODD, edits=6, repeats=20, splice_bytes=16))
         mutated += 1
         try:
             agree = _agree(path, options)

@@ -15,23 +15,18 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import importlib.util
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from mutation import load_scanner, mutate
+
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1].parent / "shared" / "traces" / "kineto"
-
-
-def _load_scanner(path: Path) -> None:
-    name = "gpulens.collector.ingest._kineto_scan"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
+ODD = [b'"', b"\\", b"{", b"[", b"]", b"}", b",", b":", b"\\u", b"\\ud800", b"1e999", b"NaN", b"-",
+       b"99999999999999999999999", b"\x00", b"\xff"]
 
 
 def _outcome(path: Path, native: bool):
@@ -58,26 +53,6 @@ def _agree(path: Path) -> bool:
     return native.keys() == plain.keys() and all(native[name].equals(plain[name]) for name in native)
 
 
-def _mutate(data: bytes, rng: random.Random) -> bytes:
-    data = bytearray(data)
-    for _ in range(rng.randint(1, 8)):
-        kind = rng.randrange(5)
-        at = rng.randrange(len(data)) if data else 0
-        if kind == 0 and data:
-            data[at] = rng.randrange(256)
-        elif kind == 1:
-            del data[at:]
-        elif kind == 2:
-            data[at:at] = data[at : at + rng.randint(1, 64)] * rng.randint(2, 50)
-        elif kind == 3:
-            data[at:at] = rng.choice([b'"', b"\\", b"{", b"[", b"]", b"}", b",", b":", b"\\u", b"\\ud800", b"1e999",
-                                      b"NaN", b"-", b"99999999999999999999999", b"\x00", b"\xff"])
-        elif data:
-            other = rng.randrange(len(data))
-            data[at : at + 32] = data[other : other + 32]
-    return bytes(data)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scanner", type=Path, default=None)
@@ -87,7 +62,7 @@ def main() -> int:
     parser.add_argument("--record", action="store_true", help="add the counts to tests/hostile/results.json")
     args = parser.parse_args()
     if args.scanner is not None:
-        _load_scanner(args.scanner)
+        load_scanner("gpulens.collector.ingest._kineto_scan", args.scanner)
     from gpulens.collector.ingest import kineto_native
 
     if not kineto_native.available():
@@ -113,7 +88,7 @@ def main() -> int:
     mutated = 0
     while seeds and time.monotonic() < deadline:
         path = work / "mutated.json"
-        path.write_bytes(_mutate(rng.choice(seeds), rng))
+        path.write_bytes(mutate(rng.choice(seeds), rng, ODD, edits=8, repeats=50, splice_bytes=32))
         mutated += 1
         if not _agree(path):
             kept = args.keep / f"disagree-{args.seed}-{mutated}.json"
