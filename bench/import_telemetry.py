@@ -7,15 +7,17 @@ grows with the log's length.
 Synthesises (seeded) an `nvidia-smi --query-gpu=... --format=csv -l 1` log
 with units, as nvidia-smi writes it by default (`250.5 W`, `40 %`,
 `1024 MiB`), 13 fields a row, the GPUs of a poll a few milliseconds
-apart; then imports it in a fresh process and prints
+apart; then imports it in a fresh process (by default in a virtual
+environment of gpulens' core dependencies alone, as a node has it:
+bench/node_site.py) and prints
   - rows per second of wall time, and per CPU-second of the process
     (user + system, all its threads: the CSV reader parses blocks on
     several), both over the import alone, its modules already loaded:
     "per core";
   - the process's peak resident memory (ru_maxrss);
   - the same for the same import run again in the same process, without
-    what a process pays once (pyarrow loads pandas at its first conversion
-    of a Python value);
+    what a process pays once (its memory first faulted in; where pandas is
+    installed, pyarrow loads it at its first conversion of a Python value);
   - the CPU time per row of each stage, each run again alone in the same
     process: reading (the import's own path: the compiled scanner, which
     parses and converts in one pass, where it is built), and writing (the
@@ -52,6 +54,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 import results  # noqa: E402
+from node_site import build_node_venv  # noqa: E402
+
 FIELDS = ("timestamp, index, uuid, power.draw [W], enforced.power.limit [W], utilization.gpu [%], "
           "utilization.memory [%], memory.used [MiB], memory.total [MiB], temperature.gpu, "
           "clocks.current.sm [MHz], clocks.current.memory [MHz], clocks_event_reasons.active")
@@ -107,7 +111,7 @@ def _cell(values: np.ndarray, unit: str | None = None) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
-def import_in_child(log: Path, out: Path) -> dict:
+def import_in_child(log: Path, out: Path, python: Path) -> dict:
     """Import `log` in a fresh Python; its wall time, CPU time and peak RSS,
     then the CPU time of its stages run alone, and the highest 1-minute
     load average seen (the machine may be shared: wall times depend on it)."""
@@ -151,8 +155,8 @@ def import_in_child(log: Path, out: Path) -> dict:
         "                  'parse_cpu_s': parse, 'parse_convert_cpu_s': parse_convert, 'read_cpu_s': read,\n"
         "                  'scanner': scanner, 'loadavg_1m': load}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(log), str(out)], capture_output=True, text=True,
-                          check=True, cwd=REPO)
+    done = subprocess.run([str(python), "-c", code, str(log), str(out)], capture_output=True, text=True,
+                          check=True, cwd=python.parent)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -225,11 +229,11 @@ def variants_in_child(log: Path, scratch: Path) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def baseline_in_child() -> float:
+def baseline_in_child(python: Path) -> float:
     """Peak RSS of a Python that only imports the importer (MiB)."""
     code = ("import resource, gpulens.collector.imports, gpulens.collector.imports.nvidia_smi\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True, cwd=python.parent)
     return float(done.stdout.strip())
 
 
@@ -241,14 +245,23 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep the logs and datasets in")
     parser.add_argument("--variants", action="store_true",
                         help="also time, on the shorter log, the alternatives tried for parsing and writing")
+    parser.add_argument("--gpulens-env", choices=["node", "current"], default="node",
+                        help="node: the import runs in a virtual environment of gpulens' core dependencies alone, "
+                             "as `pip install gpulens` puts it on a node (no pandas, which pyarrow imports at its "
+                             "first conversion of a Python value); current: this environment as it is")
     args = parser.parse_args()
     # The commit and load are read now, before the run, which takes minutes.
     record = results.start("import_telemetry", {"days": args.days, "gpus": args.gpus, "seed": args.seed,
-                                                "target_rows_per_cpu_s": TARGET_ROWS_PER_CPU_S})
+                                                "target_rows_per_cpu_s": TARGET_ROWS_PER_CPU_S,
+                                                "gpulens_env": args.gpulens_env})
     print(f"machine: {record.machine} (wall times depend on the load; CPU times much less)")
     lengths = [max(args.days / 4, 2 / 24), args.days]
     scratch = Path(tempfile.mkdtemp(prefix="gpulens-bench-import-", dir=args.keep))
-    baseline = baseline_in_child()
+    python = Path(sys.executable)
+    if args.gpulens_env == "node":
+        python = build_node_venv(scratch / "node-venv")
+        print(f"the import runs as a node install has it: gpulens' core dependencies alone ({python})")
+    baseline = baseline_in_child(python)
     print(f"a Python with the importer loaded, before reading anything: {baseline:.0f} MiB peak RSS")
     rows = []
     try:
@@ -257,7 +270,7 @@ def main() -> int:
             started = time.perf_counter()
             n = synthesise(log, days, args.gpus, args.seed)
             made_s = time.perf_counter() - started
-            measured = import_in_child(log, scratch / f"data-{days:g}d")
+            measured = import_in_child(log, scratch / f"data-{days:g}d", python)
             assert measured["rows"] == n, (measured["rows"], n)
             row = {
                 "days": days, "gpus": args.gpus, "rows": n, "log_bytes": log.stat().st_size,
