@@ -167,9 +167,9 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": len(ranks), "
 _GPULENS_CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from gpulens.dashboard.cli import main
+from gpulens.dashboard.cli import entry  # as the `gpulens` command runs
 t1 = time.perf_counter()
-rc = main(["ingest", sys.argv[1], "--out", sys.argv[2], "--jobs", sys.argv[3]])
+rc = entry(["ingest", sys.argv[1], "--out", sys.argv[2], "--jobs", sys.argv[3]])
 t2 = time.perf_counter()
 """ + _CHILD_HWM + """
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "rc": rc, "hwm_bytes": hwm_kib * 1024}))

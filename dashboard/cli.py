@@ -8,6 +8,7 @@ code, so every subcommand fails the same way.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import io
 import os
@@ -87,6 +88,19 @@ def cli() -> None:
     explore it with `dashboard`, and make the built-in sample data with `demo`.
     """
 
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """The `gpulens` command's process: `main`, then every object still
+    alive frozen (gc.freeze), since the process ends next: the
+    interpreter's exit then skips its full collections over them. After an
+    ingest, whose worker pool unfreezes what it froze, that was most of
+    the exit: A100 + V100 pair, 302 -> 91 ms from the last atexit handler
+    to the process' end (medians of 8, busy 2-core VM). Not in `main`: a
+    caller's process (a test, a notebook) goes on and must keep collecting."""
+    status = main(argv)
+    gc.freeze()
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,4 +203,4 @@ def _silence_stdout() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -1069,6 +1069,21 @@ def test_gpulens_ingest_ends_at_once_with_its_exit_status_and_every_line(tmp_pat
     assert not list((out / ".staging").iterdir())
 
 
+def test_the_gpulens_command_ends_with_its_objects_frozen_but_main_leaves_a_caller_collecting() -> None:
+    # The command's process ends next: its objects frozen, the interpreter's
+    # exit skips its full collections over them. `main`, called in a
+    # process that goes on (a notebook, a test), must not freeze it.
+    import subprocess
+    import sys
+
+    program = ("import gc, sys; from gpulens.dashboard.cli import entry, main; "
+               "code = main(['--version']); frozen = gc.get_freeze_count(); code2 = entry(['--version']); "
+               "print(code, frozen, code2, gc.get_freeze_count() > 1000)")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.stdout.splitlines()[-1] == "0 0 0 True"
+
+
 def test_gpulens_ingest_under_a_profiler_ends_as_python_does(tmp_path: Path) -> None:
     # A profiler (or coverage) writes what it gathered at exit: the quick
     # exit would lose it.

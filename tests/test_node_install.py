@@ -22,7 +22,7 @@ SAMPLE = REPO_ROOT / "sample_traces" / "demo-training"
 
 
 def _run_on_a_node(python: Path, *arguments: str, cwd: Path) -> subprocess.CompletedProcess:
-    code = "import sys; from gpulens.dashboard.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from gpulens.dashboard.cli import entry; sys.exit(entry(sys.argv[1:]))"
     return subprocess.run([str(python), "-c", code, *arguments], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
