@@ -23,11 +23,17 @@ result in Arrow batches and drops them; Spark writes it to its `noop`
 sink, counting the rows on the way (an Observation).
 
 Memory is the peak resident set of the Python process and, on Spark, of
-the JVM apart (in `local[N]` the driver and the executors share that JVM,
-bounded by `spark.driver.memory`). `--memory-sweep 8,16,32,64` also runs
-the telemetry analyses on Spark alone over the first 8, 16, ... hosts of
-the dataset, each in a fresh JVM, to show whether the driver's memory
-grows with the number of hosts (the target: it does not).
+its JVM apart. In `local[N]` the driver and the executors share that JVM,
+bounded by `spark.driver.memory` (`--spark-driver-memory`, 6g: Spark's
+default 1g ran out of heap at 64 hosts). `--memory-sweep 8,16,32,64` also
+runs the telemetry analyses over the first 8, 16, ... hosts of the
+dataset on a standalone cluster on the loopback address (a master and a
+worker, bench/spark_cluster.py), each host count in a fresh driver: there
+the driver (this Python and its JVM) is apart from the executor, so its
+peak shows whether the driver's memory grows with the number of hosts
+(the target: it does not). A Spark process that dies part way (a JVM out
+of memory) leaves the rows it finished and a row for each analysis it did
+not run.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 import results  # noqa: E402
 
 SEED = 7
+# What a kept dataset holds (hosts, telemetry rows, ranks, kernels), written
+# beside it once synthesised.
+SCALE_FILE = "bench-scale.json"
 
 
 def synthesise(root: Path, hosts: int, hours: float, ranks: int, kernels: int) -> dict[str, int]:
@@ -107,13 +116,26 @@ def computed_rows(con, engine: str, name: str) -> int:
     return counted.get["rows"]
 
 
-def run_engine(engine: str, root: Path, analyses: list[str], master: str) -> list[dict]:
-    """Each analysis on `engine`, in this process: one row each."""
-    from gpulens.analysis.engine import open_engine
+def open_for_bench(root: Path, engine: str, master: str, spark_conf: dict[str, str]):
+    """The dataset on `engine`; on Spark, a session with `spark_conf`."""
+    if engine == "duckdb":
+        from gpulens.analysis.engine import open_engine
+
+        return open_engine(root, "duckdb")
+    from gpulens.analysis.spark import open_spark_dataset
+    from gpulens.collector.spark_env import spark_session
+
+    return open_spark_dataset(root, session=spark_session(master, spark_conf))
+
+
+def run_engine(engine: str, root: Path, analyses: list[str], master: str, spark_conf: dict[str, str]) -> list[dict]:
+    """Each analysis on `engine`, in this process: one row each, each also
+    printed to stdout as a JSON line once done (the parent keeps the rows
+    of a run that dies part way)."""
     from gpulens.analysis.registry import tables_named_in
 
     started = time.perf_counter()
-    con = open_engine(root, engine, master if engine == "spark" else None)
+    con = open_for_bench(root, engine, master, spark_conf)
     open_s = time.perf_counter() - started
     counts: dict[str, int] = {}
 
@@ -124,9 +146,11 @@ def run_engine(engine: str, root: Path, analyses: list[str], master: str) -> lis
 
     rows = []
     for name in analyses:
-        scanned = sum(table_rows(table) for table in sorted(tables_named_in(name) or ()))
+        scanned = None
         wall0 = time.perf_counter()
         try:
+            scanned = sum(table_rows(table) for table in sorted(tables_named_in(name) or ()))
+            wall0 = time.perf_counter()
             out_rows, error = computed_rows(con, engine, name), None
         except Exception as failure:  # a bench reports a failure and goes on
             out_rows, error = None, " ".join(str(failure).split())[:300]
@@ -135,11 +159,27 @@ def run_engine(engine: str, root: Path, analyses: list[str], master: str) -> lis
         rows.append({"engine": engine, "analysis": name, "wall_s": round(wall_s, 4), "open_s": round(open_s, 3),
                      "peak_rss_mib": round(python_mib + jvm_mib, 1), "python_peak_rss_mib": round(python_mib, 1),
                      "jvm_peak_rss_mib": round(jvm_mib, 1), "rows_scanned": scanned,
-                     "rows_scanned_per_s": round(scanned / wall_s) if wall_s > 0 else None,
+                     "rows_scanned_per_s": round(scanned / wall_s) if scanned and wall_s > 0 else None,
                      "rows_out": out_rows, "error": error})
+        print(json.dumps(rows[-1]), flush=True)
         print(f"{engine:<7} {name:<26} {wall_s:>8.2f} s {python_mib:>7.0f} + {jvm_mib:>5.0f} MiB "
-              f"{scanned:>13,} rows scanned {out_rows if out_rows is not None else '-':>11} out"
+              f"{scanned or 0:>13,} rows scanned {out_rows if out_rows is not None else '-':>11} out"
               + (f"  FAILED: {error}" if error else ""), file=sys.stderr, flush=True)
+    return rows
+
+
+def engine_in_child(engine: str, root: Path, analyses: list[str], master: str, spark_conf: dict[str, str]) -> list[dict]:
+    """`run_engine` in a process of its own: the rows it finished, and one
+    row saying so where it died part way (a JVM out of memory, say)."""
+    child = subprocess.run([sys.executable, __file__, "--engine-only", engine, "--dataset", str(root),
+                            "--spark-master", master, "--spark-conf", json.dumps(spark_conf),
+                            "--analyses", ",".join(analyses)], stdout=subprocess.PIPE, text=True)
+    rows = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    done = {row["analysis"] for row in rows}
+    if child.returncode != 0:
+        rows.extend({"engine": engine, "analysis": name, "wall_s": None, "rows_out": None,
+                     "error": f"not run: the {engine} process ended with status {child.returncode}"}
+                    for name in analyses if name not in done)
     return rows
 
 
@@ -162,25 +202,31 @@ def host_subset(root: Path, hosts: int, into: Path) -> Path:
     return into
 
 
-def memory_sweep(root: Path, host_counts: list[int], master: str) -> list[dict]:
+def memory_sweep(root: Path, host_counts: list[int], worker_memory: str) -> list[dict]:
     """The telemetry analyses on Spark over the first N hosts, for each N,
-    each in a fresh process (and JVM): one row per N."""
+    each in a fresh driver, on a standalone cluster on the loopback address
+    (a master and a worker of 2 cores and `worker_memory`): the driver (this
+    Python and its JVM) is measured apart from the executor, which runs
+    under the worker. One row per N."""
+    from spark_cluster import standalone_cluster
+
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpulens-engines-sweep-") as scratch:
-        for hosts in host_counts:
-            subset = host_subset(root, hosts, Path(scratch) / f"hosts-{hosts}")
-            child = subprocess.run([sys.executable, __file__, "--engine-only", "spark", "--dataset", str(subset),
-                                    "--spark-master", master, "--analyses", ",".join(TELEMETRY_ANALYSES)],
-                                   stdout=subprocess.PIPE, text=True, check=True)
-            runs = json.loads(child.stdout.strip().splitlines()[-1])
-            rows.append({"kind": "memory_sweep", "hosts": hosts, "analyses": list(TELEMETRY_ANALYSES),
-                         "rows_scanned_max": max(run["rows_scanned"] for run in runs),
-                         "wall_s": round(sum(run["wall_s"] for run in runs), 2),
-                         "python_peak_rss_mib": max(run["python_peak_rss_mib"] for run in runs),
-                         "jvm_peak_rss_mib": max(run["jvm_peak_rss_mib"] for run in runs),
-                         "errors": [run["error"] for run in runs if run["error"]]})
-            print(f"memory sweep: {hosts} hosts: Python {rows[-1]['python_peak_rss_mib']:.0f} MiB, "
-                  f"JVM {rows[-1]['jvm_peak_rss_mib']:.0f} MiB peak", file=sys.stderr, flush=True)
+        with standalone_cluster(Path(scratch) / "cluster", cores=2, memory=worker_memory) as master:
+            conf = {"spark.executor.memory": worker_memory, "spark.cores.max": "2"}
+            for hosts in host_counts:
+                subset = host_subset(root, hosts, Path(scratch) / f"hosts-{hosts}")
+                runs = engine_in_child("spark", subset, list(TELEMETRY_ANALYSES), master, conf)
+                ran = [run for run in runs if run.get("wall_s") is not None]
+                rows.append({"kind": "memory_sweep", "hosts": hosts, "analyses": list(TELEMETRY_ANALYSES),
+                             "spark_master": "standalone: 1 worker, 2 cores, " + worker_memory,
+                             "rows_scanned_max": max((run["rows_scanned"] or 0 for run in ran), default=0),
+                             "wall_s": round(sum(run["wall_s"] for run in ran), 2),
+                             "python_peak_rss_mib": max((run["python_peak_rss_mib"] for run in ran), default=None),
+                             "jvm_peak_rss_mib": max((run["jvm_peak_rss_mib"] for run in ran), default=None),
+                             "errors": [run["error"] for run in runs if run["error"]]})
+                print(f"memory sweep: {hosts} hosts: driver Python {rows[-1]['python_peak_rss_mib']} MiB, "
+                      f"driver JVM {rows[-1]['jvm_peak_rss_mib']} MiB peak", file=sys.stderr, flush=True)
     return rows
 
 
@@ -194,8 +240,13 @@ def main() -> int:
     parser.add_argument("--analyses", default=None, help="comma-separated (default: every analysis)")
     parser.add_argument("--memory-sweep", default=None, metavar="N,N,...",
                         help="also the telemetry analyses on Spark over the first N hosts, for each N")
+    parser.add_argument("--spark-driver-memory", default="6g",
+                        help="the Spark driver's memory; in local[N] the executors run in the driver's JVM "
+                             "(Spark's default 1g ran out of heap on dash_power_cap_curve at 64 hosts)")
+    parser.add_argument("--sweep-worker-memory", default="6g", help="the sweep's worker: memory for its executor")
     parser.add_argument("--keep", type=Path, default=None, help="write the dataset here and keep it (reused if there)")
     parser.add_argument("--engine-only", choices=["duckdb", "spark"], help=argparse.SUPPRESS)
+    parser.add_argument("--spark-conf", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--dataset", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -203,27 +254,28 @@ def main() -> int:
 
     analyses = args.analyses.split(",") if args.analyses else list(load_analyses())
     if args.engine_only:  # the child process of one engine
-        print(json.dumps(run_engine(args.engine_only, args.dataset, analyses, args.spark_master)))
+        run_engine(args.engine_only, args.dataset, analyses, args.spark_master, json.loads(args.spark_conf))
         return 0
 
     record = results.start("engines", {"hosts": args.hosts, "telemetry_hours": args.telemetry_hours,
                                        "ranks": args.ranks, "kernels": int(args.kernels),
-                                       "spark_master": args.spark_master, "memory_sweep": args.memory_sweep})
+                                       "spark_master": args.spark_master, "memory_sweep": args.memory_sweep,
+                                       "spark_driver_memory": args.spark_driver_memory,
+                                       "sweep_worker_memory": args.sweep_worker_memory if args.memory_sweep else None})
     root = args.keep or Path(tempfile.mkdtemp(prefix="gpulens-engines-bench-"))
     started = time.perf_counter()
-    scale = {"hosts": args.hosts, "ranks": args.ranks}
-    if not (root / "traces").exists():
+    if not (root / SCALE_FILE).exists():
         scale = synthesise(root, args.hosts, args.telemetry_hours, args.ranks, int(args.kernels))
+        (root / SCALE_FILE).write_text(json.dumps(scale))
         print(f"dataset: {scale} synthesised in {time.perf_counter() - started:.1f} s at {root}", file=sys.stderr)
+    scale = json.loads((root / SCALE_FILE).read_text())
     rows = []
     for engine in ("duckdb", "spark"):
-        child = subprocess.run([sys.executable, __file__, "--engine-only", engine, "--dataset", str(root),
-                                "--spark-master", args.spark_master, "--analyses", ",".join(analyses)],
-                               stdout=subprocess.PIPE, text=True, check=True)
-        rows.extend({**row, **scale} for row in json.loads(child.stdout.strip().splitlines()[-1]))
+        conf = {"spark.driver.memory": args.spark_driver_memory} if engine == "spark" else {}
+        rows.extend({**row, **scale} for row in engine_in_child(engine, root, analyses, args.spark_master, conf))
     if args.memory_sweep:
         counts = [int(n) for n in args.memory_sweep.split(",")]
-        rows.extend(memory_sweep(root, [n for n in counts if n <= args.hosts], args.spark_master))
+        rows.extend(memory_sweep(root, [n for n in counts if n <= scale["hosts"]], args.sweep_worker_memory))
     for row in rows:
         record.add(row)
     print(f"results: {record.write()}", file=sys.stderr)

@@ -226,12 +226,17 @@ def _sweep_table(result: dict[str, Any]) -> str:
     sweep = [row for row in result["rows"] if row.get("kind") == "memory_sweep"]
     if not sweep:
         return ""
-    rows = [[f"{row['hosts']:,}", f"{row['rows_scanned_max']:,}", _mib(row["python_peak_rss_mib"] * 2**20),
-             _mib(row["jvm_peak_rss_mib"] * 2**20), f"{row['wall_s']:,.1f} s",
+    def mib(value: float | None) -> str:
+        return _mib(None if value is None else value * 2**20)
+
+    rows = [[f"{row['hosts']:,}", f"{row['rows_scanned_max']:,}", mib(row["python_peak_rss_mib"]),
+             mib(row["jvm_peak_rss_mib"]), f"{row['wall_s']:,.1f} s",
              "ran" if not row["errors"] else "failed"] for row in sweep]
+    where = sweep[0].get("spark_master", "local")
     return ("\nSpark's driver memory against the number of hosts (the telemetry analyses "
-            f"{', '.join(f'`{name}`' for name in sweep[0]['analyses'])}, each host count in a fresh JVM):\n\n"
-            + _table(["hosts", "telemetry rows", "Python peak", "JVM peak", "wall, in all", ""], rows))
+            f"{', '.join(f'`{name}`' for name in sweep[0]['analyses'])}, each host count in a fresh driver; "
+            f"cluster: {where}):\n\n"
+            + _table(["hosts", "telemetry rows", "driver Python peak", "driver JVM peak", "wall, in all", ""], rows))
 
 
 def engines(result: dict[str, Any]) -> str:
@@ -278,8 +283,9 @@ def engines_summary(result: dict[str, Any]) -> str:
     sweep = [row for row in result["rows"] if row.get("kind") == "memory_sweep"]
     memory = ""
     if sweep:
-        memory = ("\nSpark's peak memory over the telemetry of " + ", ".join(f"{row['hosts']}" for row in sweep)
-                  + " hosts: JVM " + ", ".join(_mib(row["jvm_peak_rss_mib"] * 2**20) for row in sweep)
+        memory = ("\nThe Spark driver's peak memory over the telemetry of " + ", ".join(f"{row['hosts']}" for row in sweep)
+                  + " hosts (a standalone cluster, the executor apart): JVM "
+                  + ", ".join(_mib(row["jvm_peak_rss_mib"] * 2**20) for row in sweep)
                   + "; Python " + ", ".join(_mib(row["python_peak_rss_mib"] * 2**20) for row in sweep) + ".\n")
     return (f"Measured {result['date']} at commit `{result['commit'][:12]}` on {result['machine']['cpus']} cores, "
             f"Spark `{result['params'].get('spark_master')}`, {scale}:\n\n"
