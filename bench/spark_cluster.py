@@ -30,6 +30,7 @@ def standalone_cluster(folder: Path, cores: int = 1, memory: str = "1g") -> Iter
     import pyspark
 
     home = Path(pyspark.__file__).parent
+    folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_LOG_DIR": str(folder), "SPARK_WORKER_DIR": str(folder / "work"),
            "SPARK_DAEMON_MEMORY": "256m"}
