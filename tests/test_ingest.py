@@ -700,6 +700,7 @@ def test_ingest_parallel_workers_exit_once_no_file_is_left(tmp_path: Path, monke
 @pytest.mark.usefixtures("pool_for_small_files")
 def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
+    import signal
 
     from gpulens.collector.ingest import batch
 
@@ -707,7 +708,7 @@ def test_ingest_parallel_fails_only_the_file_a_worker_died_on(tmp_path: Path, mo
 
     def dies_on_rank3_in_a_worker(path, *args, **kwargs):
         if os.getpid() != parent and path.endswith("rank3.json"):
-            os._exit(1)  # as a segfault in a parser would
+            os.kill(os.getpid(), signal.SIGKILL)  # as a crash in a parser would
         return real_ingest_file(path, *args, **kwargs)
 
     monkeypatch.setattr(batch, "ingest_file", dies_on_rank3_in_a_worker)

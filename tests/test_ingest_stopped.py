@@ -355,7 +355,7 @@ def test_a_stop_calls_on_stop_before_its_exception(signum: int) -> None:
 
 def test_a_worker_whose_parent_ended_kills_itself_where_the_kernel_cannot() -> None:
     # Off Linux there is no PR_SET_PDEATHSIG: a thread watches the parent and,
-    # once it is gone, does what the kernel would (SIGKILL), not an os._exit.
+    # once it is gone, does what the kernel would: a SIGKILL.
     code = ("import sys, time; sys.platform = 'darwin'\n"
             "from gpulens.collector.ingest import pool\n"
             "pool._end_with_parent(parent=-1)  # not this process' parent: it has 'ended'\n"
