@@ -269,8 +269,8 @@ def engines_summary(result: dict[str, Any]) -> str:
     slowest analyses, and the driver's memory against the hosts."""
     runs = _engine_runs(result)
     first = next((row for row in result["rows"] if "engine" in row), {})
-    scale = (f"{first.get('hosts', '?')} hosts, {first.get('telemetry_rows', 0):,} telemetry rows, "
-             f"{first.get('ranks', '?')} ranks, {first.get('kernels', 0):,} kernels")
+    scale = (f"{_number(first.get('hosts', '?'))} hosts, {first.get('telemetry_rows', 0):,} telemetry rows, "
+             f"{_number(first.get('ranks', '?'))} ranks, {first.get('kernels', 0):,} kernels")
     rows = []
     for engine, label in (("duckdb", "DuckDB"), ("spark", "Spark")):
         ran = [r[engine] for r in runs.values() if engine in r and not r[engine].get("error")]
