@@ -176,9 +176,8 @@ def test_widget_labels_a_hostile_run_name_shows_literally_in_chromium(tmp_path):
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from conftest import write_telemetry, write_trace_table
-    from test_dashboard_e2e import CHROMIUM, CHROMIUM_ARGS, _free_port, _gpulens_dashboard_command, _serving, \
-        _wait_until_rendered
+    from conftest import free_port, write_telemetry, write_trace_table
+    from test_dashboard_e2e import CHROMIUM, CHROMIUM_ARGS, _gpulens_dashboard_command, _serving, _wait_until_rendered
 
     playwright_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
     if not CHROMIUM.exists():
@@ -195,7 +194,7 @@ def test_widget_labels_a_hostile_run_name_shows_literally_in_chromium(tmp_path):
                                           "time_base": ["trace"]})
     write_telemetry(root, "node-a", [{"ts": 1_767_225_600_000_000 + k * 1_000_000, "gpu_index": 0, "power_w": 300.0}
                                      for k in range(5)])
-    port = _free_port()
+    port = free_port()
     with _serving(_gpulens_dashboard_command(root, port), port, tmp_path / "server.log") as url, \
             playwright_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
