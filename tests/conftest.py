@@ -11,6 +11,20 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
 
 
+def bench_module(name: str):
+    """A script of bench/ as the benches import it: by its bare name."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def free_port() -> int:
     """A TCP port free on the loopback address now (the OS's pick), for a
     server a test starts there."""
@@ -48,12 +62,7 @@ def node_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The `python` of a virtual environment holding gpulens with its core
     dependencies alone, as `pip install gpulens` puts it on a node
     (bench/node_site.py)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("node_site", REPO_ROOT / "bench" / "node_site.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_node_venv(tmp_path_factory.mktemp("node-venv"))
+    return bench_module("node_site").build_node_venv(tmp_path_factory.mktemp("node-venv"))
 
 
 def modules_loaded_by(command: list[str], names: tuple[str, ...], python: Path | None = None) -> list[str]:

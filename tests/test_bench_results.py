@@ -3,27 +3,15 @@ makes the docs' tables from the latest such file."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from conftest import bench_module
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-
-def _bench_module(name: str):
-    """A script of bench/ as the benches import it: by its bare name."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-results = _bench_module("results")
-make_docs = _bench_module("make_docs")
+results = bench_module("results")
+make_docs = bench_module("make_docs")
 
 MACHINE = {"cpus": 2, "model": "AMD EPYC", "memory_bytes": 24 * 2**30, "load_average": [8.5, 7.25, 4.0], "python": "3.11.7"}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from conftest import bench_module
 
 from gpulens.dashboard.cli import cli
 
@@ -165,12 +166,7 @@ def test_performance_history_is_at_most_15_kib() -> None:
 
 
 def _make_docs():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_docs", REPO_ROOT / "bench" / "make_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("make_docs")
 
 
 def test_performance_tables_equal_what_the_latest_results_make() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, bench_module
 
 
 def _gpulens(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -100,12 +100,7 @@ def spark():
 def _tables(dataset: Path) -> dict[str, list[str]]:
     """Every trace table's rows, sorted, without the column that says when
     the ingest ran: as bench/spark_ingest.py compares 1,024 ranks."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("spark_ingest", REPO_ROOT / "bench" / "spark_ingest.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench.table_rows(dataset)
+    return bench_module("spark_ingest").table_rows(dataset)
 
 
 @pytest.mark.slow

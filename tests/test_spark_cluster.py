@@ -7,11 +7,9 @@ must give DuckDB's rows; both processes are stopped whatever happens.
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, bench_module
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -26,17 +24,10 @@ pytestmark = pytest.mark.slow
 CORE_VIEWS = ("time_breakdown", "kernel_stats", "collective_skew", "power_headroom", "dash_skew_steps")
 
 
-def _load_bench_module(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """`spark://127.0.0.1:PORT` of a running master with one worker (1 core, 1 GiB)."""
-    with _load_bench_module("spark_cluster").standalone_cluster(tmp_path_factory.mktemp("cluster"), 1, "1g") as url:
+    with bench_module("spark_cluster").standalone_cluster(tmp_path_factory.mktemp("cluster"), 1, "1g") as url:
         yield url
 
 
