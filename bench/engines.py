@@ -191,11 +191,12 @@ def host_subset(root: Path, hosts: int, into: Path) -> Path:
     """A dataset of `root`'s traces and its first `hosts` hosts' telemetry
     and devices, as hard links (nothing copied; Spark's file listing does
     not follow symbolic links to folders)."""
+    kept = {table: set(sorted(p.name for p in (root / table).iterdir())[:hosts])
+            for table in ("telemetry", "devices") if (root / table).is_dir()}
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
-        if relative.parts[0] in ("telemetry", "devices") and len(relative.parts) > 1:
-            if relative.parts[1] not in sorted(p.name for p in (root / relative.parts[0]).iterdir())[:hosts]:
-                continue
+        if relative.parts[0] in kept and len(relative.parts) > 1 and relative.parts[1] not in kept[relative.parts[0]]:
+            continue
         if path.is_file():
             (into / relative).parent.mkdir(parents=True, exist_ok=True)
             os.link(path, into / relative)
