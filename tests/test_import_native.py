@@ -120,6 +120,10 @@ def test_nvsmi_native_repeated_header_block_takes_the_pure_path(tmp_path):
 @needs_scanner
 @pytest.mark.parametrize(("line", "error"), [
     ("2024/05/01 12:00:03.100, 0, hot W", "log.csv:5: 'hot W' is not a number (power_w)"),
+    # A unit before the number: refused whether or not the block has a NULL marker.
+    ("2024/05/01 12:00:03.100, 0, W 4 W", "log.csv:5: 'W 4 W' is not a number (power_w)"),
+    ("2024/05/01 12:00:03.100, 0, [N/A]\n2024/05/01 12:00:04.100, 0, W 4 W",
+     "log.csv:6: 'W 4 W' is not a number (power_w)"),
     ("2024/05/01 12:00:03.100, 0", "log.csv:5: 2 fields where the log has 3"),
     ("2024/13/01 12:00:03.100, 0, 1 W", "log.csv:5: '2024/13/01 12:00:03.100' is not a timestamp"),
     ('2024/05/01 12:00:03.100, 0, "1 W"', None),
@@ -147,7 +151,19 @@ def test_nvsmi_scan_reads_units_and_null_markers():
 
 
 @needs_scanner
-@pytest.mark.parametrize("value", [b"1e3 W", b"007", b"0x10", b"1.", b".5", b"+1", b"12345678901234567"])
+def test_nvsmi_scan_trims_a_unit_that_changes_within_a_column():
+    # Each column's last unit is tried first: a row with another unit, or
+    # none, or a unit letter before the number's end, is trimmed as well.
+    values = [b"1 W", b"2 W", b"3", b"4 MiB", b"5 W ", b"6W", b"7 W", b"8 %", b"9"]
+    block = b"".join(b"2024/05/01 12:00:00, " + value + b"\n" for value in values)
+    plan = [(0, nvsmi_native.TIMESTAMP, 1.0), (1, nvsmi_native.INT64, 1.0)]
+    rows, outputs = nvsmi_native.scan(block, 2, plan)
+    assert nvsmi_native.arrays(rows, plan, outputs)[1].to_pylist() == list(range(1, 10))
+
+
+@needs_scanner
+@pytest.mark.parametrize("value", [b"1e3 W", b"007", b"0x10", b"1.", b".5", b"+1", b"12345678901234567", b"W 4 W",
+                                   b"4 W W4"])
 def test_nvsmi_scan_refuses_numbers_in_other_forms(value):
     plan = [(0, nvsmi_native.TIMESTAMP, 1.0), (1, nvsmi_native.INT64, 1.0)]
     assert nvsmi_native.scan(b"2024/05/01 12:00:00, " + value + b"\n", 2, plan) is None

@@ -10,7 +10,8 @@
  *     the epoch, naive (the caller applies the log's time zone);
  *   - a number (float64, float32, int32 or int64, times a scale): the
  *     units nvidia-smi writes (` W`, ` %`, ` MiB`, ` MHz`, ` us`) and
- *     spaces trimmed, as `nvidia_smi._NUMBER_TRIM` trims them; `[...]`,
+ *     spaces trimmed, as `nvidia_smi` trims them (spaces before, units
+ *     and spaces after); `[...]`,
  *     `N/A` and empty cells are NULL (an Arrow validity bitmap);
  *   - any other field: its raw bytes, dictionary-encoded (int32 codes, and
  *     the distinct values as Arrow string offsets and data, in order of
@@ -68,9 +69,31 @@ typedef struct {
     size_t data_len, data_cap;
 } dict_t;
 
+/* Up to 7 bytes as a little-endian word, by fixed-size loads (a memcpy
+ * of a variable length is a call, and its store then load a stall). */
+static inline uint64_t load_tail(const char *s, size_t n) {
+    uint64_t w = 0;
+    if (n & 4) {
+        uint32_t v;
+        memcpy(&v, s, 4);
+        w = v;
+        s += 4;
+    }
+    if (n & 2) {
+        uint16_t v;
+        memcpy(&v, s, 2);
+        w |= (uint64_t)v << ((n & 4) * 8);
+        s += 2;
+    }
+    if (n & 1) w |= (uint64_t)(unsigned char)*s << ((n & 6) * 8);
+    return w;
+}
+
 static uint64_t hash_bytes(const char *s, size_t n) {
     /* Eight bytes a step (a UUID is 40): a multiply-xorshift mix. */
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+    const char *start = s;
+    size_t length = n;
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, s, 8);
@@ -80,12 +103,31 @@ static uint64_t hash_bytes(const char *s, size_t n) {
         n -= 8;
     }
     if (n) {
-        uint64_t w = 0;
-        memcpy(&w, s, n);
+        uint64_t w;
+        if (length >= 8) { /* the last eight bytes, shifted past those mixed in */
+            memcpy(&w, start + length - 8, 8);
+            w >>= (8 - n) * 8;
+        } else {
+            w = load_tail(s, n);
+        }
         h = (h ^ w) * 0x94D049BB133111EBULL;
         h ^= h >> 29;
     }
     return h;
+}
+
+/* memcmp(a, b, n) == 0 for the short strings of a log, without a call. */
+static int bytes_equal(const char *a, const char *b, size_t n) {
+    while (n >= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+        a += 8;
+        b += 8;
+        n -= 8;
+    }
+    return load_tail(a, n) == load_tail(b, n);
 }
 
 static int dict_init(dict_t *d) {
@@ -131,7 +173,7 @@ static int32_t dict_code(dict_t *d, const char *s, size_t n) {
         slot_t *slot = &d->slots[j];
         if (slot->hash == h) {
             int32_t start = d->offsets[slot->code], end = d->offsets[slot->code + 1];
-            if ((size_t)(end - start) == n && memcmp(d->data + start, s, n) == 0) return slot->code;
+            if ((size_t)(end - start) == n && bytes_equal(d->data + start, s, n)) return slot->code;
         }
         j = (j + 1) & d->mask;
     }
@@ -172,11 +214,16 @@ typedef struct {
     Py_ssize_t nulls;
     dict_t dict;
     PyObject *data_obj, *valid_obj;
+    /* The unit this column's last number ended with (` W`), or length -1:
+     * a column's values share one, so it is checked in one comparison. */
+    char unit[8];
+    int unit_len;
 } entry_t;
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\v' || c == '\f'; }
 
-/* The characters `nvidia_smi._NUMBER_TRIM` trims around a number. */
+/* The characters `nvidia_smi._NUMBER_TRIM` trims after a number (only spaces
+ * before it). */
 static const uint8_t NUMBER_TRIM[256] = {
     [' '] = 1, ['%'] = 1, ['W'] = 1, ['M'] = 1, ['i'] = 1, ['B'] = 1, ['H'] = 1, ['z'] = 1, ['u'] = 1, ['s'] = 1,
 };
@@ -263,10 +310,39 @@ static int read_decimal(const char *s, Py_ssize_t n, int *negative, uint64_t *ma
     return 0;
 }
 
+/* The length of number field [s, s + n) without its unit and the spaces
+ * before it: as trimming `NUMBER_TRIM` from the right a byte at a time,
+ * but by one comparison where it ends with the unit its column's last
+ * value ended with (and no trimmed byte comes before that unit). */
+static Py_ssize_t trim_unit(entry_t *e, const char *s, Py_ssize_t n) {
+    Py_ssize_t k = e->unit_len;
+    if (k >= 0 && n > k && !is_number_trim(s[n - k - 1])) {
+        int same;
+        switch (k) {
+        case 0: same = 1; break;
+        case 2: same = s[n - 2] == e->unit[0] && s[n - 1] == e->unit[1]; break;
+        case 4: {
+            uint32_t a, b;
+            memcpy(&a, s + n - 4, 4);
+            memcpy(&b, e->unit, 4);
+            same = a == b;
+            break;
+        }
+        default: same = memcmp(s + n - k, e->unit, (size_t)k) == 0; break;
+        }
+        if (same) return n - k;
+    }
+    Py_ssize_t m = n;
+    while (m && is_number_trim(s[m - 1])) m--;
+    e->unit_len = n - m <= (Py_ssize_t)sizeof e->unit ? (int)(n - m) : -1;
+    if (e->unit_len > 0) memcpy(e->unit, s + m, (size_t)(n - m));
+    return m;
+}
+
 /* One number field into row `row` of `e`; 0 read, -1 refused. */
 static int read_number(entry_t *e, Py_ssize_t row, const char *s, Py_ssize_t n) {
-    while (n && is_number_trim(*s)) s++, n--;
-    while (n && is_number_trim(s[n - 1])) n--;
+    while (n && *s == ' ') s++, n--; /* spaces only: a unit before a number is no number */
+    n = trim_unit(e, s, n);
     if (n == 0 || s[0] == '[' || (n == 3 && memcmp(s, "N/A", 3) == 0)) {
         e->valid[row >> 3] &= (uint8_t)~(1u << (row & 7));
         e->nulls++;
@@ -339,73 +415,108 @@ static Py_ssize_t kind_size(int kind) {
     }
 }
 
-/* The commas of a line [s, eol): their positions in `commas`, their
- * count; `max` + 1 where there are more than `max`. Sixteen bytes a step
- * where SSE2 is at hand (every x86-64). */
-static Py_ssize_t find_commas(const char *s, const char *eol, const char **commas, Py_ssize_t max) {
-    Py_ssize_t k = 0;
-    const char *q = s;
-#if defined(__SSE2__)
-    const __m128i comma = _mm_set1_epi8(',');
-    while (eol - q >= 16) {
-        unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)q), comma));
-        while (m) {
-            if (k == max) return max + 1;
-            commas[k++] = q + __builtin_ctz(m);
-            m &= m - 1;
+/* The fields of one line, `commas[f]` ending field f (the last at the
+ * line's end), into row `row`; 0 read, -1 refused, -2 out of memory. */
+static int read_row(const char *s, Py_ssize_t fields, entry_t **by_field, const char **commas, Py_ssize_t row) {
+    for (Py_ssize_t f = 0; f < fields; f++) {
+        const char *t = commas[f];
+        entry_t *e = by_field[f];
+        if (e) {
+            Py_ssize_t n = t - s;
+            if (e->kind == K_TS) {
+                const char *a = s, *b = t;
+                while (a < b && is_space(*a)) a++;
+                while (b > a && is_space(b[-1])) b--;
+                if (read_timestamp(a, b - a, (int64_t *)e->data + row)) return -1;
+            } else if (e->kind == K_DICT) {
+                int32_t code = dict_code(&e->dict, s, (size_t)n);
+                if (code < 0) return -2;
+                ((int32_t *)e->data)[row] = code;
+            } else if (read_number(e, row, s, n)) {
+                return -1;
+            }
         }
-        q += 16;
+        s = t + 1;
     }
-#endif
-    for (; q < eol; q++) {
-        if (*q == ',') {
-            if (k == max) return max + 1;
-            commas[k++] = q;
-        }
-    }
-    return k;
+    return 0;
 }
 
-/* Scan the lines; rows read, or -1 refused, -2 out of memory. A header
- * repeated in the log is refused by its timestamp field: the pure path
- * skips it. `commas`: room for `fields` pointers. */
+/* The line [line, eol) whose commas are `commas[0, k)`: skipped where
+ * empty (as the CSV reader skips it), else read into row `*row`. */
+static int end_line(const char *line, const char *eol, Py_ssize_t k, Py_ssize_t fields, entry_t **by_field,
+                    const char **commas, Py_ssize_t *row) {
+    if (eol > line && eol[-1] == '\r') eol--;
+    if (eol == line) return 0;
+    if (k != fields - 1) return -1; /* another number of fields */
+    commas[k] = eol;
+    int status = read_row(line, fields, by_field, commas, *row);
+    if (status == 0) ++*row;
+    return status;
+}
+
+/* The newlines in [p, end). A line has one in a hundred bytes or so:
+ * each is counted by clearing its bit (no popcount instruction in the
+ * baseline x86-64 a wheel is built for). */
+static Py_ssize_t count_newlines(const char *p, const char *end) {
+    Py_ssize_t count = 0;
+#if defined(__SSE2__)
+    for (; end - p >= 16; p += 16) {
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), _mm_set1_epi8('\n')));
+        for (; m; m &= m - 1) count++;
+    }
+#endif
+    for (; p < end; p++) count += *p == '\n';
+    return count;
+}
+
+/* Scan the lines; rows read, or -1 refused, -2 out of memory. One pass
+ * finds each line's commas and its end, sixteen bytes a step where SSE2
+ * is at hand (every x86-64). A header repeated in the log is refused by
+ * its timestamp field: the pure path skips it. `commas`: room for
+ * `fields` pointers. */
 static Py_ssize_t scan_lines(const char *p, const char *end, Py_ssize_t fields, entry_t **by_field,
                              const char **commas) {
-    Py_ssize_t row = 0;
-    while (p < end) {
-        const char *eol = memchr(p, '\n', (size_t)(end - p));
-        const char *next = eol ? eol + 1 : end;
-        if (!eol) eol = end;
-        if (eol > p && eol[-1] == '\r') eol--;
-        if (eol == p) { /* an empty line: the CSV reader skips it */
-            p = next;
-            continue;
+    Py_ssize_t row = 0, k = 0;
+    const char *line = p, *q = p;
+    while (q < end) {
+        unsigned m = 0;
+        Py_ssize_t width = end - q < 16 ? end - q : 16;
+#if defined(__SSE2__)
+        if (width == 16) {
+            const __m128i chunk = _mm_loadu_si128((const __m128i *)q);
+            const __m128i separators = _mm_or_si128(_mm_cmpeq_epi8(chunk, _mm_set1_epi8(',')),
+                                                    _mm_cmpeq_epi8(chunk, _mm_set1_epi8('\n')));
+            const __m128i odd = _mm_or_si128(_mm_cmpeq_epi8(chunk, _mm_set1_epi8('"')),
+                                             _mm_cmpeq_epi8(chunk, _mm_set1_epi8('\r')));
+            m = (unsigned)_mm_movemask_epi8(_mm_or_si128(separators, odd));
+        } else
+#endif
+        {
+            for (Py_ssize_t i = 0; i < width; i++)
+                if (q[i] == ',' || q[i] == '\n' || q[i] == '"' || q[i] == '\r') m |= 1u << i;
         }
-        if (find_commas(p, eol, commas, fields - 1) != fields - 1) return -1; /* another number of fields */
-        commas[fields - 1] = eol;
-        const char *s = p;
-        for (Py_ssize_t f = 0; f < fields; f++) {
-            const char *t = commas[f];
-            entry_t *e = by_field[f];
-            if (e) {
-                Py_ssize_t n = t - s;
-                if (e->kind == K_TS) {
-                    const char *a = s, *b = t;
-                    while (a < b && is_space(*a)) a++;
-                    while (b > a && is_space(b[-1])) b--;
-                    if (read_timestamp(a, b - a, (int64_t *)e->data + row)) return -1;
-                } else if (e->kind == K_DICT) {
-                    int32_t code = dict_code(&e->dict, s, (size_t)n);
-                    if (code < 0) return -2;
-                    ((int32_t *)e->data)[row] = code;
-                } else if (read_number(e, row, s, n)) {
-                    return -1;
-                }
+        while (m) {
+            const char *c = q + __builtin_ctz(m);
+            m &= m - 1;
+            if (*c == ',') {
+                if (k == fields - 1) return -1; /* more fields than the header's */
+                commas[k++] = c;
+                continue;
             }
-            s = t + 1;
+            /* What the CSV reader reads otherwise: a quote, a carriage
+             * return that does not end a line. */
+            if (*c == '"' || (*c == '\r' && (c + 1 >= end || c[1] != '\n'))) return -1;
+            if (*c == '\r') continue; /* the line's end: taken off there */
+            int status = end_line(line, c, k, fields, by_field, commas, &row);
+            if (status) return status;
+            k = 0;
+            line = c + 1;
         }
-        row++;
-        p = next;
+        q += width;
+    }
+    if (line < end) { /* the last line, without a newline */
+        int status = end_line(line, end, k, fields, by_field, commas, &row);
+        if (status) return status;
     }
     return row;
 }
@@ -438,8 +549,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         goto done;
     }
     /* Rows: at most one a newline, and one more for a last line without. */
-    Py_ssize_t capacity = 1;
-    for (const char *q = data; (q = memchr(q, '\n', (size_t)(end - q))); q++) capacity++;
+    Py_ssize_t capacity = 1 + count_newlines(data, end);
     for (int i = 0; i < nplan; i++) {
         entry_t *e = &plan[i];
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nid", &e->field, &e->kind, &e->scale)) goto done;
@@ -448,6 +558,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             goto done;
         }
         by_field[e->field] = e;
+        e->unit_len = -1;
         e->data_obj = PyBytes_FromStringAndSize(NULL, capacity * kind_size(e->kind));
         if (!e->data_obj) goto done;
         e->data = PyBytes_AS_STRING(e->data_obj);
@@ -459,18 +570,6 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         }
         if (e->kind == K_DICT && dict_init(&e->dict) < 0) {
             PyErr_NoMemory();
-            goto done;
-        }
-    }
-    /* What the CSV reader reads otherwise: a quote, a carriage return
-     * that does not end a line. */
-    if (memchr(data, '"', (size_t)view.len)) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    for (const char *q = data; (q = memchr(q, '\r', (size_t)(end - q))); q++) {
-        if (q + 1 >= end || q[1] != '\n') {
-            result = Py_NewRef(Py_None);
             goto done;
         }
     }
@@ -538,7 +637,7 @@ static struct PyModuleDef module = {
 
 /* The version of the output above: a build from older sources is noticed
  * (nvsmi_native.VERSION) and not used. */
-#define SCAN_VERSION 1
+#define SCAN_VERSION 2
 
 PyMODINIT_FUNC PyInit__nvsmi_scan(void) {
     PyObject *m = PyModule_Create(&module);

@@ -434,14 +434,16 @@ class NvidiaSmiReader:
             cleaned = pc.if_else(_missing(text), pa.scalar(None, pa.string()), text)
             return pc.take(cleaned, encoded.indices)
         values = None
+        # Spaces trimmed on the left, units on the right only: `inf` keeps
+        # its `i`, and `MiB 40` is not a number whether or not the block
+        # has a NULL marker too.
+        trimmed = pc.ascii_rtrim(pc.ascii_ltrim(raw, " "), _NUMBER_TRIM)
         if spec.scale == 1:
             try:  # the usual column, all numbers: no pass to find NULL markers
-                values = pc.cast(pc.ascii_trim(raw, _NUMBER_TRIM), dtype)
+                values = pc.cast(trimmed, dtype)
             except pa.ArrowInvalid:
                 pass
         if values is None:
-            # Units trimmed on the right only: `inf` keeps its `i`.
-            trimmed = pc.ascii_rtrim(pc.ascii_ltrim(raw, " "), _NUMBER_TRIM)
             unreadable = pc.equal(trimmed, "ERR!")
             errors = pc.sum(unreadable.cast(pa.int64())).as_py() or 0
             if errors and count:

@@ -23,7 +23,7 @@ import pyarrow as pa
 from gpulens.collector.compiled import load_compiled
 
 # The scanner's output this module reads (`SCAN_VERSION` in the C file).
-VERSION = 1
+VERSION = 2
 
 # Kinds of a plan entry (the `K_*` of the C file).
 TIMESTAMP, FLOAT64, FLOAT32, INT32, INT64, RAW = range(6)
