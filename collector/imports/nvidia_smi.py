@@ -206,7 +206,7 @@ class NvidiaSmiReader:
         self._last_rows: dict[tuple[str, int], tuple[pa.Table, pa.Table]] = {}
         self._uuid_index: dict[str, int] = {}
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
-        self._null_columns: dict[pa.DataType, pa.Array] = {}
+        self._kept_columns: dict[tuple[pa.DataType, str | None], pa.Array] = {}  # `_nulls`, `_constant`
         self._scan_plan = _scan_plan(self.plan) if nvsmi_native.available() else None
         # Per column: values nvidia-smi could not read (ERR!), odd values.
         self._unreadable: dict[str, int] = {}
@@ -403,7 +403,7 @@ class NvidiaSmiReader:
             elif f.name == "host":
                 arrays.append(host)
             elif f.name == "vendor":
-                arrays.append(pa.repeat(pa.scalar("nvidia"), n))
+                arrays.append(self._constant("nvidia", n))
             elif f.name in columns:
                 arrays.append(columns[f.name])
             else:
@@ -415,9 +415,17 @@ class NvidiaSmiReader:
     def _nulls(self, dtype: pa.DataType, n: int) -> pa.Array:
         """`n` NULLs of `dtype`: a slice of one array kept for every block
         (a fresh one a block and column was memory to zero each time)."""
-        kept = self._null_columns.get(dtype)
+        return self._kept(dtype, None, n)
+
+    def _constant(self, text: str, n: int) -> pa.Array:
+        """`n` times `text` (the host, the vendor), kept as `_nulls` are: a
+        scalar made of a Python value costs pyarrow a search for pandas."""
+        return self._kept(pa.string(), text, n)
+
+    def _kept(self, dtype: pa.DataType, value: str | None, n: int) -> pa.Array:
+        kept = self._kept_columns.get((dtype, value))
         if kept is None or len(kept) < n:
-            kept = self._null_columns[dtype] = pa.nulls(n, dtype)
+            kept = self._kept_columns[(dtype, value)] = pa.repeat(pa.scalar(value, dtype), n)
         return kept.slice(0, n)
 
     def _values(self, raw: pa.Array | pa.ChunkedArray, spec: Field, dtype: pa.DataType, offsets: np.ndarray | None,
@@ -510,7 +518,7 @@ class NvidiaSmiReader:
 
     def _hosts(self, values: pa.Array | None, n: int, offsets: np.ndarray | None) -> pa.Array:
         if self.host is not None:
-            return pa.repeat(pa.scalar(self.host), n)
+            return self._constant(self.host, n)
         if values is None or values.null_count:
             row = 0 if values is None else int(np.flatnonzero(np.asarray(values.is_null()))[0])
             raise self._row_error(row, offsets, "names no host (the hostname field is absent or [N/A]): give --host NAME")
@@ -630,9 +638,12 @@ def _blocks(handle: Any, size: int) -> Iterator[memoryview]:
         yield memoryview(data)[:cut]
 
 
+_MISSING_TEXT = pa.array(["", "N/A"])
+
+
 def _missing(text: pa.Array) -> pa.Array:
     """NULL markers: `[N/A]`, `[Not Supported]` (any bracketed answer), `N/A`, empty."""
-    return pc.or_(pc.starts_with(text, "["), pc.is_in(text, value_set=pa.array(["", "N/A"])))
+    return pc.or_(pc.starts_with(text, "["), pc.is_in(text, value_set=_MISSING_TEXT))
 
 
 def _is_missing(text: str) -> bool:

@@ -42,13 +42,17 @@ def odd_mask(column: str, values: pa.Array, dtype: pa.DataType | None = None) ->
     floating = pa.types.is_floating(values.type)
     limit = (1 << (dtype.bit_width - 1)) - 1 if dtype is not None and pa.types.is_integer(dtype) else \
         _INTEGER_MAX.get(column)
-    # One pass for the usual column, where nothing is odd: min and max
-    # (which skip NaN; the sum of floats does not).
-    low, high = (scalar.as_py() for scalar in pc.min_max(values).values())
-    if low is None:
+    # The usual column, where nothing is odd, is cleared by its least and
+    # greatest value. numpy's reductions, not `pc.min_max`: Arrow's on
+    # floats are about 8 ns a value, a tenth of the import's time; and
+    # numpy's propagate NaN, which then takes the checks below. NULL slots
+    # read as 0, which is never odd.
+    if len(values) == 0 or values.null_count == len(values):
         return None
-    if ((low >= 0 or column in SIGNED_COLUMNS) and (limit is None or max(abs(low), abs(high)) < limit)
-            and (not floating or math.isfinite(pc.sum(values).as_py()))):
+    data = (values.fill_null(0) if values.null_count else values).to_numpy()
+    low, high = data.min().item(), data.max().item()
+    if ((not floating or (math.isfinite(low) and math.isfinite(high)))
+            and (low >= 0 or column in SIGNED_COLUMNS) and (limit is None or max(abs(low), abs(high)) < limit)):
         return None
     checks = []
     if floating:
