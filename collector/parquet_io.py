@@ -180,6 +180,12 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     them is built and then dropped once a row group's distinct times
     overflow it; strings and lists keep dictionaries. On a week-long
     import's 1.2 M rows: 14.6 -> 13.4 MiB.
+
+    Statistics (min, max, NULL count) are written for times and numbers,
+    which queries filter on, not for text and lists: no query prunes on
+    a host (a partition folder already), vendor, UUID or reason, and their
+    min and max cost a string comparison a value, about 15 ns a row per
+    column (a third of the import's write of each).
     """
     floats = {f.name: "BYTE_STREAM_SPLIT" for f in schema if pa.types.is_floating(f.type)}
     integers = {f.name: "DELTA_BINARY_PACKED" for f in schema
@@ -189,7 +195,7 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
         "compression_level": ZSTD_LEVEL,
         "use_dictionary": [f.name for f in schema if f.name not in floats and f.name not in integers],
         "column_encoding": {**floats, **integers},
-        "write_statistics": True,
+        "write_statistics": [f.name for f in schema if f.name in floats or f.name in integers],
         "data_page_version": "2.0",
     }
 

@@ -530,6 +530,22 @@ def test_import_files_have_the_collectors_schema_and_encodings(tmp_path):
     assert (ts.compression, "DELTA_BINARY_PACKED" in ts.encodings) == ("ZSTD", True)
 
 
+def test_import_files_keep_statistics_for_times_and_numbers_not_text(tmp_path):
+    import pyarrow.parquet as pq
+
+    from gpulens.collector.schema import TELEMETRY_SCHEMA
+
+    import_source(str(DATA / "nvidia-smi-2gpu.csv"), tmp_path)
+    [path] = (tmp_path / "telemetry").rglob("*.parquet")
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    kept = {name: group.column(TELEMETRY_SCHEMA.get_field_index(name)).is_stats_set
+            for name in ("ts", "gpu_index", "power_w", "host", "gpu_uuid", "vendor")}
+    assert kept == {"ts": True, "gpu_index": True, "power_w": True, "host": False, "gpu_uuid": False,
+                    "vendor": False}
+    power_w = group.column(TELEMETRY_SCHEMA.get_field_index("power_w")).statistics
+    assert (power_w.min, power_w.max, power_w.null_count) == (250.5, 690.0, 1)  # one [N/A]
+
+
 @pytest.fixture(scope="module")
 def imported_dataset(tmp_path_factory):
     from gpulens.analysis.dataset import open_dataset
