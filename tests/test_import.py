@@ -530,6 +530,32 @@ def test_import_files_have_the_collectors_schema_and_encodings(tmp_path):
     assert (ts.compression, "DELTA_BINARY_PACKED" in ts.encodings) == ("ZSTD", True)
 
 
+def test_import_text_columns_written_from_each_blocks_own_dictionary_read_back_as_text(tmp_path, monkeypatch):
+    # Small blocks, GPUs in another order in each poll: every block's UUID
+    # dictionary differs, and row groups span blocks.
+    import pyarrow.parquet as pq
+
+    from gpulens.collector.imports.nvidia_smi import NvidiaSmiReader
+    from gpulens.collector.schema import TELEMETRY_SCHEMA
+
+    monkeypatch.setattr(NvidiaSmiReader, "block_bytes", 16384)
+    log = tmp_path / "log.csv"
+    lines = ["timestamp, index, uuid, power.draw [W]"]
+    for second in range(30_000):
+        order = [0, 1, 2] if second % 3 else [2, 0, 1]
+        stamp = f"2024/05/01 {second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}.000"
+        lines += [f"{stamp}, {gpu}, GPU-{gpu:04d}, {second % 500}.5 W" for gpu in order]
+    log.write_text("\n".join(lines) + "\n")
+    import_source(str(log), tmp_path / "ds", host="node7")
+    [path] = (tmp_path / "ds" / "telemetry").rglob("*.parquet")
+    assert pq.read_schema(path).remove_metadata() == TELEMETRY_SCHEMA.remove_metadata()
+    table = pq.read_table(path)
+    assert (table.num_rows, pq.ParquetFile(path).metadata.num_row_groups) == (90_000, 2)
+    assert set(zip(table["gpu_index"].to_pylist(), table["gpu_uuid"].to_pylist())) == {
+        (0, "GPU-0000"), (1, "GPU-0001"), (2, "GPU-0002")}
+    assert set(table["host"].to_pylist()) == {"node7"} and set(table["vendor"].to_pylist()) == {"nvidia"}
+
+
 def test_import_files_keep_statistics_for_times_and_numbers_not_text(tmp_path):
     import pyarrow.parquet as pq
 

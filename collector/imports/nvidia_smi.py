@@ -45,7 +45,7 @@ from pyarrow import csv
 from gpulens.collector.errors import ImportSourceError, one_line
 from gpulens.collector.imports import nvsmi_native
 from gpulens.collector.imports.rows import counted, odd_mask
-from gpulens.collector.schema import TELEMETRY_SCHEMA
+from gpulens.collector.schema import TELEMETRY_ENCODED_SCHEMA, TELEMETRY_SCHEMA
 from gpulens.collector.throttle import decode_clock_event_reasons
 
 POLL_GAP_US = 500_000
@@ -206,7 +206,8 @@ class NvidiaSmiReader:
         self._last_rows: dict[tuple[str, int], tuple[pa.Table, pa.Table]] = {}
         self._uuid_index: dict[str, int] = {}
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
-        self._kept_columns: dict[tuple[pa.DataType, str | None], pa.Array] = {}  # `_nulls`, `_constant`
+        self._kept_columns: dict[tuple[pa.DataType, int | None], pa.Array] = {}  # `_nulls`, `_constant`
+        self._dictionaries: dict[str, pa.Array] = {}  # `_constant`
         self._scan_plan = _scan_plan(self.plan) if nvsmi_native.available() else None
         # Per column: values nvidia-smi could not read (ERR!), odd values.
         self._unreadable: dict[str, int] = {}
@@ -397,7 +398,7 @@ class NvidiaSmiReader:
         ts_us = ts.cast(pa.int64()).to_numpy()
         aligned = polls.align(ts_us, index.to_numpy())
         arrays = []
-        for f in TELEMETRY_SCHEMA:
+        for f in TELEMETRY_ENCODED_SCHEMA:
             if f.name == "ts":
                 arrays.append(pa.array(aligned, type=pa.int64()).cast(f.type))
             elif f.name == "host":
@@ -408,7 +409,7 @@ class NvidiaSmiReader:
                 arrays.append(columns[f.name])
             else:
                 arrays.append(self._nulls(f.type, n))
-        table = pa.Table.from_arrays(arrays, schema=TELEMETRY_SCHEMA)
+        table = pa.Table.from_arrays(arrays, schema=TELEMETRY_ENCODED_SCHEMA)
         self._note_devices(device_rows, table)
         return table
 
@@ -417,12 +418,16 @@ class NvidiaSmiReader:
         (a fresh one a block and column was memory to zero each time)."""
         return self._kept(dtype, None, n)
 
-    def _constant(self, text: str, n: int) -> pa.Array:
-        """`n` times `text` (the host, the vendor), kept as `_nulls` are: a
-        scalar made of a Python value costs pyarrow a search for pandas."""
-        return self._kept(pa.string(), text, n)
+    def _constant(self, text: str, n: int) -> pa.DictionaryArray:
+        """`n` times `text` (the host, the vendor), dictionary-encoded: code
+        0 of the one value, the codes kept as `_nulls` are (a scalar made
+        of a Python value costs pyarrow a search for pandas)."""
+        dictionary = self._dictionaries.get(text)
+        if dictionary is None:
+            dictionary = self._dictionaries[text] = pa.array([text], pa.string())
+        return pa.DictionaryArray.from_arrays(self._kept(pa.int32(), 0, n), dictionary)
 
-    def _kept(self, dtype: pa.DataType, value: str | None, n: int) -> pa.Array:
+    def _kept(self, dtype: pa.DataType, value: int | None, n: int) -> pa.Array:
         kept = self._kept_columns.get((dtype, value))
         if kept is None or len(kept) < n:
             kept = self._kept_columns[(dtype, value)] = pa.repeat(pa.scalar(value, dtype), n)
@@ -440,7 +445,9 @@ class NvidiaSmiReader:
                 raise self._row_error(row, offsets, f"{_cell(raw, row)!r} is not UTF-8 text ({spec.column})") from error
             text = pc.utf8_trim_whitespace(encoded.dictionary)
             cleaned = pc.if_else(_missing(text), pa.scalar(None, pa.string()), text)
-            return pc.take(cleaned, encoded.indices)
+            if cleaned.null_count:  # the writer takes no NULL among a dictionary's values
+                return pc.take(cleaned, encoded.indices).dictionary_encode()
+            return pa.DictionaryArray.from_arrays(encoded.indices, cleaned)
         values = None
         # Spaces trimmed on the left, units on the right only: `inf` keeps
         # its `i`, and `MiB 40` is not a number whether or not the block
