@@ -101,6 +101,21 @@ def test_import_nvidia_smi_host_from_the_hostname_field(tmp_path):
     assert _files(tmp_path)[-1].startswith("telemetry/host=node7/date=2024-05-01/import-")
 
 
+def test_import_nvidia_smi_log_of_two_nodes_gives_each_nodes_gpu_its_devices_row(tmp_path):
+    # Both nodes have a GPU 0: each keeps its own last row.
+    log = tmp_path / "fleet.csv"
+    log.write_text("timestamp, index, uuid, hostname, power.draw [W], power.limit [W]\n"
+                   "2024/05/01 12:00:00.100, 0, GPU-a0, nodeA, 100 W, 700 W\n"
+                   "2024/05/01 12:00:00.100, 0, GPU-b0, nodeB, 200 W, 650 W\n"
+                   "2024/05/01 12:00:01.100, 0, GPU-a0, nodeA, 110 W, 700 W\n"
+                   "2024/05/01 12:00:01.100, 0, GPU-b0, nodeB, 210 W, 600 W\n")
+    result = import_source(str(log), tmp_path / "out")
+    assert (result.hosts, result.gpus) == (["nodeA", "nodeB"], 2)
+    devices = _rows(tmp_path / "out", "devices", "host, gpu_index")
+    assert [(d["host"], d["gpu_index"], d["gpu_uuid"], d["power_limit_w"]) for d in devices] == [
+        ("nodeA", 0, "GPU-a0", 700.0), ("nodeB", 0, "GPU-b0", 600.0)]
+
+
 def test_import_nvidia_smi_not_supported_and_throttle_reasons(tmp_path):
     import_source(str(DATA / "nvidia-smi-2gpu.csv"), tmp_path)
     rows = _rows(tmp_path)

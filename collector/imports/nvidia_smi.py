@@ -541,13 +541,10 @@ class NvidiaSmiReader:
             pa.nulls(len(uuids), pa.int32())
 
     def _note_devices(self, device_rows: Any, table: pa.Table) -> None:
-        """Keep each GPU's last row so far (converted to its devices row at
-        the end, `devices`); `device_rows(rows)`: those rows' devices fields
-        as text."""
-        # By a hash aggregation (np.unique sorted the rows: far slower).
-        rows = pa.table({"gpu": table["gpu_index"], "row": np.arange(table.num_rows)})
-        last = rows.group_by("gpu", use_threads=False).aggregate([("row", "max")]).sort_by("gpu")
-        last_rows = last["row_max"].combine_chunks()
+        """Keep each (host, GPU)'s last row so far (converted to its devices
+        row at the end, `devices`); `device_rows(rows)`: those rows' devices
+        fields as text."""
+        last_rows = pa.array(_last_rows(table), pa.int64())
         picked = table.take(last_rows)
         picked_raw = device_rows(last_rows)
         for i, (host, gpu) in enumerate(zip(picked["host"].to_pylist(), picked["gpu_index"].to_pylist())):
@@ -643,6 +640,28 @@ def _blocks(handle: Any, size: int) -> Iterator[memoryview]:
             else:
                 pending = data[cut:]
         yield memoryview(data)[:cut]
+
+
+def _last_rows(table: pa.Table) -> np.ndarray:
+    """The row of each (host, GPU)'s last appearance in `table` (no NULL
+    host or index), in order of the keys' values. A node's GPUs take turns
+    in a log: each one's last row is found by a scan from the end, which
+    stops at once; where a table has more GPUs than a node has, by a hash
+    aggregation (np.unique sorted the rows: far slower)."""
+    hosts = table["host"].combine_chunks()
+    gpus = table["gpu_index"].to_numpy().astype(np.int64)
+    if isinstance(hosts, pa.DictionaryArray) and len(hosts.dictionary) == 1:
+        keys = gpus
+    else:
+        codes = (hosts if isinstance(hosts, pa.DictionaryArray) else hosts.dictionary_encode()).indices
+        keys = (codes.to_numpy().astype(np.int64) << 32) + (gpus & 0xFFFFFFFF)
+    distinct = np.sort(pc.unique(pa.array(keys)).to_numpy())
+    if len(distinct) <= 64:
+        backwards = keys[::-1]
+        return np.array([len(keys) - 1 - int(np.argmax(backwards == key)) for key in distinct], np.int64)
+    rows = pa.table({"key": keys, "row": np.arange(len(keys))})
+    last = rows.group_by("key", use_threads=False).aggregate([("row", "max")]).sort_by("key")
+    return last["row_max"].to_numpy()
 
 
 _MISSING_TEXT = pa.array(["", "N/A"])
