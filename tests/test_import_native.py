@@ -151,6 +151,43 @@ def test_nvsmi_scan_reads_units_and_null_markers():
 
 
 @needs_scanner
+def test_nvsmi_scan_reads_each_rows_date_across_midnight():
+    block = (b"2024/02/28 23:59:59.900, 1\n2024/02/29 00:00:00.100, 2\n2024/02/29 00:00:01, 3\n"
+             b"2024/03/01 00:00:00, 4\n")
+    plan = [(0, nvsmi_native.TIMESTAMP, 1.0), (1, nvsmi_native.INT32, 1.0)]
+    rows, outputs = nvsmi_native.scan(block, 2, plan)
+    assert nvsmi_native.arrays(rows, plan, outputs)[0].cast(pa.int64()).to_pylist() == [
+        1709164799_900000, 1709164800_100000, 1709164801_000000, 1709251200_000000]
+
+
+@needs_scanner
+@pytest.mark.parametrize("second_date", [b"2023/02/29", b"2024/13/01", b"2024/1/01", b"2024-01-01"])
+def test_nvsmi_scan_refuses_a_bad_date_after_a_good_one(second_date):
+    block = b"2024/01/01 00:00:00, 1\n" + second_date + b" 00:00:00, 2\n"
+    assert nvsmi_native.scan(block, 2, [(0, nvsmi_native.TIMESTAMP, 1.0), (1, nvsmi_native.INT32, 1.0)]) is None
+
+
+@needs_scanner
+def test_nvsmi_scan_scales_whole_and_decimal_numbers_as_arrow_does():
+    # MiB -> bytes: whole numbers in integers, a decimal through a double
+    # rounded half to even, as the pure path's cast, multiply and round.
+    values = [b"0 MiB", b"81559 MiB", b"-3 MiB", b"8589934592 MiB", b"8589934593 MiB", b"1.5 MiB", b"0.0000005 MiB"]
+    block = b"".join(b"2024/05/01 12:00:00, " + value + b"\n" for value in values)
+    plan = [(0, nvsmi_native.TIMESTAMP, 1.0), (1, nvsmi_native.INT64, float(1 << 20))]
+    rows, outputs = nvsmi_native.scan(block, 2, plan)
+    assert nvsmi_native.arrays(rows, plan, outputs)[1].to_pylist() == [
+        0, 81559 << 20, -3 << 20, 8589934592 << 20, 8589934593 << 20, 1572864, 1]  # 0.524288 B rounds to 1
+
+
+@needs_scanner
+def test_nvsmi_scan_reads_whole_float32_numbers_exactly():
+    block = b"2024/05/01 12:00:00, 78 %\n2024/05/01 12:00:01, 16777216 %\n2024/05/01 12:00:02, -0 %\n"
+    plan = [(0, nvsmi_native.TIMESTAMP, 1.0), (1, nvsmi_native.FLOAT32, 1.0)]
+    rows, outputs = nvsmi_native.scan(block, 2, plan)
+    assert nvsmi_native.arrays(rows, plan, outputs)[1].to_pylist() == [78.0, 16777216.0, -0.0]
+
+
+@needs_scanner
 def test_nvsmi_scan_trims_a_unit_that_changes_within_a_column():
     # Each column's last unit is tried first: a row with another unit, or
     # none, or a unit letter before the number's end, is trimmed as well.

@@ -218,6 +218,15 @@ typedef struct {
      * a column's values share one, so it is checked in one comparison. */
     char unit[8];
     int unit_len;
+    /* A scale that is a whole number (MiB -> bytes), else 0: a whole
+     * number of units times it is exact in integers, below `whole_max`. */
+    int64_t whole_scale;
+    uint64_t whole_max;
+    /* Timestamps: the date (`YYYY/MM/DD`) of the last one, and its day's
+     * microseconds since the epoch; a log has one date for many rows. */
+    char date[10];
+    int64_t date_us;
+    int has_date;
 } entry_t;
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\v' || c == '\f'; }
@@ -249,18 +258,31 @@ static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
     return era * 146097 + (int64_t)doe - 719468;
 }
 
-/* `YYYY/MM/DD HH:MM:SS[.f{1,6}]` -> microseconds; 0 read, -1 refused. */
-static int read_timestamp(const char *s, Py_ssize_t n, int64_t *out) {
-    int year, month, day, hour, minute, second;
-    if (n < 19 || s[4] != '/' || s[7] != '/' || s[10] != ' ' || s[13] != ':' || s[16] != ':') return -1;
-    if (digits(s, 4, &year) || digits(s + 5, 2, &month) || digits(s + 8, 2, &day) || digits(s + 11, 2, &hour) ||
-        digits(s + 14, 2, &minute) || digits(s + 17, 2, &second))
+/* `YYYY/MM/DD` -> microseconds since the epoch at its midnight; 0 read,
+ * -1 refused. */
+static int read_date(const char *s, int64_t *out) {
+    int year, month, day;
+    if (s[4] != '/' || s[7] != '/' || digits(s, 4, &year) || digits(s + 5, 2, &month) || digits(s + 8, 2, &day))
         return -1;
     static const int DAYS[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (year < 1 || month < 1 || month > 12 || day < 1 || day > DAYS[month - 1] || hour > 23 || minute > 59 ||
-        second > 59)
-        return -1;
+    if (year < 1 || month < 1 || month > 12 || day < 1 || day > DAYS[month - 1]) return -1;
     if (month == 2 && day == 29 && !((year % 4 == 0 && year % 100 != 0) || year % 400 == 0)) return -1;
+    *out = days_from_civil(year, (unsigned)month, (unsigned)day) * 86400 * 1000000;
+    return 0;
+}
+
+/* `YYYY/MM/DD HH:MM:SS[.f{1,6}]` -> microseconds; 0 read, -1 refused.
+ * The date is read once while it stays the same (`e`'s last). */
+static int read_timestamp(entry_t *e, const char *s, Py_ssize_t n, int64_t *out) {
+    int hour, minute, second;
+    if (n < 19 || s[10] != ' ' || s[13] != ':' || s[16] != ':') return -1;
+    if (!e->has_date || memcmp(s, e->date, 10) != 0) {
+        if (read_date(s, &e->date_us)) return -1;
+        memcpy(e->date, s, 10);
+        e->has_date = 1;
+    }
+    if (digits(s + 11, 2, &hour) || digits(s + 14, 2, &minute) || digits(s + 17, 2, &second)) return -1;
+    if (hour > 23 || minute > 59 || second > 59) return -1;
     int64_t micros = 0;
     if (n > 19) {
         Py_ssize_t places = n - 20;
@@ -270,8 +292,7 @@ static int read_timestamp(const char *s, Py_ssize_t n, int64_t *out) {
         micros = fraction;
         for (Py_ssize_t i = places; i < 6; i++) micros *= 10;
     }
-    int64_t days = days_from_civil(year, (unsigned)month, (unsigned)day);
-    *out = ((days * 86400 + hour * 3600 + minute * 60 + second) * 1000000) + micros;
+    *out = e->date_us + (int64_t)(hour * 3600 + minute * 60 + second) * 1000000 + micros;
     return 0;
 }
 
@@ -370,6 +391,27 @@ static int read_number(entry_t *e, Py_ssize_t row, const char *s, Py_ssize_t n) 
         return 0;
     }
     if (mant > (1ULL << 53)) return -1;
+    if (places == 0) {
+        /* A whole number: exact as a double, and so are the casts and the
+         * scaling below where they stay under 2^53 (2^24 for a float32),
+         * so they are done in integers. */
+        if ((e->kind == K_I32 || e->kind == K_I64) && e->whole_scale && mant <= e->whole_max) {
+            int64_t v = (int64_t)mant * e->whole_scale;
+            if (negative) v = -v;
+            if (e->kind == K_I32) {
+                if (v < INT32_MIN || v > INT32_MAX) return -1;
+                ((int32_t *)e->data)[row] = (int32_t)v;
+            } else {
+                ((int64_t *)e->data)[row] = v;
+            }
+            return 0;
+        }
+        if (e->kind == K_F32 && e->scale == 1.0 && mant <= (1ULL << 24)) {
+            float f = (float)mant;
+            ((float *)e->data)[row] = negative ? -f : f;
+            return 0;
+        }
+    }
     /* Exact operands, one correctly rounded division: the double nearest
      * the decimal, as Arrow reads it. */
     double d = places ? (double)mant / POW10[places] : (double)mant;
@@ -427,7 +469,7 @@ static int read_row(const char *s, Py_ssize_t fields, entry_t **by_field, const 
                 const char *a = s, *b = t;
                 while (a < b && is_space(*a)) a++;
                 while (b > a && is_space(b[-1])) b--;
-                if (read_timestamp(a, b - a, (int64_t *)e->data + row)) return -1;
+                if (read_timestamp(e, a, b - a, (int64_t *)e->data + row)) return -1;
             } else if (e->kind == K_DICT) {
                 int32_t code = dict_code(&e->dict, s, (size_t)n);
                 if (code < 0) return -2;
@@ -559,6 +601,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         }
         by_field[e->field] = e;
         e->unit_len = -1;
+        if (e->scale >= 1.0 && e->scale <= 9007199254740992.0 && e->scale == floor(e->scale)) {
+            e->whole_scale = (int64_t)e->scale;
+            e->whole_max = (1ULL << 53) / (uint64_t)e->whole_scale;
+        }
         e->data_obj = PyBytes_FromStringAndSize(NULL, capacity * kind_size(e->kind));
         if (!e->data_obj) goto done;
         e->data = PyBytes_AS_STRING(e->data_obj);
