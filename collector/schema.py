@@ -83,15 +83,17 @@ TELEMETRY_METRICS: tuple[str, ...] = tuple(name for name, _ in TELEMETRY_METRIC_
 TELEMETRY_SCHEMA = _schema(TELEMETRY_KEY_FIELDS + TELEMETRY_METRIC_FIELDS, "telemetry")
 TELEMETRY_COLUMNS: tuple[str, ...] = tuple(TELEMETRY_SCHEMA.names)
 
-# The text columns that take a few values each (a node's name, its GPUs'
-# UUIDs, the vendor). An importer hands them dictionary-encoded, as
-# TELEMETRY_ENCODED_SCHEMA, and they reach the Parquet writer so: it then
-# writes the codes it is given rather than hashing each row's string
-# again (collector.imports.store). Read back, the files have
-# TELEMETRY_SCHEMA.
-TELEMETRY_DICTIONARY_COLUMNS: tuple[str, ...] = ("host", "gpu_uuid", "vendor")
+# The text that takes a few values each (a node's name, its GPUs' UUIDs,
+# the vendor, the throttle reasons' names). An importer hands it
+# dictionary-encoded, as TELEMETRY_ENCODED_SCHEMA, and it reaches the
+# Parquet writer so: the writer then writes the codes it is given rather
+# than hashing each row's strings again (collector.imports.store). Read
+# back, the files have TELEMETRY_SCHEMA.
+TELEMETRY_DICTIONARY_COLUMNS: tuple[str, ...] = ("host", "gpu_uuid", "vendor", "throttle_reasons")
+_TEXT_CODES = pa.dictionary(pa.int32(), pa.string())
 TELEMETRY_ENCODED_SCHEMA = pa.schema(
-    [pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in TELEMETRY_DICTIONARY_COLUMNS else f
+    [f if f.name not in TELEMETRY_DICTIONARY_COLUMNS else
+     pa.field(f.name, pa.list_(_TEXT_CODES) if pa.types.is_list(f.type) else _TEXT_CODES)
      for f in TELEMETRY_SCHEMA],
     metadata=TELEMETRY_SCHEMA.metadata,
 )

@@ -571,6 +571,20 @@ def test_import_text_columns_written_from_each_blocks_own_dictionary_read_back_a
     assert set(table["host"].to_pylist()) == {"node7"} and set(table["vendor"].to_pylist()) == {"nvidia"}
 
 
+def test_import_throttle_reasons_of_a_bit_first_seen_in_a_later_block_read_back(tmp_path, monkeypatch):
+    from gpulens.collector.imports.nvidia_smi import NvidiaSmiReader
+
+    monkeypatch.setattr(NvidiaSmiReader, "block_bytes", 1024)
+    log = tmp_path / "log.csv"
+    masks = ["0x0000000000000004"] * 40 + ["0x0000000000008001", "[N/A]", "0x0000000000000000"]
+    log.write_text("timestamp, index, clocks_event_reasons.active\n" + "".join(
+        f"2024/05/01 12:00:{i:02d}.000, 0, {mask}\n" for i, mask in enumerate(masks)))
+    import_source(str(log), tmp_path / "out", host="n")
+    rows = _rows(tmp_path / "out")
+    assert [(r["throttle_reasons"], r["throttle_reasons_mask"]) for r in rows[-4:]] == [
+        (["sw_power_cap"], 4), (["gpu_idle", "unknown_0x8000"], 0x8001), (None, None), ([], 0)]
+
+
 def test_import_files_keep_statistics_for_times_and_numbers_not_text(tmp_path):
     import pyarrow.parquet as pq
 

@@ -46,7 +46,7 @@ from gpulens.collector.errors import ImportSourceError, one_line
 from gpulens.collector.imports import nvsmi_native
 from gpulens.collector.imports.rows import counted, odd_mask
 from gpulens.collector.schema import TELEMETRY_ENCODED_SCHEMA, TELEMETRY_SCHEMA
-from gpulens.collector.throttle import decode_clock_event_reasons
+from gpulens.collector.throttle import CLOCK_EVENT_REASONS, decode_clock_event_reasons
 
 POLL_GAP_US = 500_000
 _MIB = 1 << 20
@@ -208,6 +208,8 @@ class NvidiaSmiReader:
         self._rows_before = 0  # data rows (incl. repeated headers) of earlier blocks
         self._kept_columns: dict[tuple[pa.DataType, int | None], pa.Array] = {}  # `_nulls`, `_constant`
         self._dictionaries: dict[str, pa.Array] = {}  # `_constant`
+        self._reason_names: dict[str, int] = {name: code for code, (_, name) in enumerate(CLOCK_EVENT_REASONS)}
+        self._reason_dictionary: pa.Array | None = None
         self._scan_plan = _scan_plan(self.plan) if nvsmi_native.available() else None
         # Per column: values nvidia-smi could not read (ERR!), odd values.
         self._unreadable: dict[str, int] = {}
@@ -501,9 +503,25 @@ class NvidiaSmiReader:
                 row = _first_row_of(encoded, len(masks))
                 raise self._row_error(row, offsets, f"{text!r} is out of range ({spec.column})")
             masks.append(mask)
-        reasons = pa.array([None if m is None else decode_clock_event_reasons(m) for m in masks],
-                           type=pa.list_(pa.string()))
-        return pc.take(pa.array(masks, type=pa.int64()), encoded.indices), pc.take(reasons, encoded.indices)
+        values = pa.array(masks, type=pa.int64())
+        return pc.take(values, encoded.indices), pc.take(self._reason_lists(masks, values.is_null()), encoded.indices)
+
+    def _reason_lists(self, masks: list[int | None], missing: pa.BooleanArray) -> pa.ListArray:
+        """Each mask's reasons' names, as codes over one dictionary of the
+        names seen (all the known ones first): every block's dictionary is
+        then the same, and the writer writes the codes."""
+        names = self._reason_names
+        offsets, codes = [0], []
+        for mask in masks:
+            for name in () if mask is None else decode_clock_event_reasons(mask):
+                codes.append(names.setdefault(name, len(names)))
+            offsets.append(len(codes))
+        dictionary = self._reason_dictionary
+        if dictionary is None or len(dictionary) != len(names):
+            dictionary = self._reason_dictionary = pa.array(list(names), pa.string())
+        values = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), dictionary)
+        # (A list of Python bools would make pyarrow look for dateutil.)
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, mask=missing)
 
     def _timestamps(self, raw: pa.Array, offsets: np.ndarray | None) -> pa.Array:
         iso = pc.replace_substring(raw, "/", "-")
