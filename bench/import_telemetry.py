@@ -30,6 +30,16 @@ and does the same for a log a quarter as long (at least 2 hours), to
 compare the two peaks: the import streams, so its memory should not grow
 with the log. Target: at least 1 M rows per CPU-second.
 
+The import runs as the `gpulens` command runs it (OpenBLAS without its
+thread pool: dashboard/cli.py), in `--rounds` fresh processes (default
+5); the figures are their medians, as the CPU time of one process on a
+shared VM varies by a quarter from minute to minute. Each round also
+times, in a fresh process, a named peer at the same job: DuckDB with one
+thread turning the same log into a typed zstd Parquet file with SQL
+(trim, casts; it does none of the import's poll alignment, reason names,
+odd-value checks or devices rows), and prints the ratio of their CPU
+times, which the VM's moods leave about where it is.
+
 Records the figures in bench/results/ (bench/results.py): a row per log
 length, and the verdicts (target_met, memory_flat) among the params.
 """
@@ -39,6 +49,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -156,8 +169,73 @@ def import_in_child(log: Path, out: Path, python: Path) -> dict:
         "                  'scanner': scanner, 'loadavg_1m': load}))\n"
     )
     done = subprocess.run([str(python), "-c", code, str(log), str(out)], capture_output=True, text=True,
-                          check=True, cwd=python.parent)
+                          check=True, cwd=python.parent, env=COMMAND_ENV)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# The environment the `gpulens` command gives itself before numpy loads
+# (dashboard/cli.py `_no_blas_pool`); a user's own setting stands.
+COMMAND_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+
+
+def import_cpu_in_child(log: Path, out: Path, python: Path) -> float:
+    """The CPU seconds of importing `log` in a fresh process, its modules
+    already loaded (a round after the first)."""
+    code = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from gpulens.collector.imports import import_source\n"
+        "def cpu_s():\n"
+        "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "    return usage.ru_utime + usage.ru_stime\n"
+        "before = cpu_s()\n"
+        "import_source(sys.argv[1], Path(sys.argv[2]), host='bench')\n"
+        "print(cpu_s() - before)\n"
+    )
+    done = subprocess.run([str(python), "-c", code, str(log), str(out)], capture_output=True, text=True,
+                          check=True, cwd=python.parent, env=COMMAND_ENV)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+# The peer: DuckDB, one thread, the same log to a typed zstd Parquet file,
+# as a user would write it in SQL.
+PEER = "DuckDB, 1 thread, SQL: the log to typed zstd Parquet"
+PEER_CODE = """
+import resource, sys
+import duckdb
+def cpu_s():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+log, out = sys.argv[1], sys.argv[2]
+columns = "{" + ", ".join(f"'c{i}': 'VARCHAR'" for i in range(13)) + "}"
+def number(column, sql_type, unit=None, scale=None):
+    text = f"rtrim(ltrim({column}, ' '), '{unit}')" if unit else f"trim({column})"
+    return f"CAST({text} AS {sql_type})" if scale is None else f"CAST(CAST({text} AS DOUBLE) * {scale} AS BIGINT)"
+sql = ("COPY (SELECT "
+       "strptime(trim(c0), '%Y/%m/%d %H:%M:%S.%g') AS ts, 'bench' AS host, CAST(trim(c1) AS INTEGER) AS gpu_index, "
+       "trim(c2) AS gpu_uuid, 'nvidia' AS vendor, "
+       f"{number('c3', 'DOUBLE', ' W')} AS power_w, {number('c4', 'DOUBLE', ' W')} AS power_limit_w, "
+       f"{number('c5', 'FLOAT', ' %')} AS gpu_util_pct, {number('c6', 'FLOAT', ' %')} AS mem_util_pct, "
+       f"{number('c7', 'BIGINT', ' MiB', 1 << 20)} AS mem_used_bytes, "
+       f"{number('c8', 'BIGINT', ' MiB', 1 << 20)} AS mem_total_bytes, "
+       f"{number('c9', 'FLOAT')} AS temp_c, {number('c10', 'INTEGER', ' MHz')} AS sm_clock_mhz, "
+       f"{number('c11', 'INTEGER', ' MHz')} AS mem_clock_mhz, CAST(trim(c12) AS BIGINT) AS throttle_reasons_mask "
+       f"FROM read_csv('{log}', header = true, columns = {columns}, delim = ',', quote = '', escape = '', "
+       "auto_detect = false)"
+       f") TO '{out}' (FORMAT parquet, COMPRESSION zstd)")
+con = duckdb.connect()
+con.execute("SET threads = 1")
+before = cpu_s()
+con.execute(sql)
+print(cpu_s() - before)
+"""
+
+
+def peer_cpu_in_child(log: Path, out: Path, python: Path) -> float:
+    """The peer's CPU seconds on `log`, in a fresh process."""
+    done = subprocess.run([str(python), "-c", PEER_CODE, str(log), str(out)], capture_output=True, text=True,
+                          check=True, cwd=python.parent)
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 VARIANTS_CODE = """
@@ -243,6 +321,8 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep the logs and datasets in")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="fresh processes per log length, for the import and for the peer; medians are kept")
     parser.add_argument("--variants", action="store_true",
                         help="also time, on the shorter log, the alternatives tried for parsing and writing")
     parser.add_argument("--gpulens-env", choices=["node", "current"], default="node",
@@ -253,9 +333,12 @@ def main() -> int:
     # The commit and load are read now, before the run, which takes minutes.
     record = results.start("import_telemetry", {"days": args.days, "gpus": args.gpus, "seed": args.seed,
                                                 "target_rows_per_cpu_s": TARGET_ROWS_PER_CPU_S,
-                                                "gpulens_env": args.gpulens_env})
+                                                "gpulens_env": args.gpulens_env, "rounds": args.rounds,
+                                                "peer": PEER})
     print(f"machine: {record.machine} (wall times depend on the load; CPU times much less)")
     lengths = [max(args.days / 4, 2 / 24), args.days]
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="gpulens-bench-import-", dir=args.keep))
     python = Path(sys.executable)
     if args.gpulens_env == "node":
@@ -272,10 +355,22 @@ def main() -> int:
             made_s = time.perf_counter() - started
             measured = import_in_child(log, scratch / f"data-{days:g}d", python)
             assert measured["rows"] == n, (measured["rows"], n)
+            # Rounds, the import and the peer in turn, each in a fresh process.
+            import_cpu, peer_cpu = [measured["cpu_s"]], []
+            for round_ in range(args.rounds):
+                if round_:
+                    out = scratch / f"data-{days:g}d-{round_}"
+                    import_cpu.append(import_cpu_in_child(log, out, python))
+                    shutil.rmtree(out, ignore_errors=True)
+                peer_cpu.append(peer_cpu_in_child(log, scratch / "peer.parquet", python))
+            cpu_s, peer_s = statistics.median(import_cpu), statistics.median(peer_cpu)
             row = {
                 "days": days, "gpus": args.gpus, "rows": n, "log_bytes": log.stat().st_size,
-                "wall_s": round(measured["wall_s"], 3), "cpu_s": round(measured["cpu_s"], 3),
-                "rows_per_s": round(n / measured["wall_s"]), "rows_per_cpu_s": round(n / measured["cpu_s"]),
+                "wall_s": round(measured["wall_s"], 3), "cpu_s": round(cpu_s, 3),
+                "cpu_s_rounds": [round(c, 3) for c in import_cpu],
+                "rows_per_s": round(n / measured["wall_s"]), "rows_per_cpu_s": round(n / cpu_s),
+                "peer_cpu_s": round(peer_s, 3), "peer_cpu_s_rounds": [round(c, 3) for c in peer_cpu],
+                "peer_rows_per_cpu_s": round(n / peer_s), "vs_peer": round(peer_s / cpu_s, 2),
                 "peak_rss_mib": round(measured["peak_rss_mib"], 1),
                 "loadavg_1m": round(measured["loadavg_1m"], 2),
                 # The same import again in the same process: without what a
@@ -300,9 +395,13 @@ def main() -> int:
                     print(f"  {name}: {us:.2f} us per row (CPU)")
             rows.append(row)
             print(f"{days:g} days x {args.gpus} GPUs: {n:,} rows, {row['log_bytes'] / 2**20:,.0f} MiB of log "
-                  f"(made in {made_s:.1f} s); import {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s CPU: "
-                  f"{row['rows_per_s'] / 1e6:.2f} M rows/s, {row['rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-second; "
+                  f"(made in {made_s:.1f} s); import {row['wall_s']:.2f} s wall; CPU, median of {args.rounds} "
+                  f"processes: {row['cpu_s']:.2f} s ({min(import_cpu):.2f}-{max(import_cpu):.2f}), "
+                  f"{row['rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-second; "
                   f"peak RSS {row['peak_rss_mib']:.0f} MiB; load average {row['loadavg_1m']:.1f}")
+            print(f"  the peer ({PEER}): {row['peer_cpu_s']:.2f} s CPU ({min(peer_cpu):.2f}-{max(peer_cpu):.2f}), "
+                  f"{row['peer_rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-second: the import is "
+                  f"{row['vs_peer']:.1f}x its speed")
             print(f"  again in the same process: {row['again_cpu_s']:.2f} s CPU, "
                   f"{row['again_rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-second (the first paid "
                   f"{row['startup_cpu_s']:.2f} s once)")
@@ -314,8 +413,6 @@ def main() -> int:
                 log.unlink()
     finally:
         if args.keep is None:
-            import shutil
-
             shutil.rmtree(scratch, ignore_errors=True)
     short, long = rows
     growth = long["peak_rss_mib"] - short["peak_rss_mib"]

@@ -181,15 +181,31 @@ def collector_overhead_jobs(result: dict[str, Any]) -> str:
 
 def import_telemetry(result: dict[str, Any]) -> str:
     rows = [[f"{row['days']:g} days × {row['gpus']} GPUs", f"{row['rows']:,}", f"{_number(row['wall_s'])} s",
-             f"{_number(row['cpu_s'])} s", f"{row['rows_per_cpu_s'] / 1e6:.2f} M", f"{row['again_rows_per_cpu_s'] / 1e6:.2f} M",
-             _stages(row), _mib(row["peak_rss_mib"] * 2**20)]
+             _import_cpu(row), f"{row['rows_per_cpu_s'] / 1e6:.2f} M", f"{row['again_rows_per_cpu_s'] / 1e6:.2f} M",
+             _stages(row), _mib(row["peak_rss_mib"] * 2**20), _vs_peer(row)]
             for row in result["rows"]]
     params = result["params"]
-    verdicts = (f"Target ≥ 1 M rows per CPU-second: {_verdict(params.get('target_met'))}; memory flat in the "
-                f"log's length: {_verdict(params.get('memory_flat'))} ({params.get('rss_growth_mib', 0):+.0f} MiB).\n\n")
+    rounds = f", medians of {params['rounds']} processes" if params.get("rounds") else ""
+    peer = f"; the peer: {params['peer']}" if params.get("peer") else ""
+    verdicts = (f"Target ≥ 1 M rows per CPU-second: {_verdict(params.get('target_met'))}{rounds}; memory flat in "
+                f"the log's length: {_verdict(params.get('memory_flat'))} ({params.get('rss_growth_mib', 0):+.0f} "
+                f"MiB){peer}.\n\n")
     return provenance(result) + verdicts + _table(
         ["log", "rows", "wall", "CPU", "rows per CPU-s", "again, same process", "µs CPU a row: read / write "
-         "(pure path: parse / convert)", "peak memory"], rows)
+         "(pure path: parse / convert)", "peak memory", "× the peer's speed"], rows)
+
+
+def _import_cpu(row: dict[str, Any]) -> str:
+    """The import's CPU time, and the range of its rounds where it had several."""
+    rounds = row.get("cpu_s_rounds")
+    spread = f" ({_number(min(rounds))}-{_number(max(rounds))})" if rounds and len(rounds) > 1 else ""
+    return f"{_number(row['cpu_s'])} s{spread}"
+
+
+def _vs_peer(row: dict[str, Any]) -> str:
+    if "vs_peer" not in row:
+        return "–"
+    return f"{row['vs_peer']:.1f}× ({row['peer_rows_per_cpu_s'] / 1e6:.2f} M rows per CPU-s)"
 
 
 def _stages(row: dict[str, Any]) -> str:

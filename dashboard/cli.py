@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None, command: str | None) -> int:
+    _no_blas_pool()
     if command in _FORKING_COMMANDS:
         _no_idle_native_threads()
     from gpulens.collector.errors import GpulensError, Terminated
@@ -146,15 +147,23 @@ def _run(argv: list[str] | None, command: str | None) -> int:
 _FORKING_COMMANDS = ("ingest", "report", "demo")
 
 
-def _no_idle_native_threads() -> None:
-    """Before numpy and pyarrow load, keep them from starting threads that
-    ingest never uses: OpenBLAS's pool (no linear algebra there) and the
-    background purger of Arrow's jemalloc. Ingest forks its workers, and a
-    fork copies other threads' locks but not the threads (Python 3.12 warns
-    of it); RSS is the same without them. Long-lived commands (dashboard,
-    collect) keep jemalloc's purger, which returns memory while they idle.
-    A user's own settings stand."""
+def _no_blas_pool() -> None:
+    """Before numpy loads (pyarrow loads it), keep OpenBLAS from starting
+    its pool of a thread per core: no gpulens command does linear algebra,
+    and each of those threads spins about 0.1 s of CPU before it first
+    sleeps. On this 2-core VM a command paid 0.11 s of CPU for it
+    (`import pyarrow` then 0.5 s asleep: 0.35 -> 0.25 s, five runs each);
+    a node with more cores pays more. A user's own setting stands."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def _no_idle_native_threads() -> None:
+    """Before pyarrow loads, keep Arrow's jemalloc from starting the
+    background purger, which ingest never uses: ingest forks its workers,
+    and a fork copies other threads' locks but not the threads (Python 3.12
+    warns of it); RSS is the same without it. Long-lived commands
+    (dashboard, collect) keep the purger, which returns memory while they
+    idle. A user's own setting stands."""
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
 
 

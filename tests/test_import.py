@@ -644,3 +644,29 @@ def test_a_ragged_line_of_bytes_that_are_not_utf8_is_one_error_line_naming_it(tm
     assert done.returncode == 1
     assert done.stderr.splitlines() == [f"gpulens: error: {log}:4: a line of other than the log's 13 fields, "
                                         "with bytes that are not UTF-8"]
+
+
+@pytest.mark.parametrize(("users_setting", "seen"), [(None, "1"), ("4", "4")])
+def test_gpulens_command_starts_no_openblas_pool_unless_the_user_asks(tmp_path, users_setting, seen):
+    # What numpy's OpenBLAS reads when pyarrow loads it, in the command's
+    # own process: a pool's threads spin 0.1 s of CPU each at start.
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: open(os.environ['SEEN'], 'w').write(\n"
+        "    str('numpy' in sys.modules) + ' ' + os.environ.get('OPENBLAS_NUM_THREADS', '-')))\n")
+    env = {name: value for name, value in os.environ.items() if name != "OPENBLAS_NUM_THREADS"}
+    env.update(PYTHONPATH=os.pathsep.join([str(hook), str(REPO_ROOT)]), SEEN=str(tmp_path / "seen"))
+    if users_setting is not None:
+        env["OPENBLAS_NUM_THREADS"] = users_setting
+    done = subprocess.run([sys.executable, "-c", "import sys; from gpulens.dashboard.cli import entry; sys.exit(entry())",
+                           "import", str(DATA / "nvidia-smi-2gpu.csv"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "seen").read_text() == f"True {seen}"
