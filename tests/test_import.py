@@ -670,3 +670,17 @@ def test_gpulens_command_starts_no_openblas_pool_unless_the_user_asks(tmp_path, 
                           capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "seen").read_text() == f"True {seen}"
+
+
+def test_import_of_a_log_across_midnight_loads_neither_numpy_ma_nor_pandas(tmp_path, node_python):
+    # On a node: pa.array and np.unique of a numpy array load numpy.ma, 40 ms a process.
+    from conftest import modules_loaded_by
+
+    log = tmp_path / "log.csv"
+    log.write_text("timestamp, index, power.draw [W]\n" + "".join(
+        f"2024/05/01 23:59:{second:02d}.000, {gpu}, {100 + second} W\n" for second in range(50, 60) for gpu in (0, 1))
+        + "2024/05/02 00:00:00.000, 0, 1 W\n2024/05/02 00:00:00.000, 1, 2 W\n")
+    out = tmp_path / "out"
+    assert modules_loaded_by(["import", str(log), "--out", str(out), "--host", "n"], ("numpy.ma", "pandas"),
+                             node_python) == []
+    assert sorted(p.parent.name for p in (out / "telemetry").rglob("*.parquet")) == ["date=2024-05-01", "date=2024-05-02"]

@@ -44,7 +44,7 @@ from pyarrow import csv
 
 from gpulens.collector.errors import ImportSourceError, one_line
 from gpulens.collector.imports import nvsmi_native
-from gpulens.collector.imports.rows import counted, odd_mask
+from gpulens.collector.imports.rows import counted, numbers, odd_mask
 from gpulens.collector.schema import TELEMETRY_ENCODED_SCHEMA, TELEMETRY_SCHEMA
 from gpulens.collector.throttle import CLOCK_EVENT_REASONS, decode_clock_event_reasons
 
@@ -402,7 +402,7 @@ class NvidiaSmiReader:
         arrays = []
         for f in TELEMETRY_ENCODED_SCHEMA:
             if f.name == "ts":
-                arrays.append(pa.array(aligned, type=pa.int64()).cast(f.type))
+                arrays.append(numbers(aligned.astype(np.int64, copy=False), pa.int64()).cast(f.type))
             elif f.name == "host":
                 arrays.append(host)
             elif f.name == "vendor":
@@ -562,7 +562,7 @@ class NvidiaSmiReader:
         """Keep each (host, GPU)'s last row so far (converted to its devices
         row at the end, `devices`); `device_rows(rows)`: those rows' devices
         fields as text."""
-        last_rows = pa.array(_last_rows(table), pa.int64())
+        last_rows = numbers(_last_rows(table), pa.int64())
         picked = table.take(last_rows)
         picked_raw = device_rows(last_rows)
         for i, (host, gpu) in enumerate(zip(picked["host"].to_pylist(), picked["gpu_index"].to_pylist())):
@@ -673,11 +673,11 @@ def _last_rows(table: pa.Table) -> np.ndarray:
     else:
         codes = (hosts if isinstance(hosts, pa.DictionaryArray) else hosts.dictionary_encode()).indices
         keys = (codes.to_numpy().astype(np.int64) << 32) + (gpus & 0xFFFFFFFF)
-    distinct = np.sort(pc.unique(pa.array(keys)).to_numpy())
+    distinct = np.sort(pc.unique(numbers(keys, pa.int64())).to_numpy())
     if len(distinct) <= 64:
         backwards = keys[::-1]
         return np.array([len(keys) - 1 - int(np.argmax(backwards == key)) for key in distinct], np.int64)
-    rows = pa.table({"key": keys, "row": np.arange(len(keys))})
+    rows = pa.table({"key": numbers(keys, pa.int64()), "row": numbers(np.arange(len(keys), dtype=np.int64), pa.int64())})
     last = rows.group_by("key", use_threads=False).aggregate([("row", "max")]).sort_by("key")
     return last["row_max"].to_numpy()
 
