@@ -124,6 +124,12 @@ def _cell(values: np.ndarray, unit: str | None = None) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
+# A child's CPU seconds so far, all its threads (the code a child runs starts with it).
+CPU_S = ("def cpu_s():\n"
+         "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+         "    return usage.ru_utime + usage.ru_stime\n")
+
+
 def import_in_child(log: Path, out: Path, python: Path) -> dict:
     """Import `log` in a fresh Python; its wall time, CPU time and peak RSS,
     then the CPU time of its stages run alone, and the highest 1-minute
@@ -135,9 +141,7 @@ def import_in_child(log: Path, out: Path, python: Path) -> dict:
         "from gpulens.collector.imports import nvsmi_native\n"
         "from gpulens.collector.imports.nvidia_smi import NvidiaSmiReader\n"
         "import pyarrow.compute, pyarrow.csv, pyarrow.parquet\n"
-        "def cpu_s():\n"
-        "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
-        "    return usage.ru_utime + usage.ru_stime\n"
+        + CPU_S +
         "load = os.getloadavg()[0]\n"
         "before = cpu_s()\n"
         "start = time.perf_counter()\n"
@@ -185,9 +189,7 @@ def import_cpu_in_child(log: Path, out: Path, python: Path) -> float:
         "import resource, sys\n"
         "from pathlib import Path\n"
         "from gpulens.collector.imports import import_source\n"
-        "def cpu_s():\n"
-        "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
-        "    return usage.ru_utime + usage.ru_stime\n"
+        + CPU_S +
         "before = cpu_s()\n"
         "import_source(sys.argv[1], Path(sys.argv[2]), host='bench')\n"
         "print(cpu_s() - before)\n"
@@ -203,9 +205,7 @@ PEER = "DuckDB, 1 thread, SQL: the log to typed zstd Parquet"
 PEER_CODE = """
 import resource, sys
 import duckdb
-def cpu_s():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+""" + CPU_S + """
 log, out = sys.argv[1], sys.argv[2]
 columns = "{" + ", ".join(f"'c{i}': 'VARCHAR'" for i in range(13)) + "}"
 def number(column, sql_type, unit=None, scale=None):

@@ -360,6 +360,18 @@ static Py_ssize_t trim_unit(entry_t *e, const char *s, Py_ssize_t n) {
     return m;
 }
 
+/* An integer into row `row` of an int32 or int64 column; -1 where it is
+ * out of an int32's range. */
+static int store_integer(entry_t *e, Py_ssize_t row, int64_t v) {
+    if (e->kind == K_I32) {
+        if (v < INT32_MIN || v > INT32_MAX) return -1;
+        ((int32_t *)e->data)[row] = (int32_t)v;
+    } else {
+        ((int64_t *)e->data)[row] = v;
+    }
+    return 0;
+}
+
 /* One number field into row `row` of `e`; 0 read, -1 refused. */
 static int read_number(entry_t *e, Py_ssize_t row, const char *s, Py_ssize_t n) {
     while (n && *s == ' ') s++, n--; /* spaces only: a unit before a number is no number */
@@ -381,14 +393,7 @@ static int read_number(entry_t *e, Py_ssize_t row, const char *s, Py_ssize_t n) 
     if ((e->kind == K_I32 || e->kind == K_I64) && e->scale == 1.0) {
         /* Arrow casts text to an integer directly: digits only. */
         if (places || (whole > 1 && s[negative] == '0')) return -1;
-        int64_t v = negative ? -(int64_t)mant : (int64_t)mant;
-        if (e->kind == K_I32) {
-            if (v < INT32_MIN || v > INT32_MAX) return -1;
-            ((int32_t *)e->data)[row] = (int32_t)v;
-        } else {
-            ((int64_t *)e->data)[row] = v;
-        }
-        return 0;
+        return store_integer(e, row, negative ? -(int64_t)mant : (int64_t)mant);
     }
     if (mant > (1ULL << 53)) return -1;
     if (places == 0) {
@@ -397,14 +402,7 @@ static int read_number(entry_t *e, Py_ssize_t row, const char *s, Py_ssize_t n) 
          * so they are done in integers. */
         if ((e->kind == K_I32 || e->kind == K_I64) && e->whole_scale && mant <= e->whole_max) {
             int64_t v = (int64_t)mant * e->whole_scale;
-            if (negative) v = -v;
-            if (e->kind == K_I32) {
-                if (v < INT32_MIN || v > INT32_MAX) return -1;
-                ((int32_t *)e->data)[row] = (int32_t)v;
-            } else {
-                ((int64_t *)e->data)[row] = v;
-            }
-            return 0;
+            return store_integer(e, row, negative ? -v : v);
         }
         if (e->kind == K_F32 && e->scale == 1.0 && mant <= (1ULL << 24)) {
             float f = (float)mant;
