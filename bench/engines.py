@@ -53,6 +53,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import results  # noqa: E402
+from processes import children  # noqa: E402
 
 SEED = 7
 # What a kept dataset holds (hosts, telemetry rows, ranks, kernels), written
@@ -79,17 +80,7 @@ def python_peak_rss_mib() -> float:
 
 def jvm_peak_rss_mib() -> float:
     """The peak resident set of this process's children now alive (the JVM)."""
-    return sum(_peak_of(pid) for pid in _children(os.getpid()))
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found.extend(int(child) for child in (task / "children").read_text().split())
-        except OSError:
-            continue
-    return found
+    return sum(_peak_of(pid) for pid in children(os.getpid()))
 
 
 def _peak_of(pid: int) -> float:

@@ -115,6 +115,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import results  # noqa: E402
 from node_site import build_node_venv  # noqa: E402
+from processes import children  # noqa: E402
 from gpulens.collector.sim_trace import write_training_traces  # noqa: E402
 
 SHARED_KINETO = REPO_ROOT.parent / "shared" / "traces" / "kineto"
@@ -189,17 +190,6 @@ class Load:
 # --- measuring one process tree ---------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as handle:
-                found.extend(int(c) for c in handle.read().split())
-    except OSError:
-        pass
-    return found
-
-
 def _tree_memory_bytes(root: int, pss: bool = False) -> tuple[int, int]:
     """(sum of RSS, or of PSS where `pss`, largest VmHWM) over `root` and
     its descendants. RSS from /proc/PID/status is cheap (0.1 ms a read);
@@ -209,7 +199,7 @@ def _tree_memory_bytes(root: int, pss: bool = False) -> tuple[int, int]:
     total, largest, stack = 0, 0, [root]
     while stack:
         pid = stack.pop()
-        stack.extend(_children(pid))
+        stack.extend(children(pid))
         try:
             with open(f"/proc/{pid}/status") as handle:
                 fields = dict(line.split(":", 1) for line in handle if line.startswith(("VmRSS", "VmHWM")))

@@ -35,6 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import results  # noqa: E402
+from processes import stop  # noqa: E402
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 ACCEPT = "application/openmetrics-text; version=1.0.0"
 
@@ -75,15 +76,6 @@ def _scrape(url: str) -> tuple[float, bytes]:
     return elapsed, gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
 
 
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -118,7 +110,7 @@ def measure(gpus: int, scrapes: int) -> list[dict]:
             quiet_cpu = _cpu_s(process.pid) - quiet_cpu_start
             rss_with = _rss_mib(process.pid)
         finally:
-            _stop(process)
+            stop(process)
         rows.append({
             "gpus": gpus, "scrapes": scrapes, "body_bytes": sizes[-1],
             "latency_p50_ms": round(_quantile(latencies, 0.50) * 1e3, 2),
@@ -134,7 +126,7 @@ def measure(gpus: int, scrapes: int) -> list[dict]:
             time.sleep(max(8.0, scraping_s))
             rows[-1]["rss_without_metrics_mib"] = round(_rss_mib(process.pid), 1)
         finally:
-            _stop(process)
+            stop(process)
     return rows
 
 

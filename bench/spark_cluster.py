@@ -9,9 +9,14 @@ import contextlib
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from processes import stop  # noqa: E402
 
 START_TIMEOUT_S = 120
 
@@ -54,7 +59,7 @@ def standalone_cluster(folder: Path, cores: int = 1, memory: str = "1g") -> Iter
         yield url
     finally:
         for process in reversed(started):
-            _stop(process)
+            stop(process)
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, log: Path) -> None:
@@ -78,13 +83,3 @@ def _wait_for_registered(worker_log: Path, worker: subprocess.Popen) -> None:
             return
         time.sleep(0.5)
     raise TimeoutError(f"the worker did not register in {START_TIMEOUT_S} s: {worker_log.read_text()[-2000:]}")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -20,7 +20,7 @@ import pytest
 
 from gpulens.collector.imports import import_source
 from gpulens.collector.imports import prometheus as prometheus_import
-from conftest import free_port
+from conftest import bench_module, free_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 HOST = "node-a"
@@ -124,12 +124,7 @@ def prometheus_url(tmp_path, exporter):
             time.sleep(0.2)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        bench_module("processes").stop(process, timeout_s=10)
         log.close()
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.analysis.dataset import open_dataset
-from conftest import free_port
+from conftest import bench_module, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus")
@@ -55,13 +55,7 @@ pytestmark = [
 
 
 def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
+    bench_module("processes").stop(process, timeout_s=15)
 
 
 def _get(url: str, timeout_s: float = 10) -> dict:
