@@ -545,6 +545,18 @@ def test_import_files_have_the_collectors_schema_and_encodings(tmp_path):
     assert (ts.compression, "DELTA_BINARY_PACKED" in ts.encodings) == ("ZSTD", True)
 
 
+def test_import_nvidia_smi_devices_row_is_the_last_row_of_a_host_spelt_two_ways(tmp_path):
+    # "nodeA " and "nodeA" are one host once trimmed: its GPU's last row wins.
+    log = tmp_path / "fleet.csv"
+    log.write_text("timestamp, index, uuid, hostname, power.draw [W], power.limit [W]\n"
+                   "2024/05/01 12:00:00.100, 0, GPU-a0, nodeA , 100 W, 650 W\n"
+                   "2024/05/01 12:00:01.100, 0, GPU-a0, nodeA, 110 W, 700 W\n"
+                   "2024/05/01 12:00:02.100, 0, GPU-a0, nodeA , 120 W, 600 W\n")
+    import_source(str(log), tmp_path / "out")
+    [device] = _rows(tmp_path / "out", "devices", "gpu_index")
+    assert (device["host"], device["power_limit_w"]) == ("nodeA", 600.0)
+
+
 def test_import_text_columns_written_from_each_blocks_own_dictionary_read_back_as_text(tmp_path, monkeypatch):
     # Small blocks, GPUs in another order in each poll: every block's UUID
     # dictionary differs, and row groups span blocks.

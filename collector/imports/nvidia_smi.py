@@ -402,7 +402,7 @@ class NvidiaSmiReader:
         arrays = []
         for f in TELEMETRY_ENCODED_SCHEMA:
             if f.name == "ts":
-                arrays.append(numbers(aligned.astype(np.int64, copy=False), pa.int64()).cast(f.type))
+                arrays.append(numbers(aligned).cast(f.type))
             elif f.name == "host":
                 arrays.append(host)
             elif f.name == "vendor":
@@ -562,7 +562,7 @@ class NvidiaSmiReader:
         """Keep each (host, GPU)'s last row so far (converted to its devices
         row at the end, `devices`); `device_rows(rows)`: those rows' devices
         fields as text."""
-        last_rows = numbers(_last_rows(table), pa.int64())
+        last_rows = numbers(_last_rows(table))
         picked = table.take(last_rows)
         picked_raw = device_rows(last_rows)
         for i, (host, gpu) in enumerate(zip(picked["host"].to_pylist(), picked["gpu_index"].to_pylist())):
@@ -661,25 +661,23 @@ def _blocks(handle: Any, size: int) -> Iterator[memoryview]:
 
 
 def _last_rows(table: pa.Table) -> np.ndarray:
-    """The row of each (host, GPU)'s last appearance in `table` (no NULL
-    host or index), in order of the keys' values. A node's GPUs take turns
-    in a log: each one's last row is found by a scan from the end, which
-    stops at once; where a table has more GPUs than a node has, by a hash
+    """The row of each (host, GPU)'s last appearance in `table` (its host
+    dictionary-encoded; no NULL host or index), in the order of the rows,
+    so that where a host is spelt two ways (its dictionary then has it
+    twice) the later row is kept last. A node's GPUs take turns in a log:
+    each one's last row is found by a scan from the end, which stops at
+    once; where a table has more GPUs than a node has, by a hash
     aggregation (np.unique sorted the rows: far slower)."""
     hosts = table["host"].combine_chunks()
-    gpus = table["gpu_index"].to_numpy().astype(np.int64)
-    if isinstance(hosts, pa.DictionaryArray) and len(hosts.dictionary) == 1:
-        keys = gpus
-    else:
-        codes = (hosts if isinstance(hosts, pa.DictionaryArray) else hosts.dictionary_encode()).indices
-        keys = (codes.to_numpy().astype(np.int64) << 32) + (gpus & 0xFFFFFFFF)
-    distinct = np.sort(pc.unique(numbers(keys, pa.int64())).to_numpy())
+    keys = table["gpu_index"].to_numpy().astype(np.int64)
+    if len(hosts.dictionary) > 1:
+        keys = (hosts.indices.to_numpy().astype(np.int64) << 32) + (keys & 0xFFFFFFFF)
+    distinct = pc.unique(numbers(keys)).to_numpy()
     if len(distinct) <= 64:
         backwards = keys[::-1]
-        return np.array([len(keys) - 1 - int(np.argmax(backwards == key)) for key in distinct], np.int64)
-    rows = pa.table({"key": numbers(keys, pa.int64()), "row": numbers(np.arange(len(keys), dtype=np.int64), pa.int64())})
-    last = rows.group_by("key", use_threads=False).aggregate([("row", "max")]).sort_by("key")
-    return last["row_max"].to_numpy()
+        return np.sort([len(keys) - 1 - int(np.argmax(backwards == key)) for key in distinct]).astype(np.int64)
+    rows = pa.table({"key": numbers(keys), "row": numbers(np.arange(len(keys), dtype=np.int64))})
+    return np.sort(rows.group_by("key", use_threads=False).aggregate([("row", "max")])["row_max"].to_numpy())
 
 
 _MISSING_TEXT = pa.array(["", "N/A"])

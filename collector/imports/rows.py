@@ -26,11 +26,12 @@ SIGNED_COLUMNS = frozenset({"temp_c", "mem_temp_c"})
 _INTEGER_MAX = {f.name: (1 << (f.type.bit_width - 1)) - 1 for f in TELEMETRY_SCHEMA if pa.types.is_integer(f.type)}
 
 
-def numbers(values: np.ndarray, dtype: pa.DataType) -> pa.Array:
-    """A 1-D numpy array of numbers as an Arrow array of `dtype` (the same
-    width), sharing its buffer. Not `pa.array`: its first call on a numpy
-    array loads numpy.ma (40 ms a process, numpy 2)."""
-    return pa.Array.from_buffers(dtype, len(values), [None, pa.py_buffer(np.ascontiguousarray(values))])
+def numbers(values: np.ndarray) -> pa.Array:
+    """A 1-D numpy array of numbers as the Arrow array of its type, sharing
+    its buffer. Not `pa.array`: its first call on a numpy array loads
+    numpy.ma (40 ms a process, numpy 2)."""
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
+                                 [None, pa.py_buffer(np.ascontiguousarray(values))])
 
 
 def is_odd(column: str, value: float) -> bool:

@@ -168,8 +168,8 @@ class ImportStore:
                 parts = [(first_day, host_rows)]
             else:
                 # Arrow's unique, not np.unique: that loads numpy.ma (40 ms).
-                parts = [(int(day), host_rows.take(numbers(np.flatnonzero(host_days == day), pa.int64())))
-                         for day in np.sort(pc.unique(numbers(host_days, pa.int64())).to_numpy())]
+                parts = [(int(day), host_rows.take(numbers(np.flatnonzero(host_days == day))))
+                         for day in np.sort(pc.unique(numbers(host_days)).to_numpy())]
             for day, part in parts:
                 self._partition(host, day).add(part)
                 touched.add((host, day))
