@@ -130,6 +130,19 @@ CPU_S = ("def cpu_s():\n"
          "    return usage.ru_utime + usage.ru_stime\n")
 
 
+# The environment the `gpulens` command gives itself before numpy loads
+# (dashboard/cli.py `_no_blas_pool`); a user's own setting stands.
+COMMAND_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+
+
+def _last_line(python: Path, code: str, log: Path, out: Path) -> str:
+    """The last line a fresh `python` prints running `code` on `log` and
+    `out`, in the command's environment."""
+    done = subprocess.run([str(python), "-c", code, str(log), str(out)], capture_output=True, text=True,
+                          check=True, cwd=python.parent, env=COMMAND_ENV)
+    return done.stdout.strip().splitlines()[-1]
+
+
 def import_in_child(log: Path, out: Path, python: Path) -> dict:
     """Import `log` in a fresh Python; its wall time, CPU time and peak RSS,
     then the CPU time of its stages run alone, and the highest 1-minute
@@ -172,14 +185,9 @@ def import_in_child(log: Path, out: Path, python: Path) -> dict:
         "                  'parse_cpu_s': parse, 'parse_convert_cpu_s': parse_convert, 'read_cpu_s': read,\n"
         "                  'scanner': scanner, 'loadavg_1m': load}))\n"
     )
-    done = subprocess.run([str(python), "-c", code, str(log), str(out)], capture_output=True, text=True,
-                          check=True, cwd=python.parent, env=COMMAND_ENV)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(_last_line(python, code, log, out))
 
 
-# The environment the `gpulens` command gives itself before numpy loads
-# (dashboard/cli.py `_no_blas_pool`); a user's own setting stands.
-COMMAND_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
 
 
 def import_cpu_in_child(log: Path, out: Path, python: Path) -> float:
@@ -194,9 +202,7 @@ def import_cpu_in_child(log: Path, out: Path, python: Path) -> float:
         "import_source(sys.argv[1], Path(sys.argv[2]), host='bench')\n"
         "print(cpu_s() - before)\n"
     )
-    done = subprocess.run([str(python), "-c", code, str(log), str(out)], capture_output=True, text=True,
-                          check=True, cwd=python.parent, env=COMMAND_ENV)
-    return float(done.stdout.strip().splitlines()[-1])
+    return float(_last_line(python, code, log, out))
 
 
 # The peer: DuckDB, one thread, the same log to a typed zstd Parquet file,
@@ -233,9 +239,7 @@ print(cpu_s() - before)
 
 def peer_cpu_in_child(log: Path, out: Path, python: Path) -> float:
     """The peer's CPU seconds on `log`, in a fresh process."""
-    done = subprocess.run([str(python), "-c", PEER_CODE, str(log), str(out)], capture_output=True, text=True,
-                          check=True, cwd=python.parent)
-    return float(done.stdout.strip().splitlines()[-1])
+    return float(_last_line(python, PEER_CODE, log, out))
 
 
 VARIANTS_CODE = """
